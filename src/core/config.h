@@ -1,0 +1,77 @@
+// vramd.toml as structs. Parsing checks every key and value; errors carry file:line:column.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "core/units.h"
+
+namespace vramd {
+
+// How to recognise a service's processes. At most one field is set; none set means "the local
+// process listening on the port of `url`".
+struct MatchRule {
+  std::string cmdline;          // ECMAScript regex searched in the space-joined command line
+  std::string container;        // container name (or id prefix)
+  std::string compose_service;  // docker compose service label
+  std::string unit;             // systemd unit, "comfyui.service"
+  std::string pid_file;         // file holding the main PID
+  bool empty() const {
+    return cmdline.empty() && container.empty() && compose_service.empty() && unit.empty() &&
+           pid_file.empty();
+  }
+};
+
+struct ServiceConfig {
+  std::string name;  // the key in [services.NAME]
+  std::string kind;  // adapter: comfyui, ollama, vllm, ..., generic_http, process
+  std::string url;   // base URL, "http://127.0.0.1:8188"
+  MatchRule match;
+  std::optional<Duration> unload_after_idle;
+  std::string on_ineffective_unload = "report";  // restart | stop | report
+  std::string group;                             // exclusive group
+  bool pinned = false;
+  std::vector<std::string> start;  // argv, no shell
+  std::string cwd;
+  std::map<std::string, std::string> env;
+  Duration start_timeout = std::chrono::minutes(2);
+  int health_failures = 5;
+  std::optional<Bytes> vram_estimate;
+};
+
+struct DaemonConfig {
+  std::string listen = "127.0.0.1:7100";
+  std::string state_dir = "/var/lib/vramd";
+  Duration sample_interval = std::chrono::seconds(1);
+  std::string token;
+  std::string token_file;
+  std::string docker_socket = "/var/run/docker.sock";
+};
+
+struct GpuConfig {
+  std::string backend = "auto";   // auto | nvml | nvidia-smi
+  std::optional<Bytes> baseline;  // nullopt: "auto" (learned)
+  Bytes residual_tolerance = 256 * MiB;
+};
+
+struct Config {
+  std::string path;  // where it was read from; empty for built-in defaults
+  DaemonConfig daemon;
+  GpuConfig gpu;
+  std::vector<ServiceConfig> services;  // in file order
+
+  const ServiceConfig* find_service(std::string_view name) const;
+};
+
+// Parses TOML text. `path` is used in error messages: "vramd.toml:12:5: unknown key 'urll'
+// in [services.comfyui]; did you mean 'url'?".
+Result<Config> parse_config(std::string_view text, const std::string& path);
+Result<Config> load_config(const std::string& path);
+
+// Closest candidate by edit distance, or empty when nothing is close.
+std::string suggest(std::string_view word, const std::vector<std::string>& candidates);
+
+}  // namespace vramd

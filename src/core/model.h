@@ -1,0 +1,132 @@
+// The words of DESIGN.md as types: GPU samples, processes, owners, holdings.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/units.h"
+
+namespace vramd {
+
+// ---- What the GPU reader sees (gpu/) ----
+
+// One process's memory on one GPU as the driver reports it.
+struct ProcessMemory {
+  int pid = 0;
+  std::optional<Bytes> used;  // nullopt: NVML_VALUE_NOT_AVAILABLE / "[N/A]" (WSL, WDDM). Never 0.
+  std::string name;           // process name when the backend gives one (nvidia-smi), else empty
+};
+
+enum class GpuHealth {
+  ok,     // read normally
+  lost,   // GPU_IS_LOST / RESET_REQUIRED: the device fell off the bus or needs a reset
+  error,  // any other failure reading this device; see GpuSample::error
+};
+const char* to_string(GpuHealth h);
+
+struct GpuSample {
+  unsigned index = 0;
+  std::string uuid;
+  std::string name;
+  GpuHealth health = GpuHealth::ok;
+  std::string error;  // set when health != ok
+  Bytes total = 0;
+  Bytes used = 0;                 // total - free: everything not available to a new allocation
+  std::optional<Bytes> reserved;  // driver-reserved part of `used` (MemoryInfo_v2 only)
+  std::optional<double> utilization_pct;
+  std::optional<unsigned> temperature_c;
+  std::optional<double> power_w;
+  // false when the process list could not be read at all (then `processes` is empty but
+  // that says nothing); per-process N/A is per entry instead.
+  bool processes_readable = true;
+  std::vector<ProcessMemory> processes;
+};
+
+// One read of every GPU.
+struct GpuReading {
+  std::string backend;         // "nvml" | "nvidia-smi"
+  std::string driver_version;  // may be empty
+  std::string error;           // non-empty: the whole read failed (driver not loaded, ...)
+  std::vector<GpuSample> gpus;
+};
+
+// ---- What the host shell sees (host/) ----
+
+// Where a process sits according to its cgroup path.
+struct CgroupIdentity {
+  enum class Kind {
+    host,        // no container, unit or session: the root cgroup or an unknown shape
+    container,   // Docker, Podman, containerd, CRI-O container (possibly in a pod)
+    unit,        // systemd service (or a scope that is not a session)
+    session,     // a user login session scope
+    private_ns,  // path relative to a private cgroup namespace ("/../.."): cannot tell
+  };
+  Kind kind = Kind::host;
+  std::string path;            // the raw path used
+  std::string runtime;         // container: "docker" | "podman" | "containerd" | "cri-o" | ""
+  std::string container_id;    // container: full id as in the path
+  std::string pod_uid;         // Kubernetes pod UID with dashes, when in a pod
+  std::string unit;            // unit: "comfyui.service"; session: "session-3.scope"
+  std::string container_name;  // filled by the Docker lookup when known ("comfyui")
+  std::string compose_service; // filled by the Docker lookup from labels
+  std::string compose_project;
+};
+const char* to_string(CgroupIdentity::Kind k);
+
+struct ProcessInfo {
+  int pid = 0;
+  int ppid = 0;
+  std::string comm;     // /proc/PID/comm
+  std::string cmdline;  // argv joined with spaces; empty for kernel threads
+  unsigned uid = 0;
+  std::string user;                // name of uid when resolvable, else the number
+  unsigned long long start_ticks = 0;  // field 22 of /proc/PID/stat: with pid, identifies a process
+  std::optional<TimePoint> start_time;
+  Bytes rss = 0;
+  CgroupIdentity cgroup;
+};
+
+// A snapshot of the host taken in one scan.
+struct HostSnapshot {
+  std::vector<ProcessInfo> processes;  // sorted by pid
+  // TCP ports in LISTEN state owned by local processes: (port, pid). Only those asked for.
+  std::vector<std::pair<int, int>> listeners;
+  // Content of each service's pid_file, keyed by service name, when readable.
+  std::vector<std::pair<std::string, int>> pid_files;
+  std::optional<Bytes> mem_available;  // host RAM, /proc/meminfo MemAvailable
+  std::optional<Bytes> mem_total;
+};
+
+// ---- What the core decides (core/) ----
+
+enum class OwnerKind { service, lease, container, unit, process, baseline, unknown };
+const char* to_string(OwnerKind k);
+
+enum class Source { process, residual, self_report, baseline, unknown };
+const char* to_string(Source s);
+
+struct Owner {
+  OwnerKind kind = OwnerKind::unknown;
+  std::string name;  // service name, lease id, container name, unit, "python3[1234]", ...
+  bool operator==(const Owner&) const = default;
+  auto operator<=>(const Owner&) const = default;
+};
+
+struct Candidate {
+  int pid = 0;
+  std::string name;
+  bool operator==(const Candidate&) const = default;
+};
+
+// (gpu, owner, bytes, source, since).
+struct Holding {
+  Owner owner;
+  Bytes bytes = 0;
+  Source source = Source::unknown;
+  std::vector<int> pids;
+  TimePoint since{};
+  std::vector<Candidate> candidates;  // for unknown: the processes that may hold it
+};
+
+}  // namespace vramd
