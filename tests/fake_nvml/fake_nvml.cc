@@ -1,0 +1,372 @@
+// A fake libnvidia-ml: serves the NVML subset of src/gpu/nvml_api.h from the JSON state file named
+// by $FAKE_NVML_STATE (see fake_state.h), re-read on every call. Built as libnvidia-ml-fake.so;
+// vramd loads it when VRAMD_NVML_LIBRARY points at it.
+//
+// Knobs in the state file:
+// - "omit_symbols": [names]: the library cannot hide an exported symbol from dlsym, so those entry
+//   points answer NVML_ERROR_FUNCTION_NOT_FOUND instead; vramd's reader treats that answer at call
+//   time as "symbol absent" and falls back, exactly as it does when dlsym finds nothing.
+// - "errors": {"nvmlFunctionName": "GPU_IS_LOST"}: that function returns that code (names as in
+//   the reference: GPU_IS_LOST, DRIVER_NOT_LOADED, NOT_SUPPORTED, UNKNOWN, ...), for every gpu at
+//   top level, or for one gpu when inside that gpu's object. Per gpu "lost": true makes every
+//   device call on it return GPU_IS_LOST.
+// - per gpu "extra_processes_after_first_call": N: every process-list call after the first one
+//   since nvmlInit sees N more (synthetic) processes, so the list grows between count and fetch.
+// - A missing or unreadable state file makes nvmlInit return DRIVER_NOT_LOADED.
+// Device handles encode the index: (nvmlDevice_t)(index + 1).
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "../../src/gpu/nvml_api.h"  // the fake is built without src/ on its include path
+#include "fake_state.h"
+
+namespace {
+
+using nlohmann::json;
+
+std::mutex g_mutex;
+int g_init_count = 0;
+// Process-list calls since nvmlInit, by function name and gpu index.
+std::map<std::pair<std::string, unsigned>, int> g_list_calls;
+
+nvmlReturn_t code_from_name(const std::string& name) {
+  static const std::map<std::string, nvmlReturn_t> kCodes = {
+      {"SUCCESS", NVML_SUCCESS},
+      {"UNINITIALIZED", NVML_ERROR_UNINITIALIZED},
+      {"INVALID_ARGUMENT", NVML_ERROR_INVALID_ARGUMENT},
+      {"NOT_SUPPORTED", NVML_ERROR_NOT_SUPPORTED},
+      {"NO_PERMISSION", NVML_ERROR_NO_PERMISSION},
+      {"NOT_FOUND", NVML_ERROR_NOT_FOUND},
+      {"INSUFFICIENT_SIZE", NVML_ERROR_INSUFFICIENT_SIZE},
+      {"DRIVER_NOT_LOADED", NVML_ERROR_DRIVER_NOT_LOADED},
+      {"LIBRARY_NOT_FOUND", NVML_ERROR_LIBRARY_NOT_FOUND},
+      {"FUNCTION_NOT_FOUND", NVML_ERROR_FUNCTION_NOT_FOUND},
+      {"GPU_IS_LOST", NVML_ERROR_GPU_IS_LOST},
+      {"RESET_REQUIRED", NVML_ERROR_RESET_REQUIRED},
+      {"LIB_RM_VERSION_MISMATCH", NVML_ERROR_LIB_RM_VERSION_MISMATCH},
+      {"ARGUMENT_VERSION_MISMATCH", NVML_ERROR_ARGUMENT_VERSION_MISMATCH},
+      {"UNKNOWN", NVML_ERROR_UNKNOWN},
+  };
+  std::string key = name.rfind("NVML_ERROR_", 0) == 0 ? name.substr(11) : name;
+  auto it = kCodes.find(key);
+  return it == kCodes.end() ? NVML_ERROR_UNKNOWN : it->second;
+}
+
+bool omitted(const json& state, const char* fn) {
+  auto it = state.find("omit_symbols");
+  if (it == state.end() || !it->is_array()) return false;
+  for (const auto& name : *it) {
+    if (name.is_string() && name.get<std::string>() == fn) return true;
+  }
+  return false;
+}
+
+// The code configured for `fn` under obj["errors"], if any.
+std::optional<nvmlReturn_t> configured_error(const json& obj, const char* fn) {
+  auto errors = obj.find("errors");
+  if (errors == obj.end() || !errors->is_object()) return std::nullopt;
+  auto it = errors->find(fn);
+  if (it == errors->end()) return std::nullopt;
+  if (it->is_number_integer()) return static_cast<nvmlReturn_t>(it->get<int>());
+  if (it->is_string()) return code_from_name(it->get<std::string>());
+  return std::nullopt;
+}
+
+// Common checks of a library-level call: state readable, initialised, not omitted, no error set.
+nvmlReturn_t enter(const char* fn, std::optional<json>& state) {
+  state = fake_nvml::load_state();
+  if (!state) return NVML_ERROR_DRIVER_NOT_LOADED;
+  if (omitted(*state, fn)) return NVML_ERROR_FUNCTION_NOT_FOUND;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_init_count <= 0) return NVML_ERROR_UNINITIALIZED;
+  }
+  if (auto code = configured_error(*state, fn)) return *code;
+  return NVML_SUCCESS;
+}
+
+unsigned index_of(nvmlDevice_t device) {
+  return static_cast<unsigned>(reinterpret_cast<std::uintptr_t>(device) - 1);
+}
+
+// As enter(), then resolves the device; `gpu` is set on success.
+nvmlReturn_t enter_device(const char* fn, nvmlDevice_t device, std::optional<json>& state,
+                          const json*& gpu) {
+  nvmlReturn_t r = enter(fn, state);
+  if (r != NVML_SUCCESS) return r;
+  if (device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  gpu = fake_nvml::gpu_at(*state, index_of(device));
+  if (gpu == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (gpu->value("lost", false)) return NVML_ERROR_GPU_IS_LOST;
+  if (auto code = configured_error(*gpu, fn)) return *code;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t copy_string(const std::string& s, char* out, unsigned length) {
+  if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (s.size() + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+  std::memcpy(out, s.c_str(), s.size() + 1);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t do_init(const char* fn) {
+  std::optional<json> state = fake_nvml::load_state();
+  if (!state) return NVML_ERROR_DRIVER_NOT_LOADED;
+  if (omitted(*state, fn)) return NVML_ERROR_FUNCTION_NOT_FOUND;
+  if (auto code = configured_error(*state, fn)) return *code;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_init_count++ == 0) g_list_calls.clear();
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t do_count(const char* fn, unsigned* count) {
+  std::optional<json> state;
+  nvmlReturn_t r = enter(fn, state);
+  if (r != NVML_SUCCESS) return r;
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *count = static_cast<unsigned>(fake_nvml::gpu_count(*state));
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t do_handle(const char* fn, unsigned index, nvmlDevice_t* device) {
+  std::optional<json> state;
+  nvmlReturn_t r = enter(fn, state);
+  if (r != NVML_SUCCESS) return r;
+  if (device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const json* gpu = fake_nvml::gpu_at(*state, index);
+  if (gpu == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (gpu->value("lost", false)) return NVML_ERROR_GPU_IS_LOST;
+  if (auto code = configured_error(*gpu, fn)) return *code;
+  *device = reinterpret_cast<nvmlDevice_t>(static_cast<std::uintptr_t>(index) + 1);
+  return NVML_SUCCESS;
+}
+
+// The process-list protocol: *count is the capacity of `infos`; too small (or infos NULL with a
+// non-empty list) → INSUFFICIENT_SIZE with *count set to what is needed.
+template <typename Info>
+nvmlReturn_t do_processes(const char* fn, const char* key, nvmlDevice_t device, unsigned* count,
+                          Info* infos) {
+  std::optional<json> state;
+  const json* gpu = nullptr;
+  nvmlReturn_t r = enter_device(fn, device, state, gpu);
+  if (r != NVML_SUCCESS) return r;
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  std::vector<fake_nvml::FakeProcess> list = fake_nvml::processes(*gpu, key);
+  unsigned extra =
+      static_cast<unsigned>(fake_nvml::get_u64(*gpu, "extra_processes_after_first_call", 0));
+  if (extra > 0 && std::string(key) == "processes") {
+    int calls;
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      calls = g_list_calls[{fn, index_of(device)}]++;
+    }
+    if (calls > 0) {
+      for (unsigned i = 0; i < extra; ++i) list.push_back({900000 + i, 1ULL << 20, "grown"});
+    }
+  }
+  unsigned needed = static_cast<unsigned>(list.size());
+  if (needed == 0) {
+    *count = 0;
+    return NVML_SUCCESS;
+  }
+  if (infos == nullptr || *count < needed) {
+    *count = needed;
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  for (unsigned i = 0; i < needed; ++i) {
+    Info info{};
+    info.pid = list[i].pid;
+    info.usedGpuMemory = list[i].used ? *list[i].used : vramd::nvml::kValueNotAvailable;
+    infos[i] = info;
+  }
+  *count = needed;
+  return NVML_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+nvmlReturn_t nvmlInit_v2(void) { return do_init("nvmlInit_v2"); }
+nvmlReturn_t nvmlInit(void) { return do_init("nvmlInit"); }
+
+nvmlReturn_t nvmlShutdown(void) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_init_count <= 0) return NVML_ERROR_UNINITIALIZED;
+  --g_init_count;
+  return NVML_SUCCESS;
+}
+
+const char* nvmlErrorString(nvmlReturn_t result) {
+  switch (result) {
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+      return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+      return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION:
+      return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND:
+      return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+      return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+      return "Driver Not Loaded";
+    case NVML_ERROR_LIBRARY_NOT_FOUND:
+      return "NVML Shared Library Not Found";
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+      return "Function Not Found";
+    case NVML_ERROR_GPU_IS_LOST:
+      return "GPU is lost";
+    case NVML_ERROR_RESET_REQUIRED:
+      return "GPU requires reset";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+      return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+      return "Argument version mismatch";
+    default:
+      return "Unknown Error";
+  }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned length) {
+  std::optional<json> state;
+  nvmlReturn_t r = enter("nvmlSystemGetDriverVersion", state);
+  if (r != NVML_SUCCESS) return r;
+  return copy_string(fake_nvml::get_string(*state, "driver_version", "550.54.14"), version, length);
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned* count) {
+  return do_count("nvmlDeviceGetCount_v2", count);
+}
+nvmlReturn_t nvmlDeviceGetCount(unsigned* count) { return do_count("nvmlDeviceGetCount", count); }
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t* device) {
+  return do_handle("nvmlDeviceGetHandleByIndex_v2", index, device);
+}
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned index, nvmlDevice_t* device) {
+  return do_handle("nvmlDeviceGetHandleByIndex", index, device);
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned length) {
+  std::optional<json> state;
+  const json* gpu = nullptr;
+  nvmlReturn_t r = enter_device("nvmlDeviceGetName", device, state, gpu);
+  if (r != NVML_SUCCESS) return r;
+  return copy_string(fake_nvml::get_string(*gpu, "name", "NVIDIA Fake GPU"), name, length);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned length) {
+  std::optional<json> state;
+  const json* gpu = nullptr;
+  nvmlReturn_t r = enter_device("nvmlDeviceGetUUID", device, state, gpu);
+  if (r != NVML_SUCCESS) return r;
+  std::string fallback =
+      "GPU-00000000-0000-0000-0000-00000000000" + std::to_string(index_of(device));
+  return copy_string(fake_nvml::get_string(*gpu, "uuid", fallback), uuid, length);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  std::optional<json> state;
+  const json* gpu = nullptr;
+  nvmlReturn_t r = enter_device("nvmlDeviceGetMemoryInfo", device, state, gpu);
+  if (r != NVML_SUCCESS) return r;
+  if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  unsigned long long total = fake_nvml::get_u64(*gpu, "total", 0);
+  unsigned long long used = std::min(fake_nvml::get_u64(*gpu, "used", 0), total);
+  memory->total = total;
+  memory->used = used;  // v1: used includes the driver-reserved part
+  memory->free = total - used;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+  std::optional<json> state;
+  const json* gpu = nullptr;
+  nvmlReturn_t r = enter_device("nvmlDeviceGetMemoryInfo_v2", device, state, gpu);
+  if (r != NVML_SUCCESS) return r;
+  if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (memory->version != vramd::nvml::kMemoryV2Version) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+  unsigned long long total = fake_nvml::get_u64(*gpu, "total", 0);
+  unsigned long long used = std::min(fake_nvml::get_u64(*gpu, "used", 0), total);
+  unsigned long long reserved = std::min(fake_nvml::get_u64(*gpu, "reserved", 0), used);
+  memory->total = total;
+  memory->reserved = reserved;
+  memory->used = used - reserved;  // v2: used excludes the driver-reserved part
+  memory->free = total - used;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
+  std::optional<json> state;
+  const json* gpu = nullptr;
+  nvmlReturn_t r = enter_device("nvmlDeviceGetUtilizationRates", device, state, gpu);
+  if (r != NVML_SUCCESS) return r;
+  if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  std::optional<double> gpu_pct = fake_nvml::get_number(*gpu, "utilization");
+  if (!gpu_pct) return NVML_ERROR_NOT_SUPPORTED;
+  utilization->gpu = static_cast<unsigned>(*gpu_pct);
+  utilization->memory = static_cast<unsigned>(fake_nvml::get_u64(*gpu, "memory_utilization", 0));
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned* temp) {
+  std::optional<json> state;
+  const json* gpu = nullptr;
+  nvmlReturn_t r = enter_device("nvmlDeviceGetTemperature", device, state, gpu);
+  if (r != NVML_SUCCESS) return r;
+  if (temp == nullptr || sensor != vramd::nvml::kTemperatureGpu) return NVML_ERROR_INVALID_ARGUMENT;
+  std::optional<double> t = fake_nvml::get_number(*gpu, "temperature");
+  if (!t) return NVML_ERROR_NOT_SUPPORTED;
+  *temp = static_cast<unsigned>(*t);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned* milliwatts) {
+  std::optional<json> state;
+  const json* gpu = nullptr;
+  nvmlReturn_t r = enter_device("nvmlDeviceGetPowerUsage", device, state, gpu);
+  if (r != NVML_SUCCESS) return r;
+  if (milliwatts == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  std::optional<double> p = fake_nvml::get_number(*gpu, "power_mw");
+  if (!p) return NVML_ERROR_NOT_SUPPORTED;
+  *milliwatts = static_cast<unsigned>(*p);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned* count,
+                                                     nvmlProcessInfo_v2_t* infos) {
+  return do_processes("nvmlDeviceGetComputeRunningProcesses_v3", "processes", device, count, infos);
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned* count,
+                                                     nvmlProcessInfo_v2_t* infos) {
+  return do_processes("nvmlDeviceGetComputeRunningProcesses_v2", "processes", device, count, infos);
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned* count,
+                                                  nvmlProcessInfo_v1_t* infos) {
+  return do_processes("nvmlDeviceGetComputeRunningProcesses", "processes", device, count, infos);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned* count,
+                                                      nvmlProcessInfo_v2_t* infos) {
+  return do_processes("nvmlDeviceGetGraphicsRunningProcesses_v3", "graphics_processes", device,
+                      count, infos);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned* count,
+                                                      nvmlProcessInfo_v2_t* infos) {
+  return do_processes("nvmlDeviceGetGraphicsRunningProcesses_v2", "graphics_processes", device,
+                      count, infos);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned* count,
+                                                   nvmlProcessInfo_v1_t* infos) {
+  return do_processes("nvmlDeviceGetGraphicsRunningProcesses", "graphics_processes", device, count,
+                      infos);
+}
+
+}  // extern "C"
