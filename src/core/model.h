@@ -87,6 +87,12 @@ struct ProcessInfo {
   CgroupIdentity cgroup;
 };
 
+// What a host scan must gather besides the process table.
+struct HostScanRequest {
+  std::vector<int> ports;  // TCP ports whose listening process is wanted
+  std::vector<std::pair<std::string, std::string>> pid_files;  // (service, path)
+};
+
 // A snapshot of the host taken in one scan.
 struct HostSnapshot {
   std::vector<ProcessInfo> processes;  // sorted by pid

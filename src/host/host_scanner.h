@@ -9,11 +9,6 @@
 
 namespace vramd {
 
-struct HostScanRequest {
-  std::vector<int> ports;  // TCP ports whose listening process is wanted
-  std::vector<std::pair<std::string, std::string>> pid_files;  // (service, path)
-};
-
 class HostScanner {
  public:
   virtual ~HostScanner() = default;
