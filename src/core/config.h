@@ -1,9 +1,11 @@
 // vramd.toml as structs. Parsing checks every key and value; errors carry file:line:column.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/result.h"
@@ -26,9 +28,10 @@ struct MatchRule {
 };
 
 struct ServiceConfig {
-  std::string name;  // the key in [services.NAME]
-  std::string kind;  // adapter: comfyui, ollama, vllm, ..., generic_http, process
-  std::string url;   // base URL, "http://127.0.0.1:8188"
+  std::string name;  // the key in [services.NAME]: [A-Za-z0-9_-]+
+  std::string kind;  // adapter: one of known_service_kinds()
+  std::string url;   // base URL without a trailing '/', "http://127.0.0.1:8188"; may be empty
+                     // only for kind "process"
   MatchRule match;
   std::optional<Duration> unload_after_idle;
   std::string on_ineffective_unload = "report";  // restart | stop | report
@@ -51,6 +54,9 @@ struct DaemonConfig {
   std::string docker_socket = "/var/run/docker.sock";
 };
 
+// daemon.sample_interval may not be shorter than this.
+constexpr Duration kMinSampleInterval = std::chrono::milliseconds(100);
+
 struct GpuConfig {
   std::string backend = "auto";   // auto | nvml | nvidia-smi
   std::optional<Bytes> baseline;  // nullopt: "auto" (learned)
@@ -70,6 +76,25 @@ struct Config {
 // in [services.comfyui]; did you mean 'url'?".
 Result<Config> parse_config(std::string_view text, const std::string& path);
 Result<Config> load_config(const std::string& path);
+
+// The adapters a service's `kind` may name, in documentation order.
+const std::vector<std::string>& known_service_kinds();
+
+// A listen address: "127.0.0.1:7100", "[::1]:7100", "gpu-box:7100". The port is required.
+struct HostPort {
+  std::string host;  // IPv4, IPv6 (without brackets) or a hostname
+  std::uint16_t port = 0;
+};
+Result<HostPort> parse_host_port(std::string_view text);
+
+// A service's base URL: "http://host:port[/path]" or https. Without a port, 80 or 443.
+struct HttpUrl {
+  std::string scheme;  // "http" or "https"
+  std::string host;    // as in HostPort
+  std::uint16_t port = 0;
+  std::string path;  // "" or "/prefix", never ending in '/'
+};
+Result<HttpUrl> parse_http_url(std::string_view text);
 
 // Closest candidate by edit distance, or empty when nothing is close.
 std::string suggest(std::string_view word, const std::vector<std::string>& candidates);

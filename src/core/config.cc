@@ -1,0 +1,666 @@
+#include "core/config.h"
+
+#include <arpa/inet.h>
+
+#include <toml++/toml.h>
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <regex>
+#include <sstream>
+#include <utility>
+
+namespace vramd {
+namespace {
+
+// ---- small text helpers ----
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Optimal string alignment distance: Levenshtein plus adjacent transpositions ("servcies").
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+std::string join(const std::vector<std::string>& words, std::string_view last_sep) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (i > 0) out += i + 1 == words.size() ? std::string(last_sep) : std::string(", ");
+    out += words[i];
+  }
+  return out;
+}
+
+bool is_service_name(std::string_view name) {
+  if (name.empty()) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+std::optional<std::uint16_t> parse_port(std::string_view s) {
+  if (s.empty() || s.size() > 5) return std::nullopt;
+  unsigned value = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (value == 0 || value > 65535) return std::nullopt;
+  return static_cast<std::uint16_t>(value);
+}
+
+bool is_hostname(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t dot = s.find('.', start);
+    std::string_view label = s.substr(start, dot == std::string_view::npos ? s.npos : dot - start);
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') {
+      return false;
+    }
+    for (char c : label) {
+      // '_' is not in RFC 1123 but docker compose names containers "app_1" and resolves them.
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+    }
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  return true;
+}
+
+// Splits "host:port" / "[v6]:port" / "host" (port optional when `port_required` is false).
+Result<HostPort> parse_authority(std::string_view text, bool port_required) {
+  std::string_view host;
+  std::string_view port;
+  bool has_port = false;
+  bool bracketed = false;
+  if (!text.empty() && text.front() == '[') {
+    size_t close = text.find(']');
+    if (close == std::string_view::npos) return make_error("missing ']' after IPv6 address");
+    host = text.substr(1, close - 1);
+    bracketed = true;
+    std::string_view rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return make_error("expected ':' and a port after ']'");
+      port = rest.substr(1);
+      has_port = true;
+    }
+  } else {
+    size_t colon = text.rfind(':');
+    if (colon != std::string_view::npos) {
+      if (text.find(':') != colon)
+        return make_error("IPv6 addresses go in brackets: \"[::1]:7100\"");
+      host = text.substr(0, colon);
+      port = text.substr(colon + 1);
+      has_port = true;
+    } else {
+      host = text;
+    }
+  }
+  if (host.empty()) return make_error("missing host");
+  if (!has_port && port_required) return make_error("missing port; expected \"host:port\"");
+  HostPort out;
+  out.host = std::string(host);
+  if (bracketed) {
+    std::string addr(host.substr(0, host.find('%')));  // a zone ("%eth0") is allowed
+    in6_addr a6;
+    if (inet_pton(AF_INET6, addr.c_str(), &a6) != 1) {
+      return make_error("'" + out.host + "' is not an IPv6 address");
+    }
+  } else if (host.find_first_not_of("0123456789.") == std::string_view::npos) {
+    in_addr a4;
+    if (inet_pton(AF_INET, out.host.c_str(), &a4) != 1) {
+      return make_error("'" + out.host + "' is not an IPv4 address");
+    }
+  } else if (!is_hostname(host)) {
+    return make_error("'" + out.host + "' is not a hostname or an IP address");
+  }
+  if (!has_port) return out;
+  std::optional<std::uint16_t> p = parse_port(port);
+  if (!p) return make_error("'" + std::string(port) + "' is not a port (1-65535)");
+  out.port = *p;
+  return out;
+}
+
+// ---- the TOML walk ----
+
+constexpr std::string_view kDurationHint = "a duration like \"1s\" or \"300ms\"";
+constexpr std::string_view kSizeHint = "a size like \"16GiB\" or \"512MiB\"";
+
+const std::vector<std::string> kTopKeys = {"daemon", "gpu", "services"};
+const std::vector<std::string> kDaemonKeys = {"listen", "state_dir",  "sample_interval",
+                                              "token",  "token_file", "docker_socket"};
+const std::vector<std::string> kGpuKeys = {"backend", "baseline", "residual_tolerance"};
+const std::vector<std::string> kBackends = {"auto", "nvml", "nvidia-smi"};
+const std::vector<std::string> kServiceKeys = {
+    "kind",  "url", "match", "unload_after_idle", "on_ineffective_unload", "group",        "pinned",
+    "start", "cwd", "env",   "start_timeout",     "health_failures",       "vram_estimate"};
+const std::vector<std::string> kMatchKeys = {"cmdline", "container", "compose_service", "unit",
+                                             "pid_file"};
+const std::vector<std::string> kIneffectiveActions = {"restart", "stop", "report"};
+
+// How a value reads in an error: its TOML text for scalars ("5", "\"abc\""), a word otherwise.
+std::string describe(const toml::node& n) {
+  if (n.is_table()) return "a table";
+  if (n.is_array()) return "an array";
+  if (const toml::value<std::string>* v = n.as_string()) {
+    // Double quotes, as most people write TOML strings (toml++ prints 'literal' strings).
+    std::string out = "\"";
+    for (char c : v->get()) {
+      if (c == '"' || c == '\\') out += '\\';
+      if (c == '\n') {
+        out += "\\n";
+      } else {
+        out += c;
+      }
+    }
+    return out + "\"";
+  }
+  std::ostringstream os;
+  n.visit([&](const auto& v) { os << v; });
+  return os.str();
+}
+
+struct Located {
+  toml::source_position pos;
+  std::string message;
+};
+
+class ConfigParser {
+ public:
+  explicit ConfigParser(const std::string& path) : path_(path) {}
+
+  Result<Config> parse(std::string_view text) {
+    Config config;
+    config.path = path_;
+    toml::table root;
+    try {
+      root = toml::parse(text, path_);
+    } catch (const toml::parse_error& e) {
+      return make_error(at(e.source().begin, std::string(e.description())));
+    }
+    for (auto&& [key, node] : root) {
+      std::string k(key.str());
+      if (k == "daemon") {
+        if (const toml::table* t = table_or_error(node, "daemon")) parse_daemon(*t, config.daemon);
+      } else if (k == "gpu") {
+        if (const toml::table* t = table_or_error(node, "gpu")) parse_gpu(*t, config.gpu);
+      } else if (k == "services") {
+        if (const toml::table* t = table_or_error(node, "services")) parse_services(*t, config);
+      } else {
+        std::string s = suggest(k, kTopKeys);
+        if (node.is_table()) {
+          error(key.source().begin, "unknown table [" + k + "]" +
+                                        (s.empty() ? "; expected [daemon], [gpu] or [services.NAME]"
+                                                   : "; did you mean [" + s + "]?"));
+        } else {
+          error(key.source().begin, "unknown key '" + k + "' at top level" +
+                                        (s.empty() ? "" : "; did you mean '" + s + "'?"));
+        }
+      }
+    }
+    if (errors_.empty()) return config;
+    std::stable_sort(errors_.begin(), errors_.end(), [](const Located& a, const Located& b) {
+      return std::pair(a.pos.line, a.pos.column) < std::pair(b.pos.line, b.pos.column);
+    });
+    std::string all;
+    for (const Located& e : errors_) {
+      if (!all.empty()) all += '\n';
+      all += at(e.pos, e.message);
+    }
+    return make_error(std::move(all));
+  }
+
+ private:
+  std::string at(const toml::source_position& pos, const std::string& message) const {
+    if (!pos) return path_ + ": " + message;
+    return path_ + ":" + std::to_string(pos.line) + ":" + std::to_string(pos.column) + ": " +
+           message;
+  }
+  void error(const toml::source_position& pos, std::string message) {
+    errors_.push_back({pos, std::move(message)});
+  }
+  // Returns the suggestion made, if any.
+  std::string unknown_key(const toml::key& key, std::string_view where,
+                          const std::vector<std::string>& known) {
+    std::string k(key.str());
+    std::string s = suggest(k, known);
+    error(key.source().begin, "unknown key '" + k + "' in " + std::string(where) +
+                                  (s.empty() ? "; known keys: " + join(known, " and ")
+                                             : "; did you mean '" + s + "'?"));
+    return s;
+  }
+  void wrong_type(const toml::node& n, const std::string& field, std::string_view expected) {
+    error(n.source().begin, field + ": expected " + std::string(expected) + ", got " + describe(n));
+  }
+
+  const toml::table* table_or_error(const toml::node& n, const std::string& field) {
+    if (const toml::table* t = n.as_table()) return t;
+    wrong_type(n, field, "a table [" + field + "]");
+    return nullptr;
+  }
+
+  std::optional<std::string> string_value(const toml::node& n, const std::string& field,
+                                          bool allow_empty = true) {
+    const toml::value<std::string>* v = n.as_string();
+    if (!v) {
+      wrong_type(n, field, "a string");
+      return std::nullopt;
+    }
+    if (!allow_empty && v->get().empty()) {
+      error(n.source().begin, field + ": must not be empty");
+      return std::nullopt;
+    }
+    return v->get();
+  }
+
+  // A string that must be one of `choices`; unknown words get a suggestion.
+  std::optional<std::string> enum_value(const toml::node& n, const std::string& field,
+                                        std::string_view what,
+                                        const std::vector<std::string>& choices) {
+    std::optional<std::string> s = string_value(n, field);
+    if (!s) return std::nullopt;
+    if (std::find(choices.begin(), choices.end(), *s) != choices.end()) return s;
+    std::string guess = suggest(*s, choices);
+    error(n.source().begin, field + ": unknown " + std::string(what) + " '" + *s + "'" +
+                                (guess.empty() ? "" : "; did you mean '" + guess + "'?") +
+                                " (expected " + join(choices, " or ") + ")");
+    return std::nullopt;
+  }
+
+  std::optional<Duration> duration_value(const toml::node& n, const std::string& field) {
+    const toml::value<std::string>* v = n.as_string();
+    if (!v) {
+      wrong_type(n, field, kDurationHint);
+      return std::nullopt;
+    }
+    Result<Duration> d = parse_duration(v->get());
+    if (!d) {
+      error(n.source().begin, field + ": " + d.error());
+      return std::nullopt;
+    }
+    return *d;
+  }
+
+  std::optional<Duration> positive_duration(const toml::node& n, const std::string& field) {
+    std::optional<Duration> d = duration_value(n, field);
+    if (d && d->count() <= 0) {
+      error(n.source().begin, field + ": must be longer than 0");
+      return std::nullopt;
+    }
+    return d;
+  }
+
+  std::optional<Bytes> size_value(const toml::node& n, const std::string& field) {
+    const toml::value<std::string>* v = n.as_string();
+    if (!v) {
+      wrong_type(n, field, kSizeHint);
+      return std::nullopt;
+    }
+    Result<Bytes> b = parse_size(v->get());
+    if (!b) {
+      error(n.source().begin, field + ": " + b.error());
+      return std::nullopt;
+    }
+    return *b;
+  }
+
+  std::optional<bool> bool_value(const toml::node& n, const std::string& field) {
+    if (const toml::value<bool>* v = n.as_boolean()) return v->get();
+    wrong_type(n, field, "true or false");
+    return std::nullopt;
+  }
+
+  void parse_daemon(const toml::table& t, DaemonConfig& out) {
+    const toml::node* token = nullptr;
+    const toml::node* token_file = nullptr;
+    for (auto&& [key, node] : t) {
+      std::string k(key.str());
+      std::string field = "daemon." + k;
+      if (k == "listen") {
+        if (auto s = string_value(node, field)) {
+          Result<HostPort> hp = parse_authority(*s, /*port_required=*/true);
+          if (!hp) {
+            error(node.source().begin, field + ": " + hp.error() + " (got \"" + *s + "\")");
+          } else {
+            out.listen = *s;
+          }
+        }
+      } else if (k == "state_dir") {
+        if (auto s = string_value(node, field, /*allow_empty=*/false)) out.state_dir = *s;
+      } else if (k == "sample_interval") {
+        if (auto d = duration_value(node, field)) {
+          if (*d < kMinSampleInterval) {
+            error(node.source().begin, field + ": must be at least 100ms, got " + describe(node));
+          } else {
+            out.sample_interval = *d;
+          }
+        }
+      } else if (k == "token") {
+        if (auto s = string_value(node, field, /*allow_empty=*/false)) out.token = *s;
+        token = &node;
+      } else if (k == "token_file") {
+        if (auto s = string_value(node, field, /*allow_empty=*/false)) out.token_file = *s;
+        token_file = &node;
+      } else if (k == "docker_socket") {
+        if (auto s = string_value(node, field, /*allow_empty=*/false)) out.docker_socket = *s;
+      } else {
+        unknown_key(key, "[daemon]", kDaemonKeys);
+      }
+    }
+    if (token && token_file) {
+      const toml::node* later =
+          token->source().begin.line > token_file->source().begin.line ? token : token_file;
+      error(later->source().begin, "daemon: set token or token_file, not both");
+    }
+  }
+
+  void parse_gpu(const toml::table& t, GpuConfig& out) {
+    for (auto&& [key, node] : t) {
+      std::string k(key.str());
+      std::string field = "gpu." + k;
+      if (k == "backend") {
+        if (auto s = enum_value(node, field, "backend", kBackends)) out.backend = *s;
+      } else if (k == "baseline") {
+        const toml::value<std::string>* v = node.as_string();
+        if (v && v->get() == "auto") {
+          out.baseline.reset();
+        } else if (!v) {
+          wrong_type(node, field, "\"auto\" or " + std::string(kSizeHint));
+        } else if (auto b = size_value(node, field)) {
+          out.baseline = *b;
+        }
+      } else if (k == "residual_tolerance") {
+        if (auto b = size_value(node, field)) out.residual_tolerance = *b;
+      } else {
+        unknown_key(key, "[gpu]", kGpuKeys);
+      }
+    }
+  }
+
+  void parse_services(const toml::table& t, Config& config) {
+    std::vector<std::pair<toml::source_position, ServiceConfig>> services;
+    for (auto&& [key, node] : t) {
+      std::string name(key.str());
+      if (!is_service_name(name)) {
+        error(key.source().begin,
+              "invalid service name '" + name + "': use letters, digits, '_' and '-'");
+        continue;
+      }
+      const toml::table* st = table_or_error(node, "services." + name);
+      if (!st) continue;
+      ServiceConfig svc;
+      svc.name = name;
+      parse_service(*st, svc);
+      services.emplace_back(key.source().begin, std::move(svc));
+    }
+    // toml::table iterates in key order; the file's order is the one people expect to see.
+    std::stable_sort(services.begin(), services.end(), [](const auto& a, const auto& b) {
+      return std::pair(a.first.line, a.first.column) < std::pair(b.first.line, b.first.column);
+    });
+    for (auto& [pos, svc] : services) config.services.push_back(std::move(svc));
+  }
+
+  void parse_service(const toml::table& t, ServiceConfig& svc) {
+    const std::string prefix = "services." + svc.name + ".";
+    const std::string where = "[services." + svc.name + "]";
+    const toml::node* url_node = nullptr;
+    bool has_kind = false;
+    std::vector<std::string> suggested;  // a misspelt key is not also reported missing
+    for (auto&& [key, node] : t) {
+      std::string k(key.str());
+      std::string field = prefix + k;
+      if (k == "kind") {
+        has_kind = true;
+        if (auto s = enum_value(node, field, "kind", known_service_kinds())) svc.kind = *s;
+      } else if (k == "url") {
+        url_node = &node;
+        if (auto s = string_value(node, field)) {
+          Result<HttpUrl> u = parse_http_url(*s);
+          if (!u) {
+            error(node.source().begin, field + ": " + u.error() + " (got \"" + *s + "\")");
+          } else {
+            svc.url = *s;
+            while (!svc.url.empty() && svc.url.back() == '/') svc.url.pop_back();
+          }
+        }
+      } else if (k == "match") {
+        parse_match(node, field, svc.match);
+      } else if (k == "unload_after_idle") {
+        if (auto d = positive_duration(node, field)) svc.unload_after_idle = *d;
+      } else if (k == "on_ineffective_unload") {
+        if (auto s = enum_value(node, field, "action", kIneffectiveActions)) {
+          svc.on_ineffective_unload = *s;
+        }
+      } else if (k == "group") {
+        if (auto s = string_value(node, field, /*allow_empty=*/false)) svc.group = *s;
+      } else if (k == "pinned") {
+        if (auto b = bool_value(node, field)) svc.pinned = *b;
+      } else if (k == "start") {
+        parse_start(node, field, svc.start);
+      } else if (k == "cwd") {
+        if (auto s = string_value(node, field, /*allow_empty=*/false)) svc.cwd = *s;
+      } else if (k == "env") {
+        parse_env(node, field, svc.env);
+      } else if (k == "start_timeout") {
+        if (auto d = positive_duration(node, field)) svc.start_timeout = *d;
+      } else if (k == "health_failures") {
+        const toml::value<int64_t>* v = node.as_integer();
+        if (!v || v->get() < 1 || v->get() > 1000000) {
+          wrong_type(node, field, "a whole number, at least 1");
+        } else {
+          svc.health_failures = static_cast<int>(v->get());
+        }
+      } else if (k == "vram_estimate") {
+        if (auto b = size_value(node, field)) svc.vram_estimate = *b;
+      } else {
+        suggested.push_back(unknown_key(key, where, kServiceKeys));
+      }
+    }
+    auto was_suggested = [&](std::string_view k) {
+      return std::find(suggested.begin(), suggested.end(), k) != suggested.end();
+    };
+    if (!has_kind && !was_suggested("kind")) {
+      error(t.source().begin, where + ": missing required key 'kind' (one of " +
+                                  join(known_service_kinds(), " or ") + ")");
+    }
+    if (!url_node && !was_suggested("url") && !svc.kind.empty() && svc.kind != "process") {
+      error(t.source().begin, where + ": missing required key 'url' (kind \"" + svc.kind +
+                                  "\" is reached over HTTP)");
+    }
+  }
+
+  void parse_match(const toml::node& n, const std::string& field, MatchRule& out) {
+    const toml::table* t = n.as_table();
+    if (!t) {
+      wrong_type(n, field, "a table like { cmdline = \"main\\\\.py\" }");
+      return;
+    }
+    const toml::key* first = nullptr;
+    // Keys in file order, so "got both" names them as written.
+    std::vector<std::pair<const toml::key*, const toml::node*>> items;
+    for (auto&& [key, node] : *t) items.emplace_back(&key, &node);
+    std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
+      const auto& pa = a.first->source().begin;
+      const auto& pb = b.first->source().begin;
+      return std::pair(pa.line, pa.column) < std::pair(pb.line, pb.column);
+    });
+    for (auto [key, node] : items) {
+      std::string k(key->str());
+      std::string sub = field + "." + k;
+      if (std::find(kMatchKeys.begin(), kMatchKeys.end(), k) == kMatchKeys.end()) {
+        unknown_key(*key, field, kMatchKeys);
+        continue;
+      }
+      if (first) {
+        error(key->source().begin, field + ": set only one of " + join(kMatchKeys, " or ") +
+                                       "; got both '" + std::string(first->str()) + "' and '" + k +
+                                       "'");
+        continue;
+      }
+      first = key;
+      std::optional<std::string> s = string_value(*node, sub, /*allow_empty=*/false);
+      if (!s) continue;
+      if (k == "cmdline") {
+        try {
+          std::regex re(*s, std::regex::ECMAScript);
+          out.cmdline = *s;
+        } catch (const std::regex_error& e) {
+          error(node->source().begin, sub + ": invalid regular expression: " + e.what());
+        }
+      } else if (k == "container") {
+        out.container = *s;
+      } else if (k == "compose_service") {
+        out.compose_service = *s;
+      } else if (k == "unit") {
+        out.unit = *s;
+      } else {
+        out.pid_file = *s;
+      }
+    }
+    if (items.empty()) {
+      error(n.source().begin,
+            field + ": set exactly one of " + join(kMatchKeys, " or ") + ", or leave match out");
+    }
+  }
+
+  void parse_start(const toml::node& n, const std::string& field, std::vector<std::string>& out) {
+    const toml::array* a = n.as_array();
+    if (!a || a->empty()) {
+      wrong_type(n, field, "a non-empty array of strings, the program and its arguments");
+      return;
+    }
+    std::vector<std::string> argv;
+    for (size_t i = 0; i < a->size(); ++i) {
+      const toml::node& item = *a->get(i);
+      auto s = string_value(item, field + "[" + std::to_string(i) + "]", /*allow_empty=*/i > 0);
+      if (!s) return;
+      argv.push_back(*s);
+    }
+    out = std::move(argv);
+  }
+
+  void parse_env(const toml::node& n, const std::string& field,
+                 std::map<std::string, std::string>& out) {
+    const toml::table* t = n.as_table();
+    if (!t) {
+      wrong_type(n, field, "a table of strings like { CUDA_VISIBLE_DEVICES = \"0\" }");
+      return;
+    }
+    for (auto&& [key, node] : *t) {
+      std::string k(key.str());
+      if (k.empty() || k.find('=') != std::string::npos) {
+        error(key.source().begin, field + ": '" + k + "' is not an environment variable name");
+        continue;
+      }
+      if (auto s = string_value(node, field + "." + k)) out[k] = *s;
+    }
+  }
+
+  std::string path_;
+  std::vector<Located> errors_;
+};
+
+}  // namespace
+
+const std::vector<std::string>& known_service_kinds() {
+  static const std::vector<std::string> kinds = {
+      "comfyui",  "ollama",   "vllm",   "sglang",  "a1111",    "forge",        "textgen",
+      "tabbyapi", "llamacpp", "triton", "localai", "speaches", "generic_http", "process"};
+  return kinds;
+}
+
+Result<HostPort> parse_host_port(std::string_view text) {
+  return parse_authority(text, /*port_required=*/true);
+}
+
+Result<HttpUrl> parse_http_url(std::string_view text) {
+  HttpUrl out;
+  size_t sep = text.find("://");
+  if (sep == std::string_view::npos) {
+    return make_error("expected a URL like \"http://127.0.0.1:8188\"");
+  }
+  out.scheme = lower(text.substr(0, sep));
+  if (out.scheme != "http" && out.scheme != "https") {
+    return make_error("scheme must be http or https, not '" + std::string(text.substr(0, sep)) +
+                      "'");
+  }
+  std::string_view rest = text.substr(sep + 3);
+  size_t slash = rest.find_first_of("/?#");
+  std::string_view authority = rest.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash);
+  if (authority.find('@') != std::string_view::npos) {
+    return make_error("user names and passwords in URLs are not supported");
+  }
+  if (path.find_first_of("?#") != std::string_view::npos) {
+    return make_error("a base URL has no query or fragment");
+  }
+  Result<HostPort> hp = parse_authority(authority, /*port_required=*/false);
+  if (!hp) return make_error(hp.error());
+  out.host = hp->host;
+  out.port = hp->port != 0 ? hp->port : (out.scheme == "https" ? 443 : 80);
+  out.path = std::string(path);
+  while (!out.path.empty() && out.path.back() == '/') out.path.pop_back();
+  return out;
+}
+
+const ServiceConfig* Config::find_service(std::string_view name) const {
+  for (const ServiceConfig& s : services) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+std::string suggest(std::string_view word, const std::vector<std::string>& candidates) {
+  // Short words are close to everything at distance 2 ("url" vs "cwd" is 3, "env" vs "end" 1).
+  const size_t limit = word.size() <= 3 ? 1 : 2;
+  std::string lw = lower(word);
+  std::string best;
+  size_t best_distance = limit + 1;
+  for (const std::string& c : candidates) {
+    size_t d = edit_distance(lw, lower(c));
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+Result<Config> parse_config(std::string_view text, const std::string& path) {
+  return ConfigParser(path).parse(text);
+}
+
+Result<Config> load_config(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return make_error(path + ": cannot read config: " + std::strerror(errno));
+  std::string text;
+  char buf[8192];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  int read_errno = std::ferror(f) ? errno : 0;
+  std::fclose(f);
+  if (read_errno != 0)
+    return make_error(path + ": cannot read config: " + std::strerror(read_errno));
+  return parse_config(text, path);
+}
+
+}  // namespace vramd

@@ -1,0 +1,401 @@
+#include "core/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace vramd {
+namespace {
+
+// The error parse_config gives for `text`, or "(ok)".
+std::string error_of(std::string_view text) {
+  Result<Config> c = parse_config(text, "vramd.toml");
+  return c.ok() ? "(ok)" : c.error();
+}
+
+// The example from DESIGN.md, verbatim.
+constexpr std::string_view kDesignExample = R"toml([daemon]
+listen = "127.0.0.1:7100"
+state_dir = "/var/lib/vramd"
+sample_interval = "1s"
+
+[gpu]
+backend = "auto"              # auto | nvml | nvidia-smi
+baseline = "auto"             # or a size
+
+[services.comfyui]
+kind = "comfyui"
+url = "http://127.0.0.1:8188"
+match = { cmdline = "main\\.py.*--port 8188" }   # or container = "comfyui", unit = "comfyui.service"
+unload_after_idle = "5m"      # optional TTL; without it vramd unloads only on demand
+on_ineffective_unload = "restart"
+group = "gpu-heavy"           # exclusive group, optional
+start = ["python3", "main.py", "--listen", "127.0.0.1", "--port", "8188", "--disable-async-offload"]
+cwd = "/opt/ComfyUI"
+start_timeout = "10m"
+health_failures = 5
+)toml";
+
+TEST(Config, DesignExampleParses) {
+  Result<Config> c = parse_config(kDesignExample, "vramd.toml");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->path, "vramd.toml");
+  EXPECT_EQ(c->daemon.listen, "127.0.0.1:7100");
+  EXPECT_EQ(c->daemon.state_dir, "/var/lib/vramd");
+  EXPECT_EQ(c->daemon.sample_interval, std::chrono::seconds(1));
+  EXPECT_EQ(c->gpu.backend, "auto");
+  EXPECT_FALSE(c->gpu.baseline.has_value());
+  ASSERT_EQ(c->services.size(), 1u);
+  const ServiceConfig& s = c->services[0];
+  EXPECT_EQ(s.name, "comfyui");
+  EXPECT_EQ(s.kind, "comfyui");
+  EXPECT_EQ(s.url, "http://127.0.0.1:8188");
+  EXPECT_EQ(s.match.cmdline, "main\\.py.*--port 8188");
+  EXPECT_TRUE(s.match.container.empty());
+  EXPECT_EQ(s.unload_after_idle, std::chrono::minutes(5));
+  EXPECT_EQ(s.on_ineffective_unload, "restart");
+  EXPECT_EQ(s.group, "gpu-heavy");
+  EXPECT_FALSE(s.pinned);
+  EXPECT_EQ(s.start, (std::vector<std::string>{"python3", "main.py", "--listen", "127.0.0.1",
+                                               "--port", "8188", "--disable-async-offload"}));
+  EXPECT_EQ(s.cwd, "/opt/ComfyUI");
+  EXPECT_EQ(s.start_timeout, std::chrono::minutes(10));
+  EXPECT_EQ(s.health_failures, 5);
+  EXPECT_FALSE(s.vram_estimate.has_value());
+  EXPECT_EQ(c->find_service("comfyui"), &c->services[0]);
+  EXPECT_EQ(c->find_service("ollama"), nullptr);
+}
+
+TEST(Config, EmptyFileGivesDefaults) {
+  Result<Config> c = parse_config("", "empty.toml");
+  ASSERT_TRUE(c.ok()) << c.error();
+  Config defaults;
+  EXPECT_EQ(c->path, "empty.toml");
+  EXPECT_EQ(c->daemon.listen, defaults.daemon.listen);
+  EXPECT_EQ(c->daemon.state_dir, "/var/lib/vramd");
+  EXPECT_EQ(c->daemon.sample_interval, std::chrono::seconds(1));
+  EXPECT_EQ(c->daemon.docker_socket, "/var/run/docker.sock");
+  EXPECT_TRUE(c->daemon.token.empty());
+  EXPECT_EQ(c->gpu.backend, "auto");
+  EXPECT_FALSE(c->gpu.baseline.has_value());
+  EXPECT_EQ(c->gpu.residual_tolerance, 256 * MiB);
+  EXPECT_TRUE(c->services.empty());
+}
+
+TEST(Config, EveryKeyParses) {
+  Result<Config> c = parse_config(R"toml(
+[daemon]
+listen = "[::1]:7200"
+state_dir = "/tmp/vramd"
+sample_interval = "250ms"
+token_file = "/etc/vramd/token"
+docker_socket = "/run/docker.sock"
+
+[gpu]
+backend = "nvidia-smi"
+baseline = "16GiB"
+residual_tolerance = "512MiB"
+
+[services.ollama]
+kind = "ollama"
+url = "http://localhost:11434/"
+match = { container = "ollama" }
+pinned = true
+env = { OLLAMA_KEEP_ALIVE = "-1", CUDA_VISIBLE_DEVICES = "0" }
+vram_estimate = "16GB"
+
+[services.asr]
+kind = "process"
+match = { unit = "whisper.service" }
+
+[services.a-b_1]
+kind = "generic_http"
+url = "https://gpu-box.lan/api"
+match = { pid_file = "/run/x.pid" }
+)toml",
+                                  "vramd.toml");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->daemon.listen, "[::1]:7200");
+  EXPECT_EQ(c->daemon.sample_interval, std::chrono::milliseconds(250));
+  EXPECT_EQ(c->daemon.token_file, "/etc/vramd/token");
+  EXPECT_EQ(c->daemon.docker_socket, "/run/docker.sock");
+  EXPECT_EQ(c->gpu.backend, "nvidia-smi");
+  EXPECT_EQ(c->gpu.baseline, 16 * GiB);
+  EXPECT_EQ(c->gpu.residual_tolerance, 512 * MiB);
+  // File order, not key order.
+  ASSERT_EQ(c->services.size(), 3u);
+  EXPECT_EQ(c->services[0].name, "ollama");
+  EXPECT_EQ(c->services[1].name, "asr");
+  EXPECT_EQ(c->services[2].name, "a-b_1");
+  const ServiceConfig& o = c->services[0];
+  EXPECT_EQ(o.url, "http://localhost:11434");  // trailing '/' dropped
+  EXPECT_EQ(o.match.container, "ollama");
+  EXPECT_TRUE(o.pinned);
+  EXPECT_EQ(o.env.at("OLLAMA_KEEP_ALIVE"), "-1");
+  EXPECT_EQ(o.env.at("CUDA_VISIBLE_DEVICES"), "0");
+  EXPECT_EQ(o.vram_estimate, Bytes{16'000'000'000});
+  EXPECT_EQ(o.on_ineffective_unload, "report");
+  EXPECT_EQ(c->services[1].url, "");
+  EXPECT_EQ(c->services[1].match.unit, "whisper.service");
+  EXPECT_EQ(c->services[2].match.pid_file, "/run/x.pid");
+}
+
+TEST(Config, SizesBinaryAndSi) {
+  Result<Config> c = parse_config(
+      "[gpu]\nbaseline = \"16GiB\"\n[services.x]\nkind = \"process\"\n"
+      "vram_estimate = \"16GB\"\n",
+      "vramd.toml");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->gpu.baseline, Bytes{17'179'869'184});
+  EXPECT_EQ(c->services[0].vram_estimate, Bytes{16'000'000'000});
+}
+
+TEST(Config, SyntaxErrorHasPosition) {
+  std::string e = error_of("[daemon]\nlisten = \"127.0.0.1:7100\n");
+  EXPECT_EQ(e.rfind("vramd.toml:2:", 0), 0u) << e;
+}
+
+TEST(Config, UnknownServiceKeySuggests) {
+  // The misspelt key stands in for the required one: no second error saying 'url' is missing.
+  EXPECT_EQ(error_of("[services.comfyui]\nkind = \"comfyui\"\nurll = \"http://127.0.0.1:8188\"\n"),
+            "vramd.toml:3:1: unknown key 'urll' in [services.comfyui]; did you mean 'url'?");
+  EXPECT_EQ(error_of("[services.comfyui]\nknd = \"comfyui\"\nurl = \"http://127.0.0.1:8188\"\n"),
+            "vramd.toml:2:1: unknown key 'knd' in [services.comfyui]; did you mean 'kind'?");
+}
+
+TEST(Config, UnknownTopLevelTableSuggests) {
+  EXPECT_EQ(error_of("[daemon]\n\n[servcies.comfyui]\nkind = \"comfyui\"\n"),
+            "vramd.toml:3:2: unknown table [servcies]; did you mean [services]?");
+}
+
+TEST(Config, UnknownKeyWithoutSuggestionListsKnownKeys) {
+  EXPECT_EQ(error_of("[gpu]\nfoo = 1\n"),
+            "vramd.toml:2:1: unknown key 'foo' in [gpu]; known keys: backend, baseline and "
+            "residual_tolerance");
+}
+
+TEST(Config, UnknownDaemonKeySuggests) {
+  EXPECT_EQ(error_of("[daemon]\nsample_intervall = \"1s\"\n"),
+            "vramd.toml:2:1: unknown key 'sample_intervall' in [daemon]; did you mean "
+            "'sample_interval'?");
+}
+
+TEST(Config, BackendSuggests) {
+  EXPECT_EQ(error_of("[gpu]\nbackend = \"nvidia_smi\"\n"),
+            "vramd.toml:2:11: gpu.backend: unknown backend 'nvidia_smi'; did you mean "
+            "'nvidia-smi'? (expected auto, nvml or nvidia-smi)");
+}
+
+TEST(Config, DurationWrongType) {
+  EXPECT_EQ(error_of("[daemon]\nsample_interval = 5\n"),
+            "vramd.toml:2:19: daemon.sample_interval: expected a duration like \"1s\" or "
+            "\"300ms\", got 5");
+}
+
+TEST(Config, DurationBadText) {
+  EXPECT_EQ(error_of("[services.x]\nkind = \"process\"\nstart_timeout = \"10 parsecs\"\n"),
+            "vramd.toml:3:17: services.x.start_timeout: invalid duration '10 parsecs': expected a "
+            "number with a unit, like \"300ms\", \"5m\" or \"1h30m\"");
+}
+
+TEST(Config, SampleIntervalTooShort) {
+  EXPECT_EQ(error_of("[daemon]\nsample_interval = \"50ms\"\n"),
+            "vramd.toml:2:19: daemon.sample_interval: must be at least 100ms, got \"50ms\"");
+  EXPECT_EQ(error_of("[daemon]\nsample_interval = \"100ms\"\n"), "(ok)");
+}
+
+TEST(Config, SizeBadText) {
+  EXPECT_EQ(error_of("[gpu]\nresidual_tolerance = \"lots\"\n"),
+            "vramd.toml:2:22: gpu.residual_tolerance: invalid size 'lots': expected a number with "
+            "a unit, like \"16GiB\", \"512MiB\" or \"16GB\"");
+}
+
+TEST(Config, BaselineWrongType) {
+  EXPECT_EQ(error_of("[gpu]\nbaseline = 1024\n"),
+            "vramd.toml:2:12: gpu.baseline: expected \"auto\" or a size like \"16GiB\" or "
+            "\"512MiB\", got 1024");
+}
+
+TEST(Config, KindRequired) {
+  EXPECT_EQ(error_of("\n[services.comfyui]\nurl = \"http://127.0.0.1:8188\"\n"),
+            "vramd.toml:2:1: [services.comfyui]: missing required key 'kind' (one of comfyui, "
+            "ollama, vllm, sglang, a1111, forge, textgen, tabbyapi, llamacpp, triton, localai, "
+            "speaches, generic_http or process)");
+}
+
+TEST(Config, KindUnknownSuggests) {
+  std::string e = error_of("[services.c]\nkind = \"comfy\"\nurl = \"http://127.0.0.1:8188\"\n");
+  EXPECT_EQ(e.rfind("vramd.toml:2:8: services.c.kind: unknown kind 'comfy'", 0), 0u) << e;
+  e = error_of("[services.c]\nkind = \"comfyiu\"\nurl = \"http://127.0.0.1:8188\"\n");
+  EXPECT_EQ(e.rfind("vramd.toml:2:8: services.c.kind: unknown kind 'comfyiu'; did you mean "
+                    "'comfyui'?",
+                    0),
+            0u)
+      << e;
+}
+
+TEST(Config, UrlRequiredExceptForProcess) {
+  EXPECT_EQ(error_of("[services.o]\nkind = \"ollama\"\n"),
+            "vramd.toml:1:1: [services.o]: missing required key 'url' (kind \"ollama\" is reached "
+            "over HTTP)");
+  EXPECT_EQ(error_of("[services.p]\nkind = \"process\"\n"), "(ok)");
+}
+
+TEST(Config, UrlValidation) {
+  auto with_url = [](std::string url) {
+    return error_of("[services.s]\nkind = \"vllm\"\nurl = \"" + url + "\"\n");
+  };
+  EXPECT_EQ(with_url("127.0.0.1:8000"),
+            "vramd.toml:3:7: services.s.url: expected a URL like \"http://127.0.0.1:8188\" (got "
+            "\"127.0.0.1:8000\")");
+  EXPECT_EQ(with_url("ftp://h:21"),
+            "vramd.toml:3:7: services.s.url: scheme must be http or https, not 'ftp' (got "
+            "\"ftp://h:21\")");
+  EXPECT_EQ(with_url("http://h:99999"),
+            "vramd.toml:3:7: services.s.url: '99999' is not a port (1-65535) (got "
+            "\"http://h:99999\")");
+  EXPECT_EQ(with_url("http://300.1.1.1:80"),
+            "vramd.toml:3:7: services.s.url: '300.1.1.1' is not an IPv4 address (got "
+            "\"http://300.1.1.1:80\")");
+  EXPECT_EQ(with_url("http://[::1]:8000/v1"), "(ok)");
+  EXPECT_EQ(with_url("https://gpu.example.com"), "(ok)");
+}
+
+TEST(ParseHttpUrl, Parts) {
+  Result<HttpUrl> u = parse_http_url("HTTP://[::1]:8000/prefix/");
+  ASSERT_TRUE(u.ok()) << u.error();
+  EXPECT_EQ(u->scheme, "http");
+  EXPECT_EQ(u->host, "::1");
+  EXPECT_EQ(u->port, 8000);
+  EXPECT_EQ(u->path, "/prefix");
+  u = parse_http_url("https://box");
+  ASSERT_TRUE(u.ok()) << u.error();
+  EXPECT_EQ(u->port, 443);
+  EXPECT_EQ(u->path, "");
+  EXPECT_FALSE(parse_http_url("http://user:pw@box:80").ok());
+  EXPECT_FALSE(parse_http_url("http://box:80/?q=1").ok());
+  EXPECT_FALSE(parse_http_url("http://:80").ok());
+}
+
+TEST(ParseHostPort, Forms) {
+  EXPECT_EQ(parse_host_port("127.0.0.1:7100")->port, 7100);
+  EXPECT_EQ(parse_host_port("[::]:7100")->host, "::");
+  EXPECT_EQ(parse_host_port("gpu-box.lan:80")->host, "gpu-box.lan");
+  EXPECT_FALSE(parse_host_port("127.0.0.1").ok());
+  EXPECT_FALSE(parse_host_port("::1:7100").ok());
+  EXPECT_FALSE(parse_host_port("[::1:7100").ok());
+  EXPECT_FALSE(parse_host_port("bad host:1").ok());
+  EXPECT_FALSE(parse_host_port("h:0").ok());
+}
+
+TEST(Config, ListenValidation) {
+  EXPECT_EQ(error_of("[daemon]\nlisten = \"7100\"\n"),
+            "vramd.toml:2:10: daemon.listen: missing port; expected \"host:port\" (got \"7100\")");
+  EXPECT_EQ(error_of("[daemon]\nlisten = \"::1:7100\"\n"),
+            "vramd.toml:2:10: daemon.listen: IPv6 addresses go in brackets: \"[::1]:7100\" (got "
+            "\"::1:7100\")");
+}
+
+TEST(Config, TokenAndTokenFileExclusive) {
+  EXPECT_EQ(error_of("[daemon]\ntoken = \"abc\"\ntoken_file = \"/etc/t\"\n"),
+            "vramd.toml:3:14: daemon: set token or token_file, not both");
+}
+
+TEST(Config, MatchRegexMustCompile) {
+  EXPECT_EQ(
+      error_of("[services.c]\nkind = \"comfyui\"\nurl = \"http://127.0.0.1:8188\"\n"
+               "match = { cmdline = \"main(\\\\.py\" }\n")
+          .rfind("vramd.toml:4:21: services.c.match.cmdline: invalid regular expression: ", 0),
+      0u);
+}
+
+TEST(Config, MatchExactlyOne) {
+  EXPECT_EQ(
+      error_of("[services.c]\nkind = \"process\"\nmatch = { cmdline = \"x\", unit = \"u\" }\n"),
+      "vramd.toml:3:26: services.c.match: set only one of cmdline, container, "
+      "compose_service, unit or pid_file; got both 'cmdline' and 'unit'");
+  EXPECT_EQ(error_of("[services.c]\nkind = \"process\"\nmatch = {}\n"),
+            "vramd.toml:3:9: services.c.match: set exactly one of cmdline, container, "
+            "compose_service, unit or pid_file, or leave match out");
+  EXPECT_EQ(error_of("[services.c]\nkind = \"process\"\nmatch = { containr = \"x\" }\n"),
+            "vramd.toml:3:11: unknown key 'containr' in services.c.match; did you mean "
+            "'container'?");
+  EXPECT_EQ(
+      error_of("[services.c]\nkind = \"process\"\nmatch = \"x\"\n"),
+      "vramd.toml:3:9: services.c.match: expected a table like { cmdline = \"main\\\\.py\" }, "
+      "got \"x\"");
+}
+
+TEST(Config, OnIneffectiveUnloadChoices) {
+  EXPECT_EQ(error_of("[services.c]\nkind = \"process\"\non_ineffective_unload = \"restrat\"\n"),
+            "vramd.toml:3:25: services.c.on_ineffective_unload: unknown action 'restrat'; did you "
+            "mean 'restart'? (expected restart, stop or report)");
+}
+
+TEST(Config, StartEnvAndScalars) {
+  EXPECT_EQ(error_of("[services.c]\nkind = \"process\"\nstart = \"python3 main.py\"\n"),
+            "vramd.toml:3:9: services.c.start: expected a non-empty array of strings, the program "
+            "and its arguments, got \"python3 main.py\"");
+  EXPECT_EQ(error_of("[services.c]\nkind = \"process\"\nstart = [\"python3\", 8188]\n"),
+            "vramd.toml:3:21: services.c.start[1]: expected a string, got 8188");
+  EXPECT_EQ(error_of("[services.c]\nkind = \"process\"\nenv = { A = 1 }\n"),
+            "vramd.toml:3:13: services.c.env.A: expected a string, got 1");
+  EXPECT_EQ(error_of("[services.c]\nkind = \"process\"\nhealth_failures = 0\n"),
+            "vramd.toml:3:19: services.c.health_failures: expected a whole number, at least 1, "
+            "got 0");
+  EXPECT_EQ(error_of("[services.c]\nkind = \"process\"\npinned = \"yes\"\n"),
+            "vramd.toml:3:10: services.c.pinned: expected true or false, got \"yes\"");
+  EXPECT_EQ(error_of("[services.c]\nkind = \"process\"\ngroup = 3\n"),
+            "vramd.toml:3:9: services.c.group: expected a string, got 3");
+}
+
+TEST(Config, ServiceNameCharacters) {
+  EXPECT_EQ(error_of("[services.\"my svc\"]\nkind = \"process\"\n"),
+            "vramd.toml:1:11: invalid service name 'my svc': use letters, digits, '_' and '-'");
+}
+
+TEST(Config, SectionMustBeTable) {
+  EXPECT_EQ(error_of("daemon = 5\n"), "vramd.toml:1:10: daemon: expected a table [daemon], got 5");
+}
+
+TEST(Config, AllErrorsInFileOrder) {
+  EXPECT_EQ(error_of("[gpu]\nbackend = \"cuda\"\n[daemon]\nsample_interval = 1\n"),
+            "vramd.toml:2:11: gpu.backend: unknown backend 'cuda' (expected auto, nvml or "
+            "nvidia-smi)\n"
+            "vramd.toml:4:19: daemon.sample_interval: expected a duration like \"1s\" or "
+            "\"300ms\", got 1");
+}
+
+TEST(Config, Suggest) {
+  std::vector<std::string> keys = {"kind", "url", "match", "cwd", "env"};
+  EXPECT_EQ(suggest("urll", keys), "url");
+  EXPECT_EQ(suggest("URL", keys), "url");
+  EXPECT_EQ(suggest("mtach", keys), "match");
+  EXPECT_EQ(suggest("zzz", keys), "");
+  EXPECT_EQ(suggest("servcies", {"daemon", "gpu", "services"}), "services");
+  EXPECT_EQ(suggest("nvidia_smi", {"auto", "nvml", "nvidia-smi"}), "nvidia-smi");
+}
+
+TEST(Config, LoadMissingFile) {
+  Result<Config> c = load_config("/nonexistent/vramd.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error(), "/nonexistent/vramd.toml: cannot read config: No such file or directory");
+}
+
+TEST(Config, LoadReadsFile) {
+  std::string path = ::testing::TempDir() + "config_test_load.toml";
+  {
+    std::ofstream out(path);
+    out << "[daemon]\nsample_interval = \"2s\"\n[gpu]\nbackend = \"nvml\"\n";
+  }
+  Result<Config> c = load_config(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->path, path);
+  EXPECT_EQ(c->daemon.sample_interval, std::chrono::seconds(2));
+  EXPECT_EQ(c->gpu.backend, "nvml");
+}
+
+}  // namespace
+}  // namespace vramd
