@@ -1,0 +1,72 @@
+// NvmlReader: reads GPUs through libnvidia-ml loaded with dlopen at run time, falling back across
+// symbol versions by what dlsym finds and what each call answers.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model.h"
+#include "core/result.h"
+#include "gpu/gpu_reader.h"
+#include "gpu/nvml_api.h"
+
+namespace vramd {
+
+// Which NVML entry points the last read() actually used: "v1", "v2", "v3", or "" when not called
+// (or when every version failed). Tests assert on it; `vramd doctor` can print it.
+struct NvmlApiVersions {
+  std::string init;      // "v2" (nvmlInit_v2) | "v1" (nvmlInit)
+  std::string memory;    // "v2" (nvmlDeviceGetMemoryInfo_v2) | "v1"
+  std::string compute;   // nvmlDeviceGetComputeRunningProcesses_v3 | _v2 | v1
+  std::string graphics;  // nvmlDeviceGetGraphicsRunningProcesses_v3 | _v2 | v1
+  // "init=v2 mem=v2 compute=v3 graphics=v3"
+  std::string to_string() const;
+};
+
+// "Driver Not Loaded" etc.: the library's nvmlErrorString when it has one, else our own text.
+const char* nvml_return_name(nvmlReturn_t code);
+
+class NvmlReader : public GpuReader {
+ public:
+  // The libraries open() tries, in order: $VRAMD_NVML_LIBRARY alone when set, else
+  // libnvidia-ml.so.1 then libnvidia-ml.so.
+  static std::vector<std::string> library_candidates();
+
+  // Loads the first candidate that dlopen accepts. Error (naming every path tried and dlerror)
+  // when none loads or it lacks nvmlInit, the device count, handle or memory-info symbols.
+  // Does not initialise NVML: a driver that is not loaded shows up in read() and is retried.
+  static Result<std::unique_ptr<NvmlReader>> open();
+  static Result<std::unique_ptr<NvmlReader>> open(const std::vector<std::string>& candidates);
+
+  ~NvmlReader() override;
+  NvmlReader(const NvmlReader&) = delete;
+  NvmlReader& operator=(const NvmlReader&) = delete;
+
+  std::string backend() const override { return "nvml"; }
+  GpuReading read() override;
+
+  const std::string& library_path() const { return library_path_; }
+  const NvmlApiVersions& api_versions() const { return versions_; }
+
+ private:
+  struct Symbols;
+  NvmlReader(void* handle, std::string path, std::unique_ptr<Symbols> symbols);
+
+  // nvmlInit_v2, falling back to nvmlInit when absent or answering FUNCTION_NOT_FOUND.
+  nvmlReturn_t init();
+  void shutdown();
+  std::string error_string(nvmlReturn_t code) const;
+  void read_device(unsigned index, GpuSample& sample, bool& lost);
+  // Reads one family (compute or graphics) with version fallback; `version` gets what answered.
+  nvmlReturn_t read_processes(bool graphics, nvmlDevice_t device, std::vector<ProcessMemory>& out,
+                              std::string& version);
+
+  void* handle_ = nullptr;
+  std::string library_path_;
+  std::unique_ptr<Symbols> sym_;
+  bool initialized_ = false;
+  NvmlApiVersions versions_;
+};
+
+}  // namespace vramd
