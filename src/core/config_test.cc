@@ -152,8 +152,13 @@ TEST(Config, SizesBinaryAndSi) {
 }
 
 TEST(Config, SyntaxErrorHasPosition) {
+  EXPECT_EQ(error_of("[daemon]\nlisten = \n"),
+            "vramd.toml:2:10: Error while parsing key-value pair: expected value, saw '\\n'");
+  EXPECT_EQ(error_of("[gpu]\nbackend = \"nvml\"\n[gpu]\n"),
+            "vramd.toml:3:1: Error while parsing table header: cannot redefine existing table "
+            "'gpu'");
   std::string e = error_of("[daemon]\nlisten = \"127.0.0.1:7100\n");
-  EXPECT_EQ(e.rfind("vramd.toml:2:", 0), 0u) << e;
+  EXPECT_EQ(e.rfind("vramd.toml:2:25: ", 0), 0u) << e;
 }
 
 TEST(Config, UnknownServiceKeySuggests) {
