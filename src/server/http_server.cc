@@ -1,0 +1,201 @@
+#include "server/http_server.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "server/json_view.h"
+
+namespace vramd {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::use_awaitable;
+
+HttpResponse json_response(unsigned status, const std::string& body, unsigned version) {
+  HttpResponse res{static_cast<http::status>(status), version};
+  res.set(http::field::content_type, "application/json");
+  res.set(http::field::cache_control, "no-store");
+  res.body() = body;
+  res.prepare_payload();
+  return res;
+}
+
+Result<std::pair<std::string, int>> split_host_port(const std::string& hp) {
+  std::string host, port;
+  if (!hp.empty() && hp[0] == '[') {
+    auto close = hp.find(']');
+    if (close == std::string::npos || close + 1 >= hp.size() || hp[close + 1] != ':')
+      return make_error(fmt::format("'{}': expected [ipv6]:port", hp));
+    host = hp.substr(1, close - 1);
+    port = hp.substr(close + 2);
+  } else {
+    auto colon = hp.rfind(':');
+    if (colon == std::string::npos) return make_error(fmt::format("'{}': expected host:port", hp));
+    host = hp.substr(0, colon);
+    port = hp.substr(colon + 1);
+  }
+  if (host.empty() || port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535)
+    return make_error(fmt::format("'{}': expected host:port with a port from 0 to 65535", hp));
+  return std::make_pair(host, std::stoi(port));
+}
+
+struct HttpServer::Impl {
+  asio::io_context& io;
+  HttpHandler handler;
+  HttpLimits limits;
+  std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> tcp;
+  std::vector<std::unique_ptr<asio::local::stream_protocol::acceptor>> unix_;
+  std::vector<std::string> unix_paths;
+
+  template <typename Stream>
+  asio::awaitable<void> session(Stream stream) {
+    beast::flat_buffer buffer;
+    for (bool first = true;; first = false) {
+      http::request_parser<http::string_body> parser;
+      parser.header_limit(static_cast<std::uint32_t>(limits.header_bytes));
+      parser.body_limit(limits.body_bytes);
+      // The first request gets the read timeout; between keep-alive requests, the idle one.
+      stream.expires_after(first ? limits.read_timeout : limits.idle_timeout);
+      beast::error_code ec;
+      co_await http::async_read_header(stream, buffer, parser, asio::redirect_error(use_awaitable, ec));
+      if (!ec && !parser.is_done()) {
+        stream.expires_after(limits.read_timeout);
+        co_await http::async_read(stream, buffer, parser, asio::redirect_error(use_awaitable, ec));
+      }
+      if (ec) {
+        unsigned status = 0;
+        std::string message;
+        if (ec == http::error::body_limit) {
+          status = 413;
+          message = fmt::format("request body over {} bytes", limits.body_bytes);
+        } else if (ec == http::error::header_limit) {
+          status = 431;
+          message = fmt::format("request headers over {} bytes", limits.header_bytes);
+        } else if (ec.category() == beast::error_code(http::error::bad_target).category()) {
+          status = 400;
+          message = "malformed HTTP request: " + ec.message();
+        }
+        if (status) {
+          auto res = json_response(status, error_json(status == 400 ? "bad_request" : "too_large", message).dump());
+          res.keep_alive(false);
+          stream.expires_after(std::chrono::seconds(5));
+          co_await http::async_write(stream, res, asio::redirect_error(use_awaitable, ec));
+        }
+        break;  // timeouts, resets, end of stream: just close
+      }
+      HttpRequest req = parser.release();
+      bool keep_alive = req.keep_alive();
+      HttpResponse res;
+      try {
+        res = co_await handler(std::move(req));
+      } catch (const std::exception& e) {
+        spdlog::error("http handler failed: {}", e.what());
+        res = json_response(500, error_json("internal", e.what()).dump());
+      }
+      res.keep_alive(keep_alive);
+      res.prepare_payload();
+      stream.expires_after(limits.read_timeout);
+      co_await http::async_write(stream, res, asio::redirect_error(use_awaitable, ec));
+      if (ec || !keep_alive) break;
+    }
+    beast::error_code ignored;
+    stream.socket().shutdown(asio::socket_base::shutdown_both, ignored);
+  }
+
+  template <typename Acceptor, typename Stream>
+  asio::awaitable<void> accept_loop(Acceptor& acceptor) {
+    for (;;) {
+      beast::error_code ec;
+      auto socket = co_await acceptor.async_accept(asio::redirect_error(use_awaitable, ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+        spdlog::warn("accept failed: {}", ec.message());
+        continue;
+      }
+      asio::co_spawn(io, session(Stream(std::move(socket))), asio::detached);
+    }
+  }
+};
+
+HttpServer::HttpServer(asio::io_context& io, HttpHandler handler, HttpLimits limits)
+    : impl_(new Impl{io, std::move(handler), limits, {}, {}, {}}) {}
+
+HttpServer::~HttpServer() {
+  close();
+  delete impl_;
+}
+
+void HttpServer::close() {
+  beast::error_code ec;
+  for (auto& a : impl_->tcp) a->close(ec);
+  for (auto& a : impl_->unix_) a->close(ec);
+  for (const auto& p : impl_->unix_paths) ::unlink(p.c_str());
+  impl_->unix_paths.clear();
+}
+
+Status HttpServer::listen_tcp(const std::string& host_port) {
+  auto hp = split_host_port(host_port);
+  if (!hp) return make_error(hp.error());
+  beast::error_code ec;
+  asio::ip::tcp::resolver resolver(impl_->io);
+  auto endpoints = resolver.resolve(hp->first, std::to_string(hp->second),
+                                    asio::ip::tcp::resolver::passive, ec);
+  if (ec || endpoints.empty())
+    return make_error(fmt::format("cannot resolve listen address '{}': {}", host_port, ec.message()));
+  auto endpoint = endpoints.begin()->endpoint();
+  auto acceptor = std::make_unique<asio::ip::tcp::acceptor>(impl_->io);
+  acceptor->open(endpoint.protocol(), ec);
+  if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor->bind(endpoint, ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return make_error(fmt::format("cannot listen on {}: {}", host_port, ec.message()));
+  tcp_port_ = acceptor->local_endpoint().port();
+  auto* a = acceptor.get();
+  impl_->tcp.push_back(std::move(acceptor));
+  asio::co_spawn(impl_->io,
+                 impl_->accept_loop<asio::ip::tcp::acceptor, beast::tcp_stream>(*a),
+                 asio::detached);
+  return Ok{};
+}
+
+Status HttpServer::listen_unix(const std::string& path, unsigned mode) {
+  using local = asio::local::stream_protocol;
+  // A socket file left by a daemon that died is in the way; a live daemon answers connect().
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) return make_error(fmt::format("{} exists and is not a socket", path));
+    local::socket probe(impl_->io);
+    beast::error_code ec;
+    probe.connect(local::endpoint(path), ec);
+    if (!ec) return make_error(fmt::format("another vramd is listening on {}", path));
+    ::unlink(path.c_str());
+  }
+  beast::error_code ec;
+  auto acceptor = std::make_unique<local::acceptor>(impl_->io);
+  acceptor->open(local(), ec);
+  if (!ec) acceptor->bind(local::endpoint(path), ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return make_error(fmt::format("cannot listen on {}: {}", path, ec.message()));
+  ::chmod(path.c_str(), mode);
+  auto* a = acceptor.get();
+  impl_->unix_.push_back(std::move(acceptor));
+  impl_->unix_paths.push_back(path);
+  asio::co_spawn(impl_->io,
+                 impl_->accept_loop<local::acceptor, beast::basic_stream<local>>(*a),
+                 asio::detached);
+  return Ok{};
+}
+
+}  // namespace vramd

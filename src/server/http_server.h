@@ -1,0 +1,54 @@
+// A small HTTP/1.1 server on Boost.Beast with C++20 coroutines: TCP and a unix socket, one
+// io_context, limits on headers (16 KiB), bodies (1 MiB) and slow clients.
+#pragma once
+
+// GCC 12 needs <utility> before Boost's awaitable.hpp.
+#include <utility>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "core/result.h"
+
+namespace vramd {
+
+using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
+using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
+using HttpHandler = std::function<boost::asio::awaitable<HttpResponse>(HttpRequest)>;
+
+struct HttpLimits {
+  std::size_t header_bytes = 16 * 1024;
+  std::size_t body_bytes = 1024 * 1024;
+  std::chrono::seconds read_timeout{15};  // a request must arrive whole within this
+  std::chrono::seconds idle_timeout{60};  // keep-alive connections idle this long are closed
+};
+
+class HttpServer {
+ public:
+  HttpServer(boost::asio::io_context& io, HttpHandler handler, HttpLimits limits = {});
+  ~HttpServer();
+
+  // "127.0.0.1:7100", "[::1]:7100", "0.0.0.0:7100"; port 0 picks a free one (see tcp_port()).
+  Status listen_tcp(const std::string& host_port);
+  // Creates the socket file (replacing a stale one) with the given mode.
+  Status listen_unix(const std::string& path, unsigned mode = 0660);
+  int tcp_port() const { return tcp_port_; }
+  void close();
+
+ private:
+  struct Impl;
+  Impl* impl_;
+  int tcp_port_ = 0;
+};
+
+// Splits "host:port" / "[v6]:port". Error on a bad form.
+Result<std::pair<std::string, int>> split_host_port(const std::string& host_port);
+
+// A JSON response with the right content type.
+HttpResponse json_response(unsigned status, const std::string& body, unsigned version = 11);
+
+}  // namespace vramd

@@ -1,0 +1,19 @@
+// JSON shapes of the API (docs/api.md): the core's snapshots as the world sees them.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "core/arbiter.h"
+
+namespace vramd {
+
+nlohmann::json to_json(const Holding& h);
+nlohmann::json to_json(const GpuStatus& g);
+nlohmann::json to_json(const StatusSnapshot& s);
+nlohmann::json to_json(const HistoryView& v, unsigned gpu);
+nlohmann::json to_json(const EventRecord& e);
+
+// {"error": {"code": code, "message": message}}
+nlohmann::json error_json(const std::string& code, const std::string& message);
+
+}  // namespace vramd
