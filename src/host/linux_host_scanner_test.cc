@@ -1,0 +1,122 @@
+#include "host/linux_host_scanner.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+namespace vramd {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr char kDockerId[] = "d00dfeed0123456789abcdef0123456789abcdef0123456789abcdef01234567";
+
+class FakeHost {
+ public:
+  FakeHost() {
+    root_ = fs::temp_directory_path() / ("vramd-scan-" + std::to_string(getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_ / "proc");
+    write("proc/stat", "btime 1700000000\n");
+    write("proc/meminfo", "MemTotal: 1000 kB\nMemAvailable: 600 kB\n");
+    write("proc/net/tcp",
+          "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+          "timeout inode\n"
+          "   0: 00000000:1FFC 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000 "
+          "       0 51001 1 0000000000000000 100 0 0 10 0\n");
+  }
+  ~FakeHost() { fs::remove_all(root_); }
+  void write(const std::string& rel, const std::string& content) {
+    fs::path p = root_ / rel;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << content;
+  }
+  void add(int pid, const std::string& comm, const std::string& cgroup) {
+    std::string d = "proc/" + std::to_string(pid);
+    std::string stat = std::to_string(pid) + " (" + comm + ") S 1";
+    for (int field = 5; field <= 21; ++field) stat += " 0";
+    write(d + "/stat", stat + " 4242 0 0\n");
+    write(d + "/status", "Uid:\t0\t0\t0\t0\nVmRSS:\t10 kB\n");
+    write(d + "/cmdline", comm + '\0');
+    write(d + "/cgroup", cgroup);
+  }
+  std::string path(const std::string& rel) const { return (root_ / rel).string(); }
+
+ private:
+  fs::path root_;
+};
+
+TEST(LinuxHostScannerTest, ScansFakeHost) {
+  FakeHost host;
+  host.add(900, "python3", std::string("0::/system.slice/docker-") + kDockerId + ".scope\n");
+  host.add(12, "ollama", "0::/system.slice/ollama.service\n");
+  fs::create_directories(host.path("proc/12/fd"));
+  fs::create_symlink("socket:[51001]", host.path("proc/12/fd/5"));
+  host.write("run/ollama.pid", "  12\n");
+  host.write("run/garbage.pid", "not a pid\n");
+
+  std::vector<std::string> warnings;
+  DockerNames::Options docker;
+  docker.socket_path = host.path("no-docker.sock");
+  docker.warn = [&](const std::string& m) { warnings.push_back(m); };
+  LinuxHostScanner scanner(host.path("proc"), docker);
+
+  HostScanRequest req;
+  req.ports = {8188, 9000};
+  req.pid_files = {{"ollama", host.path("run/ollama.pid")},
+                   {"broken", host.path("run/garbage.pid")},
+                   {"missing", host.path("run/missing.pid")}};
+  HostSnapshot snap = scanner.scan(req);
+
+  ASSERT_EQ(snap.processes.size(), 2u);
+  EXPECT_EQ(snap.processes[0].pid, 12);
+  EXPECT_EQ(snap.processes[0].cgroup.unit, "ollama.service");
+  const CgroupIdentity& cg = snap.processes[1].cgroup;
+  EXPECT_EQ(cg.kind, CgroupIdentity::Kind::container);
+  EXPECT_EQ(cg.container_id, kDockerId);
+  EXPECT_EQ(cg.container_name, "");  // no engine: callers show the short id
+  EXPECT_EQ(warnings.size(), 1u);
+
+  std::vector<std::pair<int, int>> listeners = {{8188, 12}};
+  EXPECT_EQ(snap.listeners, listeners);
+  std::vector<std::pair<std::string, int>> pid_files = {{"ollama", 12}};
+  EXPECT_EQ(snap.pid_files, pid_files);
+  EXPECT_EQ(snap.mem_total, 1000u * KiB);
+  EXPECT_EQ(snap.mem_available, 600u * KiB);
+
+  scanner.scan(req);  // still no engine: no second warning
+  EXPECT_EQ(warnings.size(), 1u);
+}
+
+TEST(LinuxHostScannerTest, PidFile) {
+  FakeHost host;
+  host.write("a.pid", "4321");
+  host.write("b.pid", "0\n");
+  host.write("c.pid", "-5\n");
+  EXPECT_EQ(read_pid_file(host.path("a.pid")), 4321);
+  EXPECT_FALSE(read_pid_file(host.path("b.pid")));
+  EXPECT_FALSE(read_pid_file(host.path("c.pid")));
+  EXPECT_FALSE(read_pid_file(host.path("none.pid")));
+}
+
+TEST(LinuxHostScannerTest, RealHostSmoke) {
+  LinuxHostScanner scanner("/proc", (fs::temp_directory_path() / "vramd-none.sock").string());
+  HostSnapshot snap = scanner.scan({});
+  bool found = false;
+  for (size_t i = 0; i < snap.processes.size(); ++i) {
+    found = found || snap.processes[i].pid == getpid();
+    if (i > 0) {
+      EXPECT_LT(snap.processes[i - 1].pid, snap.processes[i].pid);
+    }
+  }
+  EXPECT_TRUE(found);
+  EXPECT_TRUE(snap.mem_total);
+  EXPECT_TRUE(snap.listeners.empty());
+}
+
+}  // namespace
+}  // namespace vramd
