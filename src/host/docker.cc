@@ -110,8 +110,8 @@ Result<std::vector<ContainerNames>> parse_containers_json(std::string_view body)
   return out;
 }
 
-Result<HttpResponse> parse_http_response(std::string_view raw, bool at_eof) {
-  HttpResponse r;
+Result<DockerHttpResponse> parse_http_response(std::string_view raw, bool at_eof) {
+  DockerHttpResponse r;
   size_t head_end = raw.find("\r\n\r\n");
   if (head_end == std::string_view::npos) {
     if (at_eof) return make_error("connection closed before the end of the headers");
@@ -174,7 +174,7 @@ Result<HttpResponse> parse_http_response(std::string_view raw, bool at_eof) {
   return r;
 }
 
-Result<HttpResponse> http_get_unix(const std::string& socket_path, const std::string& target,
+Result<DockerHttpResponse> http_get_unix(const std::string& socket_path, const std::string& target,
                                    std::chrono::milliseconds timeout) {
   using std::chrono::steady_clock;
   const auto deadline = steady_clock::now() + timeout;

@@ -30,17 +30,17 @@ Result<std::vector<ContainerNames>> parse_containers_json(std::string_view body)
 // First 12 characters: what `docker ps` shows and what callers show for an unnamed container.
 std::string short_container_id(std::string_view id);
 
-struct HttpResponse {
+struct DockerHttpResponse {
   int status = 0;
   std::string body;       // de-chunked
   bool complete = false;  // false: more bytes are needed (and !at_eof)
 };
 // Parses an HTTP/1.1 response read so far. Content-Length, chunked transfer-encoding, or (at
 // EOF) the rest of the stream. Errors: malformed status line or chunk, or truncated at EOF.
-Result<HttpResponse> parse_http_response(std::string_view raw, bool at_eof);
+Result<DockerHttpResponse> parse_http_response(std::string_view raw, bool at_eof);
 
 // GET `target` from an HTTP server on a unix socket, within `timeout` in all.
-Result<HttpResponse> http_get_unix(const std::string& socket_path, const std::string& target,
+Result<DockerHttpResponse> http_get_unix(const std::string& socket_path, const std::string& target,
                                    std::chrono::milliseconds timeout);
 
 // Not thread-safe: one scanner thread uses it.

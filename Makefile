@@ -1,0 +1,57 @@
+# vramd: `make` builds into build/, `make test` runs the tests, `make demo` runs the demo.
+# Each installs the Debian packages it needs first (apt-get, with sudo when not root).
+
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+CMAKE_FLAGS ?=
+WERROR ?= 0
+
+DEB_PACKAGES := g++ cmake ninja-build pkg-config libboost1.74-dev nlohmann-json3-dev \
+  libtomlplusplus-dev libsqlitecpp-dev libsqlite3-dev libspdlog-dev libfmt-dev libcli11-dev \
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all deps build test test-asan demo bench clean format format-check install
+
+all: build
+
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; \
+	done); \
+	if [ -n "$$missing" ]; then \
+	  echo "Installing Debian packages:" $$missing; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(BUILD)/build.ninja: | deps
+	cmake -S . -B $(BUILD) -G Ninja -DVRAMD_WERROR=$(if $(filter 1,$(WERROR)),ON,OFF) $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j2 --timeout 300
+
+# The same tests under AddressSanitizer and UndefinedBehaviorSanitizer (run in CI).
+test-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DVRAMD_SANITIZE=ON \
+	  -DVRAMD_BENCH=OFF -DVRAMD_WERROR=$(if $(filter 1,$(WERROR)),ON,OFF) $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD)
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j2 --timeout 600
+
+demo: build
+	$(BUILD)/vramd demo
+
+bench: build
+	bench/run.sh $(BUILD)
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+format-check:
+	clang-format --dry-run --Werror $$(git ls-files '*.cc' '*.h')
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,39 @@
+// The `vramd` subcommands. Each returns the process exit code: 0 ok, 1 failure, 2 usage,
+// 3 daemon unreachable (DESIGN.md).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "cli/client.h"
+#include "core/config.h"
+
+namespace vramd {
+
+enum ExitCode { kExitOk = 0, kExitFailure = 1, kExitUsage = 2, kExitUnreachable = 3 };
+
+struct CommonOptions {
+  std::string config_path;  // --config; empty: /etc/vramd/vramd.toml when it exists
+  std::string url;          // --url; empty: $VRAMD_URL, else from the config, else the default
+};
+
+// The config named by --config, or the default file when present, or built-in defaults.
+// Error only when a named or present file is broken.
+Result<Config> load_cli_config(const CommonOptions& opts);
+// Where to reach the daemon, by --url, $VRAMD_URL, the config's socket, or 127.0.0.1:7100.
+DaemonAddress daemon_address(const CommonOptions& opts, const Config& config);
+
+int cmd_serve(const CommonOptions& opts);
+int cmd_status(const CommonOptions& opts, bool json);
+
+struct DemoOptions {
+  std::string listen = "127.0.0.1:7100";
+  double duration_s = 0;  // 0: until interrupted
+};
+int cmd_demo(const DemoOptions& opts);
+
+// When this process was started by `vramd demo` as a stand-in for a GPU service, runs as that
+// stand-in and never returns. Otherwise returns.
+void maybe_run_demo_stand_in();
+
+}  // namespace vramd

@@ -1,0 +1,221 @@
+// `vramd demo`: the daemon on the test GPU (a simulated 24 GiB card served by the fake
+// libnvidia-ml) with stand-in processes for a few services, so a newcomer sees named owners on a
+// machine without a GPU.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <filesystem>
+#include <fmt/format.h>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/status_printer.h"
+#include "daemon/daemon.h"
+#include "daemon/sampler.h"
+#include "host/linux_host_scanner.h"
+#include "server/json_view.h"
+#include "sim/fake_gpu_state.h"
+
+namespace vramd {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kStandInEnv = "VRAMD_DEMO_STAND_IN";      // comm to take
+constexpr const char* kStandInPortEnv = "VRAMD_DEMO_LISTEN";  // port to listen on, optional
+
+fs::path self_exe() { return fs::read_symlink("/proc/self/exe"); }
+
+// Starts a stand-in: this same binary, with `argv` as its command line and `comm` as its name.
+pid_t spawn_stand_in(const std::string& comm, const std::vector<std::string>& argv, int port) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  setenv(kStandInEnv, comm.c_str(), 1);
+  if (port) setenv(kStandInPortEnv, std::to_string(port).c_str(), 1);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::string exe = self_exe();
+  execv(exe.c_str(), args.data());
+  _exit(127);
+}
+
+int free_tcp_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+bool listen_address_free(const std::string& host_port) {
+  boost::asio::io_context io;
+  HttpServer probe(io, nullptr);
+  return probe.listen_tcp(host_port).ok();
+}
+
+}  // namespace
+
+void maybe_run_demo_stand_in() {
+  const char* comm = std::getenv(kStandInEnv);
+  if (!comm) return;
+  prctl(PR_SET_NAME, comm);
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() == 1) _exit(0);  // the demo is already gone
+  if (const char* port = std::getenv(kStandInPortEnv)) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(std::atoi(port)));
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 4) != 0)
+      _exit(1);
+  }
+  for (;;) pause();
+}
+
+int cmd_demo(const DemoOptions& opts) {
+  fs::path lib = self_exe().parent_path() / "libnvidia-ml-fake.so";
+  if (const char* env = std::getenv("VRAMD_NVML_LIBRARY")) lib = env;
+  if (!fs::exists(lib)) {
+    std::cerr << "vramd demo: the test GPU library " << lib
+              << " is missing; build it with `make` (it is built next to vramd).\n";
+    return kExitFailure;
+  }
+  char dir_template[] = "/tmp/vramd-demo-XXXXXX";
+  if (!mkdtemp(dir_template)) {
+    std::cerr << "vramd demo: cannot create a temporary directory\n";
+    return kExitFailure;
+  }
+  fs::path dir = dir_template;
+  std::string state = (dir / "gpu.json").string();
+
+  auto gpu = make_fake_gpu_state({{"NVIDIA GeForce RTX 3090", 24 * GiB}});
+  gpu["gpus"][0]["uuid"] = "GPU-5e1d2c3b-0a9f-4e8d-b7c6-demo00000000";
+  gpu["gpus"][0]["used"] = 420 * MiB;  // driver and display: the baseline
+  gpu["gpus"][0]["utilization"] = 3;
+  if (auto s = write_fake_gpu_state(state, gpu); !s) {
+    std::cerr << "vramd demo: " << s.error() << "\n";
+    return kExitFailure;
+  }
+
+  int ollama_port = free_tcp_port();
+  std::vector<pid_t> children;
+  pid_t comfy = spawn_stand_in(
+      "python3", {"python3", "main.py", "--listen", "127.0.0.1", "--port", "8188"}, 0);
+  pid_t ollama = spawn_stand_in("ollama", {"ollama", "serve"}, ollama_port);
+  children = {comfy, ollama};
+  (void)add_fake_process(state, 0, comfy, 16 * GiB + 300 * MiB);
+  (void)add_fake_process(state, 0, ollama, 5 * GiB + 100 * MiB);
+
+  Config config;
+  config.path = "(demo)";
+  config.daemon.listen = opts.listen;
+  config.daemon.state_dir = dir.string();
+  config.gpu.backend = "nvml";
+  ServiceConfig comfy_svc;
+  comfy_svc.name = "comfyui";
+  comfy_svc.kind = "comfyui";
+  comfy_svc.url = "http://127.0.0.1:8188";
+  comfy_svc.match.cmdline = "main\\.py.*--port 8188";
+  ServiceConfig ollama_svc;
+  ollama_svc.name = "ollama";
+  ollama_svc.kind = "ollama";
+  ollama_svc.url = fmt::format("http://127.0.0.1:{}", ollama_port);  // matched by its port
+  config.services = {comfy_svc, ollama_svc};
+
+  setenv("VRAMD_NVML_LIBRARY", lib.c_str(), 1);
+  setenv("FAKE_NVML_STATE", state.c_str(), 1);
+  auto reader = open_gpu_reader("nvml");
+  if (!reader) {
+    std::cerr << "vramd demo: " << reader.error() << "\n";
+    return kExitFailure;
+  }
+
+  // Port taken (another demo or a real vramd): take any free one rather than give up.
+  if (!listen_address_free(config.daemon.listen)) {
+    std::cerr << "vramd demo: " << config.daemon.listen << " is taken; using a free port\n";
+    config.daemon.listen = "127.0.0.1:0";
+  }
+  boost::asio::io_context io;
+  Daemon daemon(io, config, std::move(*reader), std::make_unique<LinuxHostScanner>("/proc", ""));
+  if (auto s = daemon.start(); !s) {
+    std::cerr << "vramd demo: " << s.error() << "\n";
+    for (pid_t c : children) kill(c, SIGTERM);
+    return kExitFailure;
+  }
+  std::string url = fmt::format("http://127.0.0.1:{}", daemon.tcp_port());
+  std::cout << "vramd demo: a simulated 24 GiB GPU with stand-ins for ComfyUI, Ollama and a batch job.\n"
+            << "  API:       " << url << "/v1/status\n"
+            << "  CLI:       vramd status --url " << url << "\n"
+            << "  GPU state: " << state << " (edit it, or let the demo change it)\n"
+            << "Press Ctrl-C to stop.\n\n"
+            << std::flush;
+
+  // A batch job comes and goes, so the status changes while you watch.
+  pid_t job = 0;
+  int tick = 0;
+  boost::asio::steady_timer timer(io);
+  std::function<void()> step = [&] {
+    ++tick;
+    if (tick == 3) {
+      std::ostringstream out;
+      print_status(out, to_json(daemon.arbiter().status()), system_now());
+      std::cout << out.str() << "\n" << std::flush;
+    }
+    if (tick % 20 == 5 && !job) {
+      job = spawn_stand_in("python3", {"python3", "train.py", "--epochs", "3"}, 0);
+      (void)add_fake_process(state, 0, job, 1200 * MiB);
+      std::cout << "demo: a batch job (python3 train.py, pid " << job << ") took 1.2 GiB\n" << std::flush;
+    } else if (tick % 20 == 15 && job) {
+      (void)remove_fake_process(state, job);
+      kill(job, SIGTERM);
+      waitpid(job, nullptr, 0);
+      std::cout << "demo: the batch job finished\n" << std::flush;
+      job = 0;
+    }
+    if (opts.duration_s > 0 && tick >= opts.duration_s) {
+      daemon.stop();
+      io.stop();
+      return;
+    }
+    timer.expires_after(std::chrono::seconds(1));
+    timer.async_wait([&](auto ec) {
+      if (!ec) step();
+    });
+  };
+  step();
+
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](auto, int) {
+    daemon.stop();
+    io.stop();
+  });
+  io.run();
+
+  if (job) children.push_back(job);
+  for (pid_t c : children) kill(c, SIGTERM);
+  for (pid_t c : children) waitpid(c, nullptr, 0);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  std::cout << "vramd demo: stopped.\n";
+  return kExitOk;
+}
+
+}  // namespace vramd

@@ -1,0 +1,106 @@
+// Helpers for integration tests: temporary directories, child processes, free ports, polling.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace vramd::testing {
+
+inline std::string build_dir() { return VRAMD_BUILD_DIR; }
+inline std::string source_dir() { return VRAMD_SOURCE_DIR; }
+
+class TempDir {
+ public:
+  TempDir() {
+    char t[] = "/tmp/vramd-test-XXXXXX";
+    path_ = mkdtemp(t);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// A child process, killed (SIGKILL) and reaped when it goes out of scope.
+class Child {
+ public:
+  // env entries "K=V" are added to the current environment.
+  Child(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
+        const std::string& output_file = "") {
+    pid_ = fork();
+    if (pid_ == 0) {
+      for (const auto& e : env) putenv(const_cast<char*>(strdup(e.c_str())));
+      if (!output_file.empty()) {
+        FILE* f = fopen(output_file.c_str(), "w");
+        if (f) {
+          dup2(fileno(f), 1);
+          dup2(fileno(f), 2);
+        }
+      }
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execvp(args[0], args.data());
+      _exit(127);
+    }
+  }
+  ~Child() { kill(SIGKILL); }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Sends `sig` and reaps the child; returns its wait status (or -1 when already reaped).
+  int kill(int sig = SIGTERM) {
+    if (pid_ <= 0) return -1;
+    ::kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+  // Waits up to `timeout` for the child to exit by itself; its wait status, or -1 on timeout.
+  int wait_exit(std::chrono::milliseconds timeout) {
+    auto end = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < end) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return status;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// Polls `pred` every 20 ms until true or `timeout`. Returns its last value.
+inline bool eventually(const std::function<bool()>& pred,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
+int free_port();
+
+}  // namespace vramd::testing
