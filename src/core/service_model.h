@@ -1,0 +1,42 @@
+// What vramd learns about a configured service from its own API (DESIGN.md "Service"): the
+// adapter's probe and unload results as plain values, so the pure core can decide on them.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/units.h"
+
+namespace vramd {
+
+// One probe of a service's API (busy check, loaded models, its own memory figures).
+struct ServiceProbe {
+  bool reachable = false;
+  std::string error;            // why not reachable, or what was wrong with the answer
+  std::optional<bool> busy;     // nullopt: the server has no busy call, or it failed
+  std::optional<int> queue_depth;
+  std::vector<std::string> models;            // models loaded now (names as the server gives)
+  std::optional<Bytes> self_reported_vram;    // the server's own figure: evidence, never primary
+  std::optional<Bytes> self_reported_ram;
+};
+
+// The result of asking a service to release GPU memory (or to wake). It says only what the
+// server answered; whether memory came back is judged from the GPU's numbers.
+struct UnloadCall {
+  enum class Result {
+    requested,      // the server accepted the call (2xx)
+    not_supported,  // this server has no unload API: only stopping its process frees memory
+    failed,         // refused, error status, timeout, garbage
+  };
+  Result result = Result::failed;
+  std::string message;  // "POST /free → 200", "connect: Connection refused", ...
+};
+const char* to_string(UnloadCall::Result r);
+
+struct HealthCheck {
+  bool healthy = false;
+  std::string message;  // "GET /health → 503 Loading model"
+};
+
+}  // namespace vramd

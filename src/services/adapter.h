@@ -1,0 +1,43 @@
+// Adapter: how vramd talks to one kind of GPU server (ComfyUI, Ollama, vLLM, ...). One file per
+// kind; every call runs on the event loop with connect and total timeouts, so a hung server never
+// delays anything else. Facts about each server: docs/adapters.md.
+#pragma once
+
+#include <utility>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <memory>
+#include <string>
+
+#include "core/config.h"
+#include "core/result.h"
+#include "core/service_model.h"
+
+namespace vramd {
+
+class Adapter {
+ public:
+  virtual ~Adapter() = default;
+  virtual std::string kind() const = 0;
+
+  // Busy or idle, queue depth, loaded models, self-reported memory. Never throws: an unreachable
+  // or garbage-answering server is a ServiceProbe with reachable = false and an error.
+  virtual boost::asio::awaitable<ServiceProbe> probe() = 0;
+  // Asks the server to release its GPU memory without ending the process.
+  virtual boost::asio::awaitable<UnloadCall> unload() = 0;
+  // Reloads what unload() released, where the server has such a call (vLLM wake_up, SGLang
+  // resume, A1111 reload-checkpoint). Others reload on the next request.
+  virtual bool can_wake() const { return false; }
+  virtual boost::asio::awaitable<UnloadCall> wake();
+  // The kind's default health check (docs/adapters.md).
+  virtual boost::asio::awaitable<HealthCheck> health() = 0;
+  // How long memory may take to come back after unload() before the verdict.
+  virtual Duration unload_timeout() const { return std::chrono::seconds(20); }
+};
+
+// The adapter for `service.kind`. Error for an unknown kind or unusable settings.
+Result<std::unique_ptr<Adapter>> make_adapter(const ServiceConfig& service,
+                                              boost::asio::any_io_executor executor);
+
+}  // namespace vramd
