@@ -1,6 +1,7 @@
 // NvmlReader through the real dlopen path, against the fake libnvidia-ml (tests/fake_nvml).
 #include "gpu/nvml_reader.h"
 
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -352,6 +353,73 @@ TEST(NvmlReader, DefaultCandidatesPreferVersionedName) {
   ::unsetenv("VRAMD_NVML_LIBRARY");
   EXPECT_EQ(NvmlReader::library_candidates(),
             (std::vector<std::string>{"libnvidia-ml.so.1", "libnvidia-ml.so"}));
+}
+
+// The fake itself, called directly: the protocol details the reader relies on.
+class FakeNvmlLibrary {
+ public:
+  FakeNvmlLibrary() { handle_ = ::dlopen(VRAMD_BUILD_DIR "/libnvidia-ml-fake.so", RTLD_NOW); }
+  ~FakeNvmlLibrary() {
+    if (handle_ != nullptr) ::dlclose(handle_);
+  }
+  template <typename Fn>
+  Fn get(const char* name) {
+    return reinterpret_cast<Fn>(::dlsym(handle_, name));
+  }
+  bool loaded() const { return handle_ != nullptr; }
+
+ private:
+  void* handle_ = nullptr;
+};
+
+TEST(FakeNvml, MemoryInfoV2ChecksTheVersionField) {
+  TestGpu gpu;
+  gpu.write(base_state());
+  FakeNvmlLibrary lib;
+  ASSERT_TRUE(lib.loaded());
+  ASSERT_EQ(lib.get<nvmlInit_fn>("nvmlInit_v2")(), NVML_SUCCESS);
+  nvmlDevice_t dev = nullptr;
+  ASSERT_EQ(lib.get<nvmlDeviceGetHandleByIndex_fn>("nvmlDeviceGetHandleByIndex_v2")(0, &dev),
+            NVML_SUCCESS);
+  auto mem_v2 = lib.get<nvmlDeviceGetMemoryInfo_v2_fn>("nvmlDeviceGetMemoryInfo_v2");
+  nvmlMemory_v2_t mem{};
+  EXPECT_EQ(mem_v2(dev, &mem), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+  mem.version = nvml::kMemoryV2Version;
+  ASSERT_EQ(mem_v2(dev, &mem), NVML_SUCCESS);
+  EXPECT_EQ(mem.total - mem.free, 18253611008u);
+  EXPECT_EQ(mem.reserved, 314572800u);
+  EXPECT_EQ(mem.used + mem.reserved, 18253611008u);
+  EXPECT_EQ(lib.get<nvmlShutdown_fn>("nvmlShutdown")(), NVML_SUCCESS);
+}
+
+TEST(FakeNvml, ProcessListCountProtocol) {
+  TestGpu gpu;
+  gpu.write(base_state());
+  FakeNvmlLibrary lib;
+  ASSERT_TRUE(lib.loaded());
+  auto list = lib.get<nvmlDeviceGetProcesses_v1_fn>("nvmlDeviceGetComputeRunningProcesses");
+  nvmlDevice_t dev = nullptr;
+  unsigned count = 0;
+  EXPECT_EQ(list(dev, &count, nullptr), NVML_ERROR_UNINITIALIZED);
+  ASSERT_EQ(lib.get<nvmlInit_fn>("nvmlInit")(), NVML_SUCCESS);
+  ASSERT_EQ(lib.get<nvmlDeviceGetHandleByIndex_fn>("nvmlDeviceGetHandleByIndex")(0, &dev),
+            NVML_SUCCESS);
+  EXPECT_EQ(list(dev, &count, nullptr), NVML_ERROR_INSUFFICIENT_SIZE);
+  EXPECT_EQ(count, 2u);
+  nvmlProcessInfo_v1_t infos[2] = {};
+  count = 1;
+  EXPECT_EQ(list(dev, &count, infos), NVML_ERROR_INSUFFICIENT_SIZE);
+  EXPECT_EQ(count, 2u);
+  ASSERT_EQ(list(dev, &count, infos), NVML_SUCCESS);
+  EXPECT_EQ(infos[0].pid, 123u);
+  EXPECT_EQ(infos[1].usedGpuMemory, nvml::kValueNotAvailable);
+  nvmlDevice_t dev1 = nullptr;
+  ASSERT_EQ(lib.get<nvmlDeviceGetHandleByIndex_fn>("nvmlDeviceGetHandleByIndex")(1, &dev1),
+            NVML_SUCCESS);
+  count = 0;
+  EXPECT_EQ(list(dev1, &count, nullptr), NVML_SUCCESS);  // none running
+  EXPECT_EQ(count, 0u);
+  EXPECT_EQ(lib.get<nvmlShutdown_fn>("nvmlShutdown")(), NVML_SUCCESS);
 }
 
 }  // namespace
