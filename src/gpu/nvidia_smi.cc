@@ -339,8 +339,8 @@ void attach_smi_apps(std::vector<GpuSample>& gpus, const std::vector<SmiApp>& ap
   }
 }
 
-CommandOutput run_command(const std::vector<std::string>& argv, Duration timeout) {
-  CommandOutput result;
+SmiProcessOutput run_smi_process(const std::vector<std::string>& argv, Duration timeout) {
+  SmiProcessOutput result;
   if (argv.empty()) {
     result.spawn_error = "no command";
     return result;
@@ -456,7 +456,8 @@ GpuReading NvidiaSmiReader::read() {
   reading.backend = "nvidia-smi";
   warnings_.clear();
   auto run = [&](const char* query, std::string& out) -> bool {
-    CommandOutput r = run_command({binary_, query, "--format=csv,noheader,nounits"}, timeout_);
+    SmiProcessOutput r =
+        run_smi_process({binary_, query, "--format=csv,noheader,nounits"}, timeout_);
     if (!r.spawn_error.empty()) {
       reading.error = "cannot run " + binary_ + ": " + r.spawn_error;
     } else if (r.timed_out) {

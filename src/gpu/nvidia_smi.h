@@ -73,7 +73,7 @@ void attach_smi_apps(std::vector<GpuSample>& gpus, const std::vector<SmiApp>& ap
                      std::vector<std::string>& warnings);
 
 // What a child process wrote and how it ended.
-struct CommandOutput {
+struct SmiProcessOutput {
   std::string out;
   std::string err;
   int exit_code = -1;       // -1 when it did not exit normally
@@ -81,7 +81,7 @@ struct CommandOutput {
   std::string spawn_error;  // non-empty: it could not be started at all
 };
 // Runs argv[0] (a path) with fork/exec, no shell; kills it after `timeout`.
-CommandOutput run_command(const std::vector<std::string>& argv, Duration timeout);
+SmiProcessOutput run_smi_process(const std::vector<std::string>& argv, Duration timeout);
 
 // Where nvidia-smi is: $VRAMD_NVIDIA_SMI when set, else the first executable "nvidia-smi" on
 // PATH. Error says where it looked.

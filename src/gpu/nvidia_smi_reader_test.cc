@@ -86,7 +86,7 @@ TEST(NvidiaSmiReader, ReadsTheFakeThroughTheRealBinaryPath) {
 TEST(NvidiaSmiReader, HeaderedOutputOfTheFakeParsesByColumnName) {
   SmiGpu gpu;
   gpu.write(state());
-  CommandOutput out = run_command(
+  SmiProcessOutput out = run_smi_process(
       {kFakeSmi, "--query-compute-apps=gpu_uuid,pid,process_name,used_memory", "--format=csv"},
       std::chrono::seconds(10));
   ASSERT_EQ(out.exit_code, 0) << out.err;
