@@ -1,0 +1,297 @@
+#!/usr/bin/env bash
+# The real-GPU check: vramd on a real NVIDIA GPU (real NVML), with real CUDA processes holding
+# known amounts of memory. Run from the repo root on a machine with the NVIDIA driver and nvcc:
+#
+#   tests/gpu/run.sh
+#
+# Builds vramd (unless $BUILD_DIR/vramd exists), compiles tests/gpu/hold.cu, starts `vramd serve`
+# on a temp config, measures the CUDA context overhead with `hold --gib 0`, starts a cudaMalloc
+# holder and a cudaMallocAsync holder, and checks that vramd names each one's pid with its bytes
+# (minus the context overhead) within TOLERANCE_PCT of what it allocated; then kills them and
+# checks their holdings vanish within VANISH_SAMPLES samples. Prints a table and PASS or FAIL.
+# Exit: 0 pass, 1 fail, 2 cannot run here (no nvcc, no GPU, no python3).
+# See tests/gpu/README.md for the knobs (environment variables).
+set -uo pipefail
+
+SYNC_GIB=${SYNC_GIB:-2}
+ASYNC_GIB=${ASYNC_GIB:-3}
+TOLERANCE_PCT=${TOLERANCE_PCT:-5}
+SAMPLE_MS=${SAMPLE_MS:-500}
+VANISH_SAMPLES=${VANISH_SAMPLES:-5}
+SETTLE_TIMEOUT_S=${SETTLE_TIMEOUT_S:-60}
+BUILD_DIR=${BUILD_DIR:-build}
+CUDA_DEVICE=${CUDA_DEVICE:-0}
+KEEP_TMP=${KEEP_TMP:-0}
+# For checking this script without a GPU only: a ready hold program, and the fake NVML kept.
+HOLD_BIN=${HOLD_BIN:-}
+ALLOW_FAKE_NVML=${ALLOW_FAKE_NVML:-0}
+
+cd "$(dirname "$0")/../.." || exit 2
+REPO=$(pwd)
+
+say() { printf '[gpu-test] %s\n' "$*"; }
+die() { say "cannot run: $*"; exit 2; }
+now() { printf '%s' "${EPOCHREALTIME/,/.}"; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+
+command -v python3 >/dev/null || die "python3 is needed to read the JSON"
+NVCC=$(command -v nvcc || true)
+[ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
+[ -n "$NVCC" ] || [ -n "$HOLD_BIN" ] || die "nvcc not found (PATH or /usr/local/cuda/bin)"
+if command -v nvidia-smi >/dev/null; then
+  timeout 20 nvidia-smi -L >/dev/null 2>&1 || die "nvidia-smi -L fails: no GPU or driver not loaded"
+fi
+
+TMP=$(mktemp -d /tmp/vramd-gpu-test.XXXXXX) || die "mktemp"
+DAEMON_PID=""
+HOLDER_PIDS=()
+RESULT="FAIL"
+
+stop_pid() {  # TERM, then KILL after 3 s
+  local pid=$1
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+}
+
+cleanup() {
+  local pid
+  for pid in "${HOLDER_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+  [ -n "$DAEMON_PID" ] && stop_pid "$DAEMON_PID"
+  if [ "$RESULT" != "PASS" ] && [ -f "$TMP/daemon.log" ]; then
+    say "daemon log (last 30 lines):"
+    tail -n 30 "$TMP/daemon.log" | sed 's/^/    /'
+  fi
+  if [ "$KEEP_TMP" = 1 ]; then say "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+trap 'say "interrupted"; exit 1' INT TERM
+
+# ---- 1. vramd ----
+VRAMD="$REPO/$BUILD_DIR/vramd"
+if [ -x "$VRAMD" ]; then
+  say "using existing $VRAMD (delete it to rebuild)"
+else
+  say "building vramd: make BUILD=$BUILD_DIR (installs missing Debian packages with apt-get)"
+  timeout 3600 make BUILD="$BUILD_DIR" >"$TMP/build.log" 2>&1 || {
+    tail -n 40 "$TMP/build.log"
+    die "make failed (no network for apt-get? build elsewhere and copy $BUILD_DIR/vramd here)"
+  }
+  [ -x "$VRAMD" ] || die "make finished but $VRAMD is missing"
+fi
+
+# ---- 2. hold ----
+HOLD="$TMP/hold"
+if [ -n "$HOLD_BIN" ]; then
+  HOLD=$HOLD_BIN
+else
+  say "compiling tests/gpu/hold.cu with $NVCC"
+  # -arch=native targets the GPU here; older nvcc lacks it, then the default arch (PTX JIT) is used.
+  if ! timeout 600 "$NVCC" -O2 -arch=native -o "$HOLD" tests/gpu/hold.cu >"$TMP/nvcc.log" 2>&1; then
+    timeout 600 "$NVCC" -O2 -o "$HOLD" tests/gpu/hold.cu >>"$TMP/nvcc.log" 2>&1 || {
+      cat "$TMP/nvcc.log"
+      die "nvcc failed"
+    }
+  fi
+fi
+
+# ---- 3. the daemon ----
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+URL="http://127.0.0.1:$PORT"
+CONFIG="$TMP/vramd.toml"
+mkdir -p "$TMP/state"
+cat >"$CONFIG" <<EOF
+[daemon]
+listen = "127.0.0.1:$PORT"
+state_dir = "$TMP/state"
+sample_interval = "${SAMPLE_MS}ms"
+
+[gpu]
+backend = "nvml"
+EOF
+if [ "$ALLOW_FAKE_NVML" != 1 ]; then
+  unset VRAMD_NVML_LIBRARY FAKE_NVML_STATE  # the real NVML, never the test double
+fi
+say "starting vramd serve on $URL (sampling every ${SAMPLE_MS} ms)"
+"$VRAMD" serve --config "$CONFIG" >"$TMP/daemon.log" 2>&1 &
+DAEMON_PID=$!
+
+# Writes the daemon's status to $TMP/status.json. Fails when the daemon is gone or did not answer
+# (`vramd status` would otherwise take a sample itself, which is not what is under test).
+read_status() {
+  kill -0 "$DAEMON_PID" 2>/dev/null || { say "vramd serve exited"; return 1; }
+  timeout 10 "$VRAMD" status --json --config "$CONFIG" --url "$URL" \
+    >"$TMP/status.json" 2>"$TMP/status.err" || return 1
+  ! grep -q "not reachable" "$TMP/status.err"
+}
+
+# The helper that reads status.json. Commands:
+#   sampled                    -> "yes" once the daemon has sampled
+#   pid PID                    -> "HOLDING_BYTES NVML_BYTES SOURCE OWNER GPU_INDEX" or "absent"
+#   absent PID...              -> "SAMPLED_AT PID:yes|no ..." (yes: no holding names PID)
+#   gpu INDEX                  -> "NAME|DRIVER|TOTAL_BYTES" of that GPU (or GPU 0)
+cat >"$TMP/q.py" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+cmd = sys.argv[2]
+gpus = s.get("gpus") or []
+if cmd == "sampled":
+    print("yes" if s.get("sampled_at") and gpus else "no")
+elif cmd == "pid":
+    pid = int(sys.argv[3])
+    for g in gpus:
+        for h in g.get("holdings", []):
+            if pid in h.get("pids", []):
+                nvml = next((p.get("used_bytes") for p in g.get("processes", []) if p.get("pid") == pid), None)
+                print(h["bytes"], "na" if nvml is None else nvml, h["source"], h["owner"].replace(" ", "_"), g["index"])
+                sys.exit(0)
+    print("absent")
+elif cmd == "absent":  # "SAMPLED_AT_EPOCH_S PID:yes|no ...": which pids no holding names
+    import datetime
+    at = datetime.datetime.fromisoformat(s["sampled_at"].replace("Z", "+00:00")).timestamp()
+    held = {p for g in gpus for h in g.get("holdings", []) for p in h.get("pids", [])}
+    print("%.3f" % at, " ".join("%s:%s" % (p, "no" if int(p) in held else "yes") for p in sys.argv[3:]))
+elif cmd == "gpu":
+    g = gpus[int(sys.argv[3])] if len(gpus) > int(sys.argv[3]) else (gpus[0] if gpus else {})
+    print("%s|%s|%s" % (g.get("name", "?"), s.get("driver_version", "?"), g.get("total_bytes", 0)))
+EOF
+PY=python3
+[ -x /usr/bin/python3 ] && PY=/usr/bin/python3  # not a slow version-manager shim
+q() { "$PY" "$TMP/q.py" "$TMP/status.json" "$@"; }
+
+deadline=$(( $(date +%s) + 30 ))
+until read_status && [ "$(q sampled)" = yes ]; do
+  [ "$(date +%s)" -lt "$deadline" ] || { say "vramd gave no sample within 30 s"; exit 1; }
+  kill -0 "$DAEMON_PID" 2>/dev/null || { say "vramd serve exited"; exit 1; }
+  sleep 0.5
+done
+say "vramd is sampling"
+
+# ---- 4. holders ----
+# start_holder NAME ARGS...: starts hold, waits for its "held" line; sets HELD_PID.
+start_holder() {
+  local name=$1; shift
+  CUDA_DEVICE_ORDER=PCI_BUS_ID "$HOLD" --device "$CUDA_DEVICE" "$@" >"$TMP/$name.out" 2>&1 &
+  HELD_PID=$!
+  HOLDER_PIDS+=("$HELD_PID")
+  local deadline=$(( $(date +%s) + SETTLE_TIMEOUT_S ))
+  until grep -q '^held ' "$TMP/$name.out"; do
+    if ! kill -0 "$HELD_PID" 2>/dev/null || [ "$(date +%s)" -ge "$deadline" ]; then
+      say "holder $name did not start:"; sed 's/^/    /' "$TMP/$name.out"; exit 1
+    fi
+    sleep 0.1
+  done
+  say "$name: $(cat "$TMP/$name.out")"
+}
+
+# wait_stable PID: waits until vramd shows PID with the same bytes in 3 status reads one sample
+# apart; sets STABLE ("HOLDING_BYTES NVML_BYTES SOURCE OWNER GPU_INDEX").
+wait_stable() {
+  local pid=$1 last="" same=0 cur
+  local deadline=$(( $(date +%s) + SETTLE_TIMEOUT_S ))
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    if read_status; then
+      cur=$(q pid "$pid")
+      if [ "$cur" != absent ] && [ "${cur%% *}" -gt 0 ] && [ "$cur" = "$last" ]; then
+        same=$((same + 1))
+        [ "$same" -ge 2 ] && { STABLE=$cur; return 0; }
+      else
+        same=0
+      fi
+      last=$cur
+    fi
+    sleep "$(awk -v ms="$SAMPLE_MS" 'BEGIN { print ms / 1000 }')"
+  done
+  say "pid $pid never showed stable bytes in vramd's status (last: ${last:-nothing})"
+  return 1
+}
+
+start_holder ctx --gib 0
+CTX_PID=$HELD_PID
+wait_stable "$CTX_PID" || exit 1
+CTX_STABLE=$STABLE
+read -r CTX_BYTES _ _ _ GPU_INDEX <<<"$CTX_STABLE"
+say "context overhead: $CTX_BYTES bytes (pid $CTX_PID)"
+
+start_holder sync --gib "$SYNC_GIB"
+SYNC_PID=$HELD_PID
+start_holder async --gib "$ASYNC_GIB" --async
+ASYNC_PID=$HELD_PID
+wait_stable "$SYNC_PID" || exit 1
+SYNC_STABLE=$STABLE
+wait_stable "$ASYNC_PID" || exit 1
+ASYNC_STABLE=$STABLE
+
+read_status
+IFS='|' read -r GPU_NAME DRIVER GPU_TOTAL <<<"$(q gpu "$GPU_INDEX")"
+
+say "vramd status, for the record:"
+timeout 10 "$VRAMD" status --config "$CONFIG" --url "$URL" 2>&1 | sed 's/^/    /'
+
+# ---- 5. they end ----
+# Each holder is killed; time to vanish = when the first sample without its holding was taken
+# (the status's sampled_at), less when it was killed: polling overhead does not count.
+KILL_T=$(now)
+for pid in "$CTX_PID" "$SYNC_PID" "$ASYNC_PID"; do kill -KILL "$pid" 2>/dev/null; done
+for pid in "$CTX_PID" "$SYNC_PID" "$ASYNC_PID"; do wait "$pid" 2>/dev/null; done  # no zombies
+HOLDER_PIDS=()
+declare -A GONE_S=()
+vanish_limit=$(awk -v n="$VANISH_SAMPLES" -v ms="$SAMPLE_MS" 'BEGIN { print n * ms / 1000 }')
+deadline=$(( $(date +%s) + 30 ))
+while [ "$(date +%s)" -lt "$deadline" ] && [ "${#GONE_S[@]}" -lt 3 ]; do
+  if read_status; then
+    read -r at states <<<"$(q absent "$CTX_PID" "$SYNC_PID" "$ASYNC_PID")"
+    for st in $states; do
+      pid=${st%%:*}
+      if [ "${st#*:}" = yes ] && [ -z "${GONE_S[$pid]:-}" ]; then
+        GONE_S[$pid]=$(awk -v a="$at" -v k="$KILL_T" 'BEGIN { d = a - k; printf "%.2f", d < 0 ? 0 : d }')
+      fi
+    done
+  fi
+  sleep 0.1
+done
+
+# ---- 6. figures ----
+FAILS=0
+row() {  # row NAME GIB STABLE PID
+  local name=$1 gib=$2 stable=$3 pid=$4 bytes nvml source owner
+  read -r bytes nvml source owner _ <<<"$stable"
+  local gone=${GONE_S[$pid]:-never}
+  local verdict
+  verdict=$(awk -v gib="$gib" -v b="$bytes" -v ctx="$CTX_BYTES" -v tol="$TOLERANCE_PCT" \
+    -v gone="$gone" -v lim="$vanish_limit" 'BEGIN {
+      want = gib * 1073741824; corr = b - ctx
+      raw_err = want > 0 ? (b - want) * 100 / want : 0
+      err = want > 0 ? (corr - want) * 100 / want : 0
+      ok = (want == 0 || (err <= tol && err >= -tol)) && gone != "never" && gone + 0 <= lim
+      printf "%.0f %.0f %.0f %+.2f %+.2f %s", want / 1048576, b / 1048576, corr / 1048576, raw_err, err, ok ? "ok" : "FAIL"
+    }')
+  local exp_mib raw_mib corr_mib raw_err err ok
+  read -r exp_mib raw_mib corr_mib raw_err err ok <<<"$verdict"
+  [ "$ok" = ok ] || FAILS=$((FAILS + 1))
+  local nvml_mib=na
+  [ "$nvml" != na ] && nvml_mib=$(( nvml / 1048576 ))
+  if [ "$gib" = 0 ]; then corr_mib="-"; err="-"; fi
+  printf '  %-6s %7s %9s %9s %9s %9s %6s %9s %8s %8s %-8s %s\n' "$name" "$pid" "$exp_mib" \
+    "$nvml_mib" "$raw_mib" "$corr_mib" "$raw_err" "$err" "$gone" "$source" "$ok" "$owner"
+}
+
+echo
+echo "vramd on a real GPU"
+echo "  GPU:       $GPU_NAME (index $GPU_INDEX, $(( GPU_TOTAL / 1073741824 )) GiB), driver $DRIVER"
+echo "  vramd:     $("$VRAMD" version 2>/dev/null | head -n 1), sampling every ${SAMPLE_MS} ms"
+echo "  context overhead (hold --gib 0): $(( CTX_BYTES / 1048576 )) MiB, subtracted from the others"
+echo "  limits:    |error| <= ${TOLERANCE_PCT}% after the overhead; gone within ${VANISH_SAMPLES} samples (${vanish_limit} s)"
+echo
+printf '  %-6s %7s %9s %9s %9s %9s %6s %9s %8s %8s %-8s %s\n' holder pid "alloc" "nvml" \
+  "vramd" "-ctx" "raw%" "error%" "gone_s" source verdict owner
+printf '  %-6s %7s %9s %9s %9s %9s %6s %9s %8s\n' "" "" MiB MiB MiB MiB "" "" ""
+row ctx 0 "$CTX_STABLE" "$CTX_PID"
+row sync "$SYNC_GIB" "$SYNC_STABLE" "$SYNC_PID"
+row async "$ASYNC_GIB" "$ASYNC_STABLE" "$ASYNC_PID"
+echo
+if [ "$FAILS" -eq 0 ]; then RESULT=PASS; else RESULT=FAIL; fi
+echo "$RESULT"
+[ "$RESULT" = PASS ]
