@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs every benchmark and prints the figures with their ratios (`make bench` calls this).
+#
+#   bench/run.sh [BUILD_DIR]     (default: build; needs vramd, vramd_bench, libnvidia-ml-fake.so)
+#
+# REPETITIONS (default 5) runs of each Google Benchmark case, reported as medians; SERVE_S
+# (default 60) seconds of `vramd serve` for bench/serve_cost.sh. Record the output in
+# bench/RESULTS.md (one section per benchmark) with the date, machine, commit and command.
+set -uo pipefail
+
+BUILD_DIR=${1:-build}
+REPETITIONS=${REPETITIONS:-5}
+SERVE_S=${SERVE_S:-60}
+
+cd "$(dirname "$0")/.." || exit 2
+BENCH="$BUILD_DIR/vramd_bench"
+[ -x "$BENCH" ] || { echo "bench: $BENCH missing (build it: ninja -C $BUILD_DIR vramd_bench)"; exit 2; }
+command -v python3 >/dev/null || { echo "bench: python3 needed for the ratio table"; exit 2; }
+
+TMP=$(mktemp -d /tmp/vramd-bench.XXXXXX) || exit 2
+trap 'rm -rf "$TMP"' EXIT
+
+echo "== machine: $(nproc) cores, $(uname -r); commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $(date -u +%Y-%m-%dT%H:%MZ)"
+echo
+echo "== sample_bench: one sample (fake NVML + /proc scan + attribution), 2,000 processes; target < 2 ms"
+"$BENCH" --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
+  --benchmark_out="$TMP/sample.json" --benchmark_out_format=json || exit 1
+echo
+python3 - "$TMP/sample.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+med = {}
+for b in d["benchmarks"]:
+    if b.get("aggregate_name") == "median":
+        med[b["run_name"]] = b
+def us(name):  # median real time in microseconds
+    b = med.get(name)
+    if not b: return None
+    scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b["time_unit"]]
+    return b["real_time"] * scale
+def per_proc_us(name):
+    b = med.get(name)
+    return b["per_proc"] * 1e6 if b and "per_proc" in b else None  # counter in seconds
+rows = [("BM_NvmlRead", "fake NVML read (reader kept open)"),
+        ("BM_NvmlOpenAndRead", "fake NVML dlopen + read + dlclose"),
+        ("BM_ScanFakeProc", "host scan, fake /proc (2,000 processes)"),
+        ("BM_ScanRealProc", "host scan, real /proc"),
+        ("BM_ArbiterHandleSample", "Arbiter::handle(SampleTaken), 2,000 processes"),
+        ("BM_FullSample", "full sample: read + scan + attribute")]
+print("  %-48s %12s %14s" % ("case (medians)", "time us", "us / process"))
+for name, label in rows:
+    t, p = us(name), per_proc_us(name)
+    print("  %-48s %12s %14s" % (label, "%.1f" % t if t else "-", "%.2f" % p if p else "-"))
+full, fake, real = us("BM_FullSample"), per_proc_us("BM_ScanFakeProc"), per_proc_us("BM_ScanRealProc")
+parts = [us(n) for n in ("BM_NvmlRead", "BM_ScanFakeProc", "BM_ArbiterHandleSample")]
+print()
+if full: print("  full sample / target (2,000 us)               = %.2f" % (full / 2000))
+if full and all(parts): print("  (nvml + scan + attribute) / full sample       = %.2f" % (sum(parts) / full))
+if full and parts[1]: print("  scan share of the full sample                 = %.2f" % (parts[1] / full))
+if full and parts[2]: print("  attribution share of the full sample          = %.2f" % (parts[2] / full))
+if fake and real: print("  real /proc / fake /proc, per process          = %.2f" % (real / fake))
+if full: print("  full sample x 3600 (CPU s/hour at 1 s, 2,000 processes) = %.1f" % (full * 3600 / 1e6))
+EOF
+echo
+echo "== serve_cost: vramd serve at 1 s sampling; targets < 2 CPU s/hour, RSS < 16 MiB"
+DURATION_S=$SERVE_S bench/serve_cost.sh "$BUILD_DIR"

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# What `vramd serve` costs the host at 1 s sampling. Target: < 2 CPU seconds per hour, RSS < 16 MiB.
+#
+#   bench/serve_cost.sh [BUILD_DIR]        (DURATION_S=60 WARMUP_S=5 by default)
+#
+# Runs vramd serve on the fake GPU (build/libnvidia-ml-fake.so) with a few stand-in GPU processes
+# and, over the same window, a reference: a shell loop that reads stat, status, cmdline and cgroup
+# of every process once a second (the bare minimum a /proc scan must do). Both CPU figures come
+# from /proc/PID/stat (utime+stime, the reference's children included), measured from WARMUP_S
+# after start to the end. The ratio vramd / reference is what to compare across runs: machines
+# are shared and noisy, the ratio less so. Prints a table; exit 0 when it ran, 2 when it could not.
+set -uo pipefail
+
+BUILD_DIR=${1:-build}
+DURATION_S=${DURATION_S:-60}
+WARMUP_S=${WARMUP_S:-5}
+CPU_TARGET_S_PER_H=2
+RSS_TARGET_MIB=16
+
+cd "$(dirname "$0")/.." || exit 2
+VRAMD="$PWD/$BUILD_DIR/vramd"
+FAKE_LIB="$PWD/$BUILD_DIR/libnvidia-ml-fake.so"
+[ -x "$VRAMD" ] || { echo "serve_cost: $VRAMD missing (build first)"; exit 2; }
+[ -f "$FAKE_LIB" ] || { echo "serve_cost: $FAKE_LIB missing (build first)"; exit 2; }
+command -v python3 >/dev/null || { echo "serve_cost: python3 needed"; exit 2; }
+
+TMP=$(mktemp -d /tmp/vramd-serve-cost.XXXXXX) || exit 2
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# Stand-in GPU processes and the fake GPU state naming them (format: DESIGN.md "Test GPU").
+STANDINS=()
+for _ in 1 2 3 4; do
+  sleep 100000 &
+  PIDS+=($!)
+  STANDINS+=($!)
+done
+python3 - "$TMP/gpu.json" "${STANDINS[@]}" <<'EOF'
+import json, sys
+path, pids = sys.argv[1], [int(p) for p in sys.argv[2:]]
+GiB = 1 << 30
+procs = [{"pid": p, "used": (i + 1) * GiB} for i, p in enumerate(pids)]
+used = 512 * 1024 * 1024 + sum(p["used"] for p in procs)
+json.dump({"driver_version": "550.54.14", "gpus": [{"name": "NVIDIA GeForce RTX 3090",
+           "uuid": "GPU-00000000-0000-0000-0000-000000000000", "total": 24 * GiB, "used": used,
+           "utilization": 0, "processes": procs}]}, open(path, "w"))
+EOF
+
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+mkdir -p "$TMP/state"
+cat >"$TMP/vramd.toml" <<EOF
+[daemon]
+listen = "127.0.0.1:$PORT"
+state_dir = "$TMP/state"
+sample_interval = "1s"
+
+[gpu]
+backend = "nvml"
+
+[services.comfyui]
+kind = "comfyui"
+url = "http://127.0.0.1:8188"
+match = { cmdline = "^sleep 100000$" }
+EOF
+
+VRAMD_NVML_LIBRARY=$FAKE_LIB FAKE_NVML_STATE=$TMP/gpu.json \
+  "$VRAMD" serve --config "$TMP/vramd.toml" >"$TMP/daemon.log" 2>&1 &
+DAEMON=$!
+PIDS+=("$DAEMON")
+
+# The reference: once a second, read what a /proc scan must read for every process.
+bash -c 'while :; do cat /proc/[0-9]*/stat /proc/[0-9]*/status /proc/[0-9]*/cmdline \
+  /proc/[0-9]*/cgroup >/dev/null 2>&1; sleep 1; done' &
+REF=$!
+PIDS+=("$REF")
+
+TICKS=$(getconf CLK_TCK)
+# CPU seconds of PID: utime+stime, plus cutime+cstime (waited-for children) for the reference.
+cpu_s() {
+  local stat rest
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || { echo "nan"; return; }
+  rest=${stat##*) }  # fields from 3 on; comm may hold spaces
+  read -r -a f <<<"$rest"
+  # f[0] is field 3 (state): utime = field 14 = f[11], stime f[12], cutime f[13], cstime f[14]
+  awk -v u="${f[11]}" -v s="${f[12]}" -v cu="${f[13]}" -v cs="${f[14]}" -v t="$TICKS" \
+    'BEGIN { printf "%.3f", (u + s + cu + cs) / t }'
+}
+kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status" 2>/dev/null; }
+
+sleep "$WARMUP_S"
+kill -0 "$DAEMON" 2>/dev/null || { echo "serve_cost: vramd serve exited:"; cat "$TMP/daemon.log"; exit 2; }
+V0=$(cpu_s "$DAEMON"); R0=$(cpu_s "$REF"); T0=${EPOCHREALTIME/,/.}
+sleep "$DURATION_S"
+V1=$(cpu_s "$DAEMON"); R1=$(cpu_s "$REF"); T1=${EPOCHREALTIME/,/.}
+kill -0 "$DAEMON" 2>/dev/null || { echo "serve_cost: vramd serve exited:"; cat "$TMP/daemon.log"; exit 2; }
+RSS=$(kib "$DAEMON" VmRSS); HWM=$(kib "$DAEMON" VmHWM)
+
+# The daemon must really have been sampling: its status names the stand-ins.
+STATUS_OK=no
+if timeout 10 "$VRAMD" status --json --config "$TMP/vramd.toml" >"$TMP/status.json" 2>/dev/null &&
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if any(h["owner"]=="comfyui" for h in s["gpus"][0]["holdings"]) else 1)' "$TMP/status.json"; then
+  STATUS_OK=yes
+fi
+NPROC=$(find /proc -maxdepth 1 -name '[0-9]*' | wc -l)
+
+awk -v v0="$V0" -v v1="$V1" -v r0="$R0" -v r1="$R1" -v t0="$T0" -v t1="$T1" -v rss="$RSS" \
+  -v hwm="$HWM" -v cpu_t="$CPU_TARGET_S_PER_H" -v rss_t="$RSS_TARGET_MIB" -v n="$NPROC" \
+  -v ok="$STATUS_OK" 'BEGIN {
+  w = t1 - t0; v = (v1 - v0) * 3600 / w; r = (r1 - r0) * 3600 / w
+  printf "vramd serve cost: 1 s sampling, %.1f s measured after warm-up, %d processes on the host, daemon sampling: %s\n\n", w, n, ok
+  printf "  %-44s %12s %10s %10s\n", "process", "CPU s/hour", "RSS MiB", "HWM MiB"
+  printf "  %-44s %12.2f %10.1f %10.1f\n", "vramd serve", v, rss / 1024, hwm / 1024
+  printf "  %-44s %12.2f %10s %10s\n", "reference: cat stat,status,cmdline,cgroup /1s", r, "-", "-"
+  ratio = r > 0 ? v / r : 0
+  printf "\n  ratios: vramd CPU / reference CPU = %.2f; vramd CPU / target (%g s/h) = %.2f; RSS / target (%g MiB) = %.2f\n",
+    ratio, cpu_t, v / cpu_t, rss_t, rss / 1024 / rss_t
+  cpu_v = v < cpu_t ? "within target" : "OVER target"
+  rss_v = rss / 1024 < rss_t ? "within target" : "OVER target"
+  printf "  verdict: CPU %s, RSS %s\n", cpu_v, rss_v
+}'
