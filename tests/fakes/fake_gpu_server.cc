@@ -1,0 +1,189 @@
+// fake-gpu-server: one GPU model server's HTTP API, faked for tests (see README.md here).
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <cctype>
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "fake_server.h"
+
+namespace vramd::fakes {
+namespace {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+
+std::string decode_query_value(const std::string& v) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == '+') {
+      out += ' ';
+    } else if (v[i] == '%' && i + 2 < v.size() && std::isxdigit(static_cast<unsigned char>(v[i + 1])) &&
+               std::isxdigit(static_cast<unsigned char>(v[i + 2]))) {
+      out += static_cast<char>(std::stoi(v.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += v[i];
+    }
+  }
+  return out;
+}
+
+// The answers of --garbage: invalid JSON, or lines no Prometheus parser accepts.
+HttpResponse garbage_reply(const std::string& path) {
+  if (is_metrics_path(path))
+    return text_reply(200, "vllm:num_requests_running{model_name=\"x\" NaNaN\n}}} 12 34 56\n#TYPE\n",
+                      "text/plain; version=0.0.4; charset=utf-8");
+  HttpResponse res{http::status::ok, 11};
+  res.set(http::field::content_type, "application/json");
+  res.body() = "{\"this is\": not json";
+  res.prepare_payload();
+  return res;
+}
+
+asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
+  asio::steady_timer timer(co_await asio::this_coro::executor, d);
+  co_await timer.async_wait(asio::use_awaitable);
+}
+
+// /fake/*: what tests ask the fake directly.
+HttpResponse handle_fake(FakeModel& model, const Call& call) {
+  if (call.method == "GET" && call.path == "/fake/state") return json_reply(200, model.fake_state_json());
+  if (call.method == "POST" && call.path == "/fake/busy") {
+    auto it = call.query.find("for");
+    auto d = parse_duration(it == call.query.end() ? "2s" : it->second);
+    if (!d) return json_reply(400, {{"error", d.error()}});
+    model.make_busy(*d);
+    return json_reply(200, model.fake_state_json());
+  }
+  if (call.method == "POST" && call.path == "/fake/unload") {
+    model.unload(call.body);
+    return json_reply(200, model.fake_state_json());
+  }
+  if (call.method == "POST" && call.path == "/fake/load") {
+    model.load();
+    return json_reply(200, model.fake_state_json());
+  }
+  return json_reply(404, {{"error", "no such fake control path"}});
+}
+
+asio::awaitable<HttpResponse> handle(FakeModel& model, HttpRequest req) {
+  const Options& o = model.options();
+  if (o.hang) {
+    // Everything hangs, /fake/* included: the connection stays open and silent.
+    asio::steady_timer forever(co_await asio::this_coro::executor,
+                               asio::steady_timer::time_point::max());
+    boost::system::error_code ec;
+    co_await forever.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  Call call = make_call(req);
+  if (call.path.rfind("/fake/", 0) == 0) co_return handle_fake(model, call);
+  model.count_request();
+  if (o.slow.count() > 0) co_await sleep_for(o.slow);
+  if (o.http_500) co_return text_reply(500, "Internal Server Error");
+  HttpResponse res = handle_kind(model, call);
+  if (o.garbage) co_return garbage_reply(call.path);
+  co_return res;
+}
+
+}  // namespace
+
+Call make_call(const HttpRequest& req) {
+  Call c;
+  c.method = std::string(req.method_string());
+  std::string target(req.target());
+  auto q = target.find('?');
+  c.path = target.substr(0, q);
+  if (q != std::string::npos) {
+    std::string rest = target.substr(q + 1);
+    std::size_t start = 0;
+    while (start <= rest.size()) {
+      auto amp = rest.find('&', start);
+      std::string kv = rest.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
+      if (!kv.empty()) {
+        auto eq = kv.find('=');
+        if (eq == std::string::npos)
+          c.query[decode_query_value(kv)] = "";
+        else
+          c.query[decode_query_value(kv.substr(0, eq))] = decode_query_value(kv.substr(eq + 1));
+      }
+      if (amp == std::string::npos) break;
+      start = amp + 1;
+    }
+  }
+  c.body = req.body();
+  c.json = nlohmann::json::parse(c.body, nullptr, false);
+  return c;
+}
+
+HttpResponse text_reply(unsigned status, const std::string& body, const std::string& content_type) {
+  HttpResponse res{static_cast<http::status>(status), 11};
+  res.set(http::field::content_type, content_type);
+  res.body() = body;
+  res.prepare_payload();
+  return res;
+}
+
+HttpResponse json_reply(unsigned status, const nlohmann::json& body) {
+  return json_response(status, body.dump());
+}
+
+HttpResponse empty_reply(unsigned status) {
+  HttpResponse res{static_cast<http::status>(status), 11};
+  res.prepare_payload();
+  return res;
+}
+
+}  // namespace vramd::fakes
+
+int main(int argc, char** argv) {
+  using namespace vramd::fakes;
+  auto options = parse_options(std::vector<std::string>(argv + 1, argv + argc));
+  if (!options) {
+    std::fprintf(stderr, "fake-gpu-server: %s\n", options.error().c_str());
+    std::fprintf(stderr,
+                 "usage: fake-gpu-server --kind K --port P [--host H] [--state FILE] [--gpu N]\n"
+                 "  [--model-bytes SIZE] [--model NAME] [--unloaded] [--na] [--self-report SIZE]\n"
+                 "  [--unload-delay DUR] [--partial PCT] [--ignore-unload] [--hang] [--http-500]\n"
+                 "  [--garbage] [--slow DUR] [--crash-on-unload] [--busy-for DUR] [--router]\n");
+    return 2;
+  }
+  boost::asio::io_context io;
+  FakeModel model(io, *options);
+  if (!options->start_unloaded) model.load(/*initial=*/true);
+
+  vramd::HttpLimits limits;
+  limits.read_timeout = std::chrono::seconds(3600);  // --slow and --hang outlast the default
+  limits.idle_timeout = std::chrono::seconds(3600);
+  vramd::HttpServer server(
+      io, [&model](vramd::HttpRequest req) { return handle(model, std::move(req)); }, limits);
+  std::string host = options->host.find(':') != std::string::npos ? "[" + options->host + "]"
+                                                                   : options->host;
+  auto st = server.listen_tcp(host + ":" + std::to_string(options->port));
+  if (!st) {
+    std::fprintf(stderr, "fake-gpu-server: %s\n", st.error().c_str());
+    model.release();
+    return 1;
+  }
+
+  boost::asio::signal_set signals(io, SIGTERM, SIGINT);
+  signals.async_wait([&](const boost::system::error_code&, int) {
+    model.release();
+    std::fflush(stdout);
+    ::_exit(0);
+  });
+  std::signal(SIGPIPE, SIG_IGN);
+
+  std::printf("ready %d\n", server.tcp_port());
+  std::fflush(stdout);
+  io.run();
+  model.release();
+  return 0;
+}

@@ -1,0 +1,135 @@
+// A fake GPU model server for tests: answers one server kind's HTTP API (the paths and shapes of
+// docs' service-apis reference) and holds "GPU memory" by putting its own pid into the test GPU's
+// state file (sim/fake_gpu_state.h), so that an unload shows up in the GPU's numbers.
+// Single-threaded: everything runs on one io_context, so nothing here needs a lock.
+#pragma once
+
+// GCC 12 needs <utility> before Boost's awaitable.hpp.
+#include <utility>
+
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/result.h"
+#include "core/units.h"
+#include "server/http_server.h"
+
+namespace vramd::fakes {
+
+// The command line (README.md lists every flag).
+struct Options {
+  std::string kind;
+  int port = 0;
+  std::string host = "127.0.0.1";
+  std::string state_path;  // default $FAKE_NVML_STATE
+  unsigned gpu = 0;
+  Bytes model_bytes = 16 * GiB;
+  std::string model;  // default per kind
+  bool start_unloaded = false;
+  bool na = false;                      // the process's "used" is null (N/A), as under WSL
+  std::optional<Bytes> self_report;     // what the server says about its own memory
+  Duration unload_delay{0};             // unload → memory leaves the state this much later
+  unsigned partial_pct = 100;           // share of the bytes an unload frees
+  bool ignore_unload = false;           // answer the unload, free nothing
+  bool hang = false;                    // accept connections, never answer
+  bool http_500 = false;                // every API path answers 500
+  bool garbage = false;                 // every API path answers invalid JSON / metrics
+  Duration slow{0};                     // every API answer delayed this much
+  bool crash_on_unload = false;         // free the process's memory and _exit(1) on unload
+  Duration busy_for{2000};              // a work request keeps it busy this long
+  bool router = false;                  // llamacpp: router mode (/models, /models/unload)
+};
+
+// Parses argv (without argv[0]). Error text is for people.
+Result<Options> parse_options(const std::vector<std::string>& args);
+// The model name a kind reports when --model is not given.
+std::string default_model(const std::string& kind);
+// Every kind the fake knows ("forge" is a1111's alias).
+const std::vector<std::string>& known_kinds();
+
+// The request split into what handlers need.
+struct Call {
+  std::string method;
+  std::string path;                          // without the query
+  std::map<std::string, std::string> query;  // decoded loosely (no %-escapes in our tests)
+  std::string body;
+  nlohmann::json json;  // the body parsed; discarded (is_discarded) when not JSON
+};
+Call make_call(const HttpRequest& req);
+
+// The model the server holds, its memory in the state file, and what tests can ask about it.
+class FakeModel {
+ public:
+  FakeModel(boost::asio::io_context& io, Options options);
+
+  const Options& options() const { return options_; }
+  bool loaded() const { return loaded_; }
+  // Bytes this process holds in the state file right now.
+  Bytes bytes_on_gpu() const { return bytes_on_gpu_; }
+  bool busy() const;
+  std::chrono::milliseconds busy_left() const;
+
+  // Puts the full model into the state (replacing what is there). Counts a reload unless `initial`.
+  void load(bool initial = false);
+  // The server's unload: from now on its API says unloaded; the memory leaves after
+  // --unload-delay (--partial: only part of it; --ignore-unload: none). With --crash-on-unload it
+  // frees the process's memory and _exits(1) here. Already unloaded: counted, nothing changes.
+  void unload(const std::string& body);
+  // A request that does work: loads the model when unloaded, then is busy for --busy-for.
+  void work();
+  void make_busy(std::chrono::milliseconds d);
+  // Takes the process off the state file (SIGTERM, exit).
+  void release();
+
+  // Counters for /fake/state.
+  void count_request() { ++requests_; }
+  nlohmann::json fake_state_json() const;
+  std::uint64_t work_count() const { return work_count_; }
+
+  // The GPU this server runs on, from the state file: name, uuid, total, used (0 when unreadable).
+  struct Gpu {
+    std::string name = "NVIDIA GeForce RTX 3090";
+    std::string uuid = "GPU-00000000-0000-0000-0000-000000000000";
+    Bytes total = 24 * GiB;
+    Bytes used = 0;
+  };
+  Gpu gpu() const;
+  // What the server reports about its own memory: --self-report, else `fallback`, when loaded.
+  Bytes self_report_or(Bytes fallback) const;
+
+ private:
+  void put_bytes(Bytes bytes);
+
+  boost::asio::io_context& io_;
+  Options options_;
+  int pid_;
+  bool loaded_ = false;
+  Bytes bytes_on_gpu_ = 0;
+  std::uint64_t generation_ = 0;  // a pending delayed unload applies only to its generation
+  std::chrono::steady_clock::time_point busy_until_{};
+  std::uint64_t unload_calls_ = 0;
+  std::uint64_t reload_calls_ = 0;
+  std::uint64_t requests_ = 0;
+  std::uint64_t work_count_ = 0;
+  nlohmann::json last_unload_body_;  // null until the first unload
+};
+
+// Response helpers, with the content types the real servers use.
+HttpResponse text_reply(unsigned status, const std::string& body,
+                        const std::string& content_type = "text/plain; charset=utf-8");
+HttpResponse json_reply(unsigned status, const nlohmann::json& body);
+HttpResponse empty_reply(unsigned status);
+
+// The kind's API: every path but /fake/*. Never blocks.
+HttpResponse handle_kind(FakeModel& model, const Call& call);
+// True for paths whose answers are Prometheus text (for --garbage).
+bool is_metrics_path(const std::string& path);
+
+}  // namespace vramd::fakes
