@@ -1,6 +1,9 @@
 // fake-gpu-server: one GPU model server's HTTP API, faked for tests (see README.md here).
 #include <unistd.h>
 
+// GCC 12 needs <utility> before Boost's awaitable.hpp.
+#include <utility>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/signal_set.hpp>
