@@ -146,13 +146,25 @@ constexpr std::string_view kDurationHint = "a duration like \"1s\" or \"300ms\""
 constexpr std::string_view kSizeHint = "a size like \"16GiB\" or \"512MiB\"";
 
 const std::vector<std::string> kTopKeys = {"daemon", "gpu", "services"};
-const std::vector<std::string> kDaemonKeys = {"listen", "state_dir",  "sample_interval",
-                                              "token",  "token_file", "docker_socket"};
+const std::vector<std::string> kDaemonKeys = {
+    "listen",     "state_dir",     "sample_interval", "token",
+    "token_file", "docker_socket", "probe_interval",  "events_retention"};
 const std::vector<std::string> kGpuKeys = {"backend", "baseline", "residual_tolerance"};
 const std::vector<std::string> kBackends = {"auto", "nvml", "nvidia-smi"};
 const std::vector<std::string> kServiceKeys = {
     "kind",  "url", "match", "unload_after_idle", "on_ineffective_unload", "group",        "pinned",
-    "start", "cwd", "env",   "start_timeout",     "health_failures",       "vram_estimate"};
+    "start", "cwd", "env",   "start_timeout",     "health_failures",       "vram_estimate",
+    "api_key", "api_key_env", "probe_timeout", "connect_timeout", "unload_timeout",
+    "unload_backoff", "sleep_level", "router", "models", "busy_url", "busy_json_pointer",
+    "busy_metric", "unload_method", "unload_url", "unload_body", "health_url"};
+// Keys that only one kind reads: setting them on another kind is a mistake worth reporting.
+const std::vector<std::pair<std::string, std::string>> kKindOnlyKeys = {
+    {"sleep_level", "vllm"},           {"router", "llamacpp"},
+    {"busy_url", "generic_http"},      {"busy_json_pointer", "generic_http"},
+    {"busy_metric", "generic_http"},   {"unload_method", "generic_http"},
+    {"unload_url", "generic_http"},    {"unload_body", "generic_http"},
+    {"health_url", "generic_http"}};
+const std::vector<std::string> kUnloadMethods = {"POST", "DELETE", "PUT"};
 const std::vector<std::string> kMatchKeys = {"cmdline", "container", "compose_service", "unit",
                                              "pid_file"};
 const std::vector<std::string> kIneffectiveActions = {"restart", "stop", "report"};
@@ -362,6 +374,21 @@ class ConfigParser {
         token_file = &node;
       } else if (k == "docker_socket") {
         if (auto s = string_value(node, field, /*allow_empty=*/false)) out.docker_socket = *s;
+      } else if (k == "probe_interval") {
+        if (auto d = duration_value(node, field)) {
+          if (*d < kMinSampleInterval) {
+            error(node.source().begin, field + ": must be at least 100ms, got " + describe(node));
+          } else {
+            out.probe_interval = *d;
+          }
+        }
+      } else if (k == "events_retention") {
+        const toml::value<int64_t>* v = node.as_integer();
+        if (!v || v->get() < 1) {
+          wrong_type(node, field, "a whole number, at least 1");
+        } else {
+          out.events_retention = v->get();
+        }
       } else {
         unknown_key(key, "[daemon]", kDaemonKeys);
       }
@@ -423,6 +450,7 @@ class ConfigParser {
     const std::string prefix = "services." + svc.name + ".";
     const std::string where = "[services." + svc.name + "]";
     const toml::node* url_node = nullptr;
+    std::map<std::string, const toml::node*> set_nodes;  // API keys seen, for the checks after
     bool has_kind = false;
     std::vector<std::string> suggested;  // a misspelt key is not also reported missing
     for (auto&& [key, node] : t) {
@@ -471,10 +499,11 @@ class ConfigParser {
         }
       } else if (k == "vram_estimate") {
         if (auto b = size_value(node, field)) svc.vram_estimate = *b;
-      } else {
+      } else if (!parse_api_key(k, node, field, svc, set_nodes)) {
         suggested.push_back(unknown_key(key, where, kServiceKeys));
       }
     }
+    check_api_keys(svc, where, set_nodes);
     auto was_suggested = [&](std::string_view k) {
       return std::find(suggested.begin(), suggested.end(), k) != suggested.end();
     };
@@ -485,6 +514,125 @@ class ConfigParser {
     if (!url_node && !was_suggested("url") && !svc.kind.empty() && svc.kind != "process") {
       error(t.source().begin, where + ": missing required key 'url' (kind \"" + svc.kind +
                                   "\" is reached over HTTP)");
+    }
+  }
+
+  // The keys that say how to talk to the service's API. False when `k` is not one of them.
+  bool parse_api_key(const std::string& k, const toml::node& node, const std::string& field,
+                     ServiceConfig& svc, std::map<std::string, const toml::node*>& set_nodes) {
+    if (k == "api_key") {
+      // The value never appears in a message: only its position and what was wrong.
+      if (!node.is_string()) {
+        error(node.source().begin, field + ": expected a string");
+      } else if (node.as_string()->get().empty()) {
+        error(node.source().begin, field + ": must not be empty");
+      } else {
+        svc.api_key = node.as_string()->get();
+      }
+    } else if (k == "api_key_env") {
+      if (auto s = string_value(node, field, /*allow_empty=*/false)) {
+        if (s->find('=') != std::string::npos) {
+          error(node.source().begin, field + ": '" + *s + "' is not an environment variable name");
+        } else {
+          svc.api_key_env = *s;
+        }
+      }
+    } else if (k == "probe_timeout") {
+      if (auto d = positive_duration(node, field)) svc.probe_timeout = *d;
+    } else if (k == "connect_timeout") {
+      if (auto d = positive_duration(node, field)) svc.connect_timeout = *d;
+    } else if (k == "unload_timeout") {
+      if (auto d = positive_duration(node, field)) svc.unload_timeout = *d;
+    } else if (k == "unload_backoff") {
+      if (auto d = duration_value(node, field)) svc.unload_backoff = *d;
+    } else if (k == "sleep_level") {
+      const toml::value<int64_t>* v = node.as_integer();
+      if (!v || (v->get() != 1 && v->get() != 2)) {
+        wrong_type(node, field, "1 or 2");
+      } else {
+        svc.sleep_level = static_cast<int>(v->get());
+      }
+    } else if (k == "router") {
+      if (auto b = bool_value(node, field)) svc.router = *b;
+    } else if (k == "models") {
+      const toml::array* a = node.as_array();
+      if (!a) {
+        wrong_type(node, field, "an array of model names");
+      } else {
+        std::vector<std::string> models;
+        for (size_t i = 0; i < a->size(); ++i) {
+          auto s = string_value(*a->get(i), field + "[" + std::to_string(i) + "]", false);
+          if (s) models.push_back(*s);
+        }
+        svc.models = std::move(models);
+      }
+    } else if (k == "busy_url" || k == "unload_url" || k == "health_url") {
+      if (auto s = string_value(node, field, /*allow_empty=*/false)) {
+        if (s->find("://") != std::string::npos) {
+          Result<HttpUrl> u = parse_http_url(s->substr(0, s->find('?')));
+          if (!u) {
+            error(node.source().begin, field + ": " + u.error() + " (got \"" + *s + "\")");
+            return true;
+          }
+        } else if (s->front() != '/') {
+          error(node.source().begin, field + ": expected an absolute URL or a path starting with "
+                                             "'/' (got \"" + *s + "\")");
+          return true;
+        }
+        (k == "busy_url" ? svc.busy_url : k == "unload_url" ? svc.unload_url : svc.health_url) =
+            *s;
+      }
+    } else if (k == "busy_json_pointer") {
+      if (auto s = string_value(node, field)) {
+        if (!s->empty() && s->front() != '/') {
+          error(node.source().begin, field + ": a JSON pointer is empty or starts with '/' (got \"" +
+                                         *s + "\")");
+        } else {
+          svc.busy_json_pointer = *s;
+        }
+      }
+    } else if (k == "busy_metric") {
+      if (auto s = string_value(node, field, /*allow_empty=*/false)) svc.busy_metric = *s;
+    } else if (k == "unload_method") {
+      if (auto s = enum_value(node, field, "method", kUnloadMethods)) svc.unload_method = *s;
+    } else if (k == "unload_body") {
+      if (auto s = string_value(node, field)) svc.unload_body = *s;
+    } else {
+      return false;
+    }
+    set_nodes[k] = &node;
+    return true;
+  }
+
+  void check_api_keys(const ServiceConfig& svc, const std::string& where,
+                      const std::map<std::string, const toml::node*>& set) {
+    auto at_key = [&](const std::string& k) { return set.at(k)->source().begin; };
+    if (set.count("api_key") && set.count("api_key_env")) {
+      error(at_key("api_key_env"), where + ": set api_key or api_key_env, not both");
+    }
+    if (!svc.kind.empty()) {
+      for (const auto& [k, kind] : kKindOnlyKeys) {
+        if (set.count(k) && svc.kind != kind) {
+          error(at_key(k), where + ": '" + k + "' applies only to kind \"" + kind + "\", not \"" +
+                               svc.kind + "\"");
+        }
+      }
+    }
+    if (set.count("busy_json_pointer") && set.count("busy_metric")) {
+      error(at_key("busy_metric"), where + ": set busy_json_pointer or busy_metric, not both");
+    }
+    for (const char* k : {"busy_json_pointer", "busy_metric"}) {
+      if (set.count(k) && !set.count("busy_url")) {
+        error(at_key(k), where + ": '" + k + "' needs busy_url");
+      }
+    }
+    if (set.count("busy_url") && !set.count("busy_json_pointer") && !set.count("busy_metric")) {
+      error(at_key("busy_url"), where + ": busy_url needs busy_json_pointer or busy_metric");
+    }
+    for (const char* k : {"unload_body", "unload_method"}) {
+      if (set.count(k) && !set.count("unload_url")) {
+        error(at_key(k), where + ": '" + k + "' needs unload_url");
+      }
     }
   }
 

@@ -43,6 +43,25 @@ struct ServiceConfig {
   Duration start_timeout = std::chrono::minutes(2);
   int health_failures = 5;
   std::optional<Bytes> vram_estimate;
+
+  // How vramd talks to the service's API (docs/adapters.md).
+  std::string api_key;      // sent as "Authorization: Bearer"; never logged or shown in errors
+  std::string api_key_env;  // name of an environment variable holding the key (read by adapters)
+  Duration probe_timeout = std::chrono::seconds(5);  // one probe, all its calls together
+  Duration connect_timeout = std::chrono::seconds(2);
+  std::optional<Duration> unload_timeout;  // nullopt: the adapter's default (20s; comfyui 30s)
+  Duration unload_backoff = std::chrono::minutes(10);
+  int sleep_level = 1;                 // vllm: POST /sleep?level=N, 1 or 2
+  std::optional<bool> router;          // llamacpp: nullopt = detect with GET /models
+  std::vector<std::string> models;     // models to unload/reload; empty: what the probe lists
+  // generic_http: URLs are absolute or paths relative to `url`.
+  std::string busy_url;
+  std::string busy_json_pointer;  // RFC 6901 into busy_url's JSON; truthy or > 0 = busy
+  std::string busy_metric;        // Prometheus metric at busy_url; sum > 0 = busy
+  std::string unload_method = "POST";  // POST | DELETE | PUT
+  std::string unload_url;
+  std::string unload_body;
+  std::string health_url;
 };
 
 struct DaemonConfig {
@@ -52,6 +71,8 @@ struct DaemonConfig {
   std::string token;
   std::string token_file;
   std::string docker_socket = "/var/run/docker.sock";
+  Duration probe_interval = std::chrono::seconds(2);  // how often each service is probed
+  std::int64_t events_retention = 10000;              // events kept in the store
 };
 
 // daemon.sample_interval may not be shorter than this.

@@ -402,5 +402,116 @@ TEST(Config, LoadReadsFile) {
   EXPECT_EQ(c->gpu.backend, "nvml");
 }
 
+TEST(Config, AdapterKeysParse) {
+  Result<Config> c = parse_config(R"toml(
+[daemon]
+probe_interval = "500ms"
+events_retention = 500
+
+[services.llm]
+kind = "vllm"
+url = "http://127.0.0.1:8000"
+api_key_env = "VLLM_KEY"
+probe_timeout = "300ms"
+connect_timeout = "1s"
+unload_timeout = "45s"
+unload_backoff = "0s"
+sleep_level = 2
+models = ["a", "b/c"]
+
+[services.cpp]
+kind = "llamacpp"
+url = "http://127.0.0.1:8080"
+router = true
+api_key = "s3cret"
+
+[services.g]
+kind = "generic_http"
+url = "http://127.0.0.1:9000"
+busy_url = "/status"
+busy_json_pointer = "/queue/running"
+unload_method = "DELETE"
+unload_url = "http://127.0.0.1:9001/models/x"
+unload_body = "{}"
+health_url = "/healthz"
+)toml",
+                                  "vramd.toml");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->daemon.probe_interval, std::chrono::milliseconds(500));
+  EXPECT_EQ(c->daemon.events_retention, 500);
+  const ServiceConfig& v = c->services[0];
+  EXPECT_EQ(v.api_key_env, "VLLM_KEY");
+  EXPECT_EQ(v.probe_timeout, std::chrono::milliseconds(300));
+  EXPECT_EQ(v.connect_timeout, std::chrono::seconds(1));
+  EXPECT_EQ(v.unload_timeout, std::chrono::seconds(45));
+  EXPECT_EQ(v.unload_backoff, std::chrono::seconds(0));
+  EXPECT_EQ(v.sleep_level, 2);
+  EXPECT_EQ(v.models, (std::vector<std::string>{"a", "b/c"}));
+  EXPECT_EQ(c->services[1].router, true);
+  EXPECT_EQ(c->services[1].api_key, "s3cret");
+  const ServiceConfig& g = c->services[2];
+  EXPECT_EQ(g.busy_url, "/status");
+  EXPECT_EQ(g.busy_json_pointer, "/queue/running");
+  EXPECT_EQ(g.unload_method, "DELETE");
+  EXPECT_EQ(g.unload_url, "http://127.0.0.1:9001/models/x");
+  EXPECT_EQ(g.unload_body, "{}");
+  EXPECT_EQ(g.health_url, "/healthz");
+}
+
+TEST(Config, AdapterKeyDefaults) {
+  Result<Config> c = parse_config("[services.x]\nkind = \"ollama\"\nurl = \"http://h:1\"\n", "f");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->daemon.probe_interval, std::chrono::seconds(2));
+  EXPECT_EQ(c->daemon.events_retention, 10000);
+  const ServiceConfig& s = c->services[0];
+  EXPECT_EQ(s.probe_timeout, std::chrono::seconds(5));
+  EXPECT_EQ(s.connect_timeout, std::chrono::seconds(2));
+  EXPECT_FALSE(s.unload_timeout.has_value());
+  EXPECT_EQ(s.unload_backoff, std::chrono::minutes(10));
+  EXPECT_EQ(s.sleep_level, 1);
+  EXPECT_FALSE(s.router.has_value());
+  EXPECT_EQ(s.unload_method, "POST");
+}
+
+TEST(Config, KindOnlyKeysRejectedElsewhere) {
+  EXPECT_EQ(error_of("[services.x]\nkind = \"ollama\"\nurl = \"http://h:1\"\nsleep_level = 2\n"),
+            "vramd.toml:4:15: [services.x]: 'sleep_level' applies only to kind \"vllm\", not "
+            "\"ollama\"");
+  EXPECT_EQ(error_of("[services.x]\nkind = \"vllm\"\nurl = \"http://h:1\"\nsleep_level = 3\n"),
+            "vramd.toml:4:15: services.x.sleep_level: expected 1 or 2, got 3");
+}
+
+TEST(Config, ApiKeyNeverInErrors) {
+  std::string e = error_of(
+      "[services.x]\nkind = \"ollama\"\nurl = \"http://h:1\"\napi_key = \"hunter2\"\n"
+      "api_key_env = \"K\"\n");
+  EXPECT_EQ(e, "vramd.toml:5:15: [services.x]: set api_key or api_key_env, not both");
+  EXPECT_EQ(e.find("hunter2"), std::string::npos);
+}
+
+TEST(Config, GenericHttpKeyDependencies) {
+  EXPECT_EQ(error_of("[services.x]\nkind = \"generic_http\"\nurl = \"http://h:1\"\n"
+                     "busy_metric = \"q\"\n"),
+            "vramd.toml:4:15: [services.x]: 'busy_metric' needs busy_url");
+  EXPECT_EQ(error_of("[services.x]\nkind = \"generic_http\"\nurl = \"http://h:1\"\n"
+                     "busy_url = \"status\"\nbusy_metric = \"q\"\n"),
+            "vramd.toml:4:12: services.x.busy_url: expected an absolute URL or a path starting "
+            "with '/' (got \"status\")");
+  EXPECT_EQ(error_of("[services.x]\nkind = \"generic_http\"\nurl = \"http://h:1\"\n"
+                     "unload_url = \"/u\"\nunload_method = \"GET\"\n"),
+            "vramd.toml:5:17: services.x.unload_method: unknown method 'GET' (expected POST or "
+            "DELETE or PUT)");
+  EXPECT_EQ(error_of("[services.x]\nkind = \"generic_http\"\nurl = \"http://h:1\"\n"
+                     "busy_url = \"/s\"\nbusy_json_pointer = \"busy\"\n"),
+            "vramd.toml:5:21: services.x.busy_json_pointer: a JSON pointer is empty or starts "
+            "with '/' (got \"busy\")");
+}
+
+TEST(Config, UnknownAdapterKeySuggests) {
+  EXPECT_EQ(error_of("[services.x]\nkind = \"ollama\"\nurl = \"http://h:1\"\nprobe_timout = \"1s\"\n"),
+            "vramd.toml:4:1: unknown key 'probe_timout' in [services.x]; did you mean "
+            "'probe_timeout'?");
+}
+
 }  // namespace
 }  // namespace vramd

@@ -21,8 +21,10 @@ class Adapter {
   virtual ~Adapter() = default;
   virtual std::string kind() const = 0;
 
-  // Busy or idle, queue depth, loaded models, self-reported memory. Never throws: an unreachable
-  // or garbage-answering server is a ServiceProbe with reachable = false and an error.
+  // Busy or idle, queue depth, loaded models, self-reported memory, within the service's
+  // probe_timeout. Never throws. A server that does not answer (refused, timeout) is
+  // reachable = false with an error; one that answers an error status or garbage is
+  // reachable = true with an error and busy = nullopt (never taken for idle).
   virtual boost::asio::awaitable<ServiceProbe> probe() = 0;
   // Asks the server to release its GPU memory without ending the process.
   virtual boost::asio::awaitable<UnloadCall> unload() = 0;

@@ -1,0 +1,53 @@
+// SGLang: busy from /metrics (needs --enable-metrics); release/resume memory occupation (needs
+// --enable-memory-saver). Releasing with requests in flight is unsafe: refused while busy.
+#include "services/http_adapter_base.h"
+#include "services/kinds.h"
+#include "services/parsers.h"
+
+namespace vramd {
+namespace {
+
+using boost::asio::awaitable;
+
+class SglangAdapter final : public HttpAdapter {
+ public:
+  using HttpAdapter::HttpAdapter;
+
+  awaitable<ServiceProbe> probe() override {
+    ServiceProbe p;
+    if (auto text = co_await probe_text("/metrics", probe_deadline(), p)) {
+      PromExposition e = parse_prometheus(*text);
+      p.busy = busy_from_metrics(e, {"sglang:num_running_reqs", "sglang:num_queue_reqs"});
+      if (std::optional<double> q = e.sum("sglang:num_queue_reqs")) {
+        p.queue_depth = static_cast<int>(*q);
+      }
+      if (!p.busy) add_error(p, "GET /metrics: no sglang:num_running_reqs (--enable-metrics?)");
+    }
+    co_return p;
+  }
+
+  awaitable<UnloadCall> unload() override {
+    ServiceProbe p = co_await probe();
+    if (p.busy.value_or(false)) {
+      co_return unload_call(UnloadCall::Result::failed,
+                           "busy: requests in flight (releasing memory now is unsafe)");
+    }
+    co_return co_await request("POST", "/release_memory_occupation", "{}");
+  }
+
+  bool can_wake() const override { return true; }
+  awaitable<UnloadCall> wake() override {
+    co_return co_await request("POST", "/resume_memory_occupation", "{}");
+  }
+
+  awaitable<HealthCheck> health() override { co_return co_await health_get("/health"); }
+};
+
+}  // namespace
+
+std::unique_ptr<Adapter> make_sglang_adapter(const ServiceConfig& c,
+                                             boost::asio::any_io_executor ex, std::string key) {
+  return std::make_unique<SglangAdapter>(c, std::move(ex), std::move(key));
+}
+
+}  // namespace vramd

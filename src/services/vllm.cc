@@ -1,0 +1,85 @@
+// vLLM: busy from /metrics; unload with sleep mode (POST /sleep?level=N), wake with /wake_up
+// (docs/adapters.md "vllm").
+#include "services/http_adapter_base.h"
+#include "services/kinds.h"
+#include "services/parsers.h"
+
+namespace vramd {
+namespace {
+
+using boost::asio::awaitable;
+
+constexpr const char* kNoSleepMode = "vLLM runs without --enable-sleep-mode / VLLM_SERVER_DEV_MODE=1";
+
+class VllmAdapter final : public HttpAdapter {
+ public:
+  using HttpAdapter::HttpAdapter;
+
+  awaitable<ServiceProbe> probe() override {
+    ServiceProbe p;
+    Deadline d = probe_deadline();
+    if (auto text = co_await probe_text("/metrics", d, p)) {
+      PromExposition e = parse_prometheus(*text);
+      // Summed over label sets: v0 {model_name}, v1 {engine, model_name}, one set per engine.
+      p.busy = busy_from_metrics(e, {"vllm:num_requests_running", "vllm:num_requests_waiting"});
+      if (std::optional<double> waiting = e.sum("vllm:num_requests_waiting")) {
+        p.queue_depth = static_cast<int>(*waiting);
+      }
+      if (!p.busy && !e.declared("vllm:num_requests_running")) {
+        add_error(p, "GET /metrics: no vllm:num_requests_running");
+      }
+    }
+    if (!p.reachable) co_return p;
+    // /is_sleeping exists only in sleep mode; a 404 there is not an error.
+    Result<HttpReply> r = co_await call("GET", "/is_sleeping", {}, d);
+    bool sleeping = false;
+    if (r && ok_status(r->status)) {
+      auto j = nlohmann::json::parse(r->body, nullptr, false);
+      sleeping = j.is_object() && j.value("is_sleeping", false);
+    }
+    if (sleeping) co_return p;  // nothing on the GPU to name
+    if (auto j = co_await probe_json("/v1/models", d, p)) {
+      if (j->is_object() && j->contains("data") && (*j)["data"].is_array()) {
+        for (const auto& m : (*j)["data"]) {
+          if (m.is_object() && m.contains("id") && m["id"].is_string()) {
+            p.models.push_back(m["id"].get<std::string>());
+          }
+        }
+      }
+    }
+    co_return p;
+  }
+
+  awaitable<UnloadCall> unload() override {
+    std::string path = "/sleep?level=" + std::to_string(config_.sleep_level);
+    UnloadCall out = co_await request("POST", path);
+    if (out.message.find("→ 404") != std::string::npos) {
+      out = unload_call(UnloadCall::Result::not_supported, std::string(kNoSleepMode) + " (" + out.message + ")");
+    }
+    co_return out;
+  }
+
+  bool can_wake() const override { return true; }
+  awaitable<UnloadCall> wake() override {
+    if (config_.sleep_level == 1) co_return co_await request("POST", "/wake_up");
+    // Level 2 dropped the weights: wake them, reload them from disk, then the KV cache.
+    UnloadCall w = co_await request("POST", "/wake_up?tags=weights");
+    if (w.result != UnloadCall::Result::requested) co_return w;
+    UnloadCall r = co_await request("POST", "/collective_rpc", R"({"method":"reload_weights"})");
+    if (r.result != UnloadCall::Result::requested) co_return r;
+    UnloadCall k = co_await request("POST", "/wake_up?tags=kv_cache");
+    k.message = w.message + "; " + r.message + "; " + k.message;
+    co_return k;
+  }
+
+  awaitable<HealthCheck> health() override { co_return co_await health_get("/health"); }
+};
+
+}  // namespace
+
+std::unique_ptr<Adapter> make_vllm_adapter(const ServiceConfig& c, boost::asio::any_io_executor ex,
+                                           std::string key) {
+  return std::make_unique<VllmAdapter>(c, std::move(ex), std::move(key));
+}
+
+}  // namespace vramd
