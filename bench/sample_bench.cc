@@ -72,9 +72,10 @@ Shape shape_of(int i, int pid, std::mt19937_64& rng) {
     case 2:
     case 3:
     case 4:  // a login session: shells, editors, tools
-      return {"bash",
-              argv({"/bin/bash", "-c", fmt::format("while sleep 60; do date >> /tmp/log{}; done", i)}),
-              "0::/user.slice/user-1000.slice/session-3.scope\n"};
+      return {
+          "bash",
+          argv({"/bin/bash", "-c", fmt::format("while sleep 60; do date >> /tmp/log{}; done", i)}),
+          "0::/user.slice/user-1000.slice/session-3.scope\n"};
     case 5:
     case 6:  // systemd services
       return {fmt::format("svc{}", i % 40),
@@ -82,12 +83,10 @@ Shape shape_of(int i, int pid, std::mt19937_64& rng) {
                     fmt::format("/etc/svc{}.conf", i % 40)}),
               fmt::format("0::/system.slice/svc{}.service\n", i % 40)};
     case 7:  // Docker (systemd driver): 20 containers
-      return {"node",
-              argv({"node", "/app/server.js", "--port", std::to_string(3000 + i % 20)}),
+      return {"node", argv({"node", "/app/server.js", "--port", std::to_string(3000 + i % 20)}),
               fmt::format("0::/system.slice/docker-{}.scope\n", hex64(rng))};
     case 8:  // Kubernetes pods (containerd, not asked of the Docker socket)
-      return {"python",
-              argv({"python", "-m", "worker", "--queue", fmt::format("q{}", i % 7)}),
+      return {"python", argv({"python", "-m", "worker", "--queue", fmt::format("q{}", i % 7)}),
               fmt::format("0::/kubepods.slice/kubepods-burstable.slice/"
                           "kubepods-burstable-pod{:08x}_1234_5678_9abc_def012345678.slice/"
                           "cri-containerd-{}.scope\n",
