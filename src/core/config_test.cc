@@ -508,9 +508,10 @@ TEST(Config, GenericHttpKeyDependencies) {
 }
 
 TEST(Config, UnknownAdapterKeySuggests) {
-  EXPECT_EQ(error_of("[services.x]\nkind = \"ollama\"\nurl = \"http://h:1\"\nprobe_timout = \"1s\"\n"),
-            "vramd.toml:4:1: unknown key 'probe_timout' in [services.x]; did you mean "
-            "'probe_timeout'?");
+  EXPECT_EQ(
+      error_of("[services.x]\nkind = \"ollama\"\nurl = \"http://h:1\"\nprobe_timout = \"1s\"\n"),
+      "vramd.toml:4:1: unknown key 'probe_timout' in [services.x]; did you mean "
+      "'probe_timeout'?");
 }
 
 }  // namespace

@@ -17,13 +17,20 @@ boost::asio::awaitable<UnloadCall> Adapter::wake() {
 Result<std::unique_ptr<Adapter>> make_adapter(const ServiceConfig& service,
                                               boost::asio::any_io_executor executor) {
   static const std::map<std::string, AdapterFactory> factories = {
-      {"comfyui", make_comfyui_adapter},   {"ollama", make_ollama_adapter},
-      {"vllm", make_vllm_adapter},         {"sglang", make_sglang_adapter},
-      {"a1111", make_a1111_adapter},       {"forge", make_a1111_adapter},
-      {"textgen", make_textgen_adapter},   {"tabbyapi", make_tabbyapi_adapter},
-      {"llamacpp", make_llamacpp_adapter}, {"triton", make_triton_adapter},
-      {"localai", make_localai_adapter},   {"speaches", make_speaches_adapter},
-      {"generic_http", make_generic_http_adapter}, {"process", make_process_adapter}};
+      {"comfyui", make_comfyui_adapter},
+      {"ollama", make_ollama_adapter},
+      {"vllm", make_vllm_adapter},
+      {"sglang", make_sglang_adapter},
+      {"a1111", make_a1111_adapter},
+      {"forge", make_a1111_adapter},
+      {"textgen", make_textgen_adapter},
+      {"tabbyapi", make_tabbyapi_adapter},
+      {"llamacpp", make_llamacpp_adapter},
+      {"triton", make_triton_adapter},
+      {"localai", make_localai_adapter},
+      {"speaches", make_speaches_adapter},
+      {"generic_http", make_generic_http_adapter},
+      {"process", make_process_adapter}};
   auto it = factories.find(service.kind);
   if (it == factories.end()) {
     return make_error("service " + service.name + ": unknown kind '" + service.kind + "'");

@@ -2,10 +2,10 @@
 // answering the paths and shapes of the real one, holding "GPU memory" in the fake GPU state.
 #include <utility>
 
+#include <gtest/gtest.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
-#include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
@@ -45,7 +45,8 @@ template <typename T>
 T run_sync(std::function<asio::awaitable<T>(asio::io_context&)> f) {
   asio::io_context io;
   std::optional<T> out;
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> { out = co_await f(io); }, asio::detached);
+  asio::co_spawn(
+      io, [&]() -> asio::awaitable<void> { out = co_await f(io); }, asio::detached);
   io.run();
   return std::move(*out);
 }
@@ -54,11 +55,12 @@ class FakeServer {
  public:
   FakeServer(const std::string& kind, std::vector<std::string> extra = {}) : kind_(kind) {
     state_ = dir_.file("gpu.json");
-    (void)write_fake_gpu_state(state_, make_fake_gpu_state({{"NVIDIA GeForce RTX 3090", 24 * GiB}}));
+    (void)write_fake_gpu_state(state_,
+                               make_fake_gpu_state({{"NVIDIA GeForce RTX 3090", 24 * GiB}}));
     port_ = testing::free_port();
-    std::vector<std::string> argv = {fake_server_binary(), "--kind",  kind, "--port",
-                                     std::to_string(port_), "--state", state_,
-                                     "--model-bytes", "4GiB"};
+    std::vector<std::string> argv = {
+        fake_server_binary(), "--kind", kind, "--port", std::to_string(port_), "--state", state_,
+        "--model-bytes",      "4GiB"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     child_ = std::make_unique<testing::Child>(argv, std::vector<std::string>{}, dir_.file("log"));
     ready_ = testing::eventually([&] {
@@ -75,9 +77,8 @@ class FakeServer {
   Result<HttpReply> http(std::string_view method, const std::string& path, std::string body = {}) {
     std::string u = url() + path;
     std::string m(method);
-    return run_sync<Result<HttpReply>>([&](asio::io_context& io) {
-      return http_call(io.get_executor(), m, u, body);
-    });
+    return run_sync<Result<HttpReply>>(
+        [&](asio::io_context& io) { return http_call(io.get_executor(), m, u, body); });
   }
   json fake_state() {
     Result<HttpReply> r = http("GET", "/fake/state");
@@ -141,13 +142,12 @@ HealthCheck health_once(const ServiceConfig& c) {
   });
 }
 
-#define SKIP_WITHOUT_FAKE()                                                          \
+#define SKIP_WITHOUT_FAKE() \
   if (fake_server_binary().empty()) GTEST_SKIP() << "build/fake-gpu-server not built"
 
-const std::vector<std::string> kHttpKinds = {"comfyui",  "ollama",   "vllm",     "sglang",
-                                             "a1111",    "forge",    "textgen",  "tabbyapi",
-                                             "llamacpp", "triton",   "localai",  "speaches",
-                                             "generic_http"};
+const std::vector<std::string> kHttpKinds = {
+    "comfyui",  "ollama",   "vllm",   "sglang",  "a1111",    "forge",       "textgen",
+    "tabbyapi", "llamacpp", "triton", "localai", "speaches", "generic_http"};
 // Kinds whose server says busy or idle; the others have no busy call (busy stays unknown).
 bool has_busy_call(const std::string& k) {
   return k != "ollama" && k != "textgen" && k != "tabbyapi" && k != "speaches";
@@ -182,8 +182,8 @@ TEST_P(AdapterKind, ProbeIdleThenBusyAfterWork) {
 TEST_P(AdapterKind, UnloadFreesTheFakesMemory) {
   SKIP_WITHOUT_FAKE();
   const std::string kind = GetParam();
-  FakeServer fake(kind, kind == "llamacpp" ? std::vector<std::string>{"--router"}
-                                           : std::vector<std::string>{});
+  FakeServer fake(
+      kind, kind == "llamacpp" ? std::vector<std::string>{"--router"} : std::vector<std::string>{});
   ASSERT_TRUE(fake.ready());
   ServiceConfig c = config_for(kind, fake.url());
   EXPECT_EQ(fake.gpu_used(), 4 * GiB);
@@ -236,14 +236,20 @@ TEST_P(AdapterKind, HungServerTimesOutWithoutDelayingAnother) {
   std::optional<ServiceProbe> hp, fp;
   Clock::duration hung_took{}, fine_took{};
   Clock::time_point start = Clock::now();
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    hp = co_await ha->probe();
-    hung_took = Clock::now() - start;
-  }, asio::detached);
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    fp = co_await fa->probe();
-    fine_took = Clock::now() - start;
-  }, asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        hp = co_await ha->probe();
+        hung_took = Clock::now() - start;
+      },
+      asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        fp = co_await fa->probe();
+        fine_took = Clock::now() - start;
+      },
+      asio::detached);
   io.run();
   ASSERT_TRUE(hp && fp);
   EXPECT_FALSE(hp->reachable);
@@ -300,11 +306,14 @@ TEST(Adapters, VllmSleepLevelAndWake) {
   std::unique_ptr<Adapter> a1 = adapter_for(c1, io);
   std::optional<UnloadCall> u, w;
   std::optional<ServiceProbe> asleep;
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    u = co_await a->unload();
-    asleep = co_await a->probe();
-    w = co_await a1->wake();
-  }, asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        u = co_await a->unload();
+        asleep = co_await a->probe();
+        w = co_await a1->wake();
+      },
+      asio::detached);
   io.run();
   EXPECT_EQ(u->result, UnloadCall::Result::requested) << u->message;
   EXPECT_NE(u->message.find("/sleep?level=2"), std::string::npos);
@@ -378,8 +387,8 @@ TEST(Adapters, HttpsRefused) {
 }
 
 TEST(Adapters, ConnectionRefusedIsUnreachable) {
-  ServiceProbe p = probe_once(config_for("comfyui", "http://127.0.0.1:" +
-                                                        std::to_string(testing::free_port())));
+  ServiceProbe p =
+      probe_once(config_for("comfyui", "http://127.0.0.1:" + std::to_string(testing::free_port())));
   EXPECT_FALSE(p.reachable);
   EXPECT_NE(p.error.find("GET /queue: connect: "), std::string::npos) << p.error;
 }

@@ -42,7 +42,7 @@ class GenericHttpAdapter final : public HttpAdapter {
   awaitable<UnloadCall> unload() override {
     if (config_.unload_url.empty()) {
       co_return unload_call(UnloadCall::Result::not_supported,
-                           "no unload_url configured: stopping the process frees its memory");
+                            "no unload_url configured: stopping the process frees its memory");
     }
     co_return co_await request(config_.unload_method, config_.unload_url, config_.unload_body);
   }

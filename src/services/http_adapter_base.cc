@@ -18,8 +18,8 @@ Duration HttpAdapter::unload_call_timeout() const {
 }
 
 boost::asio::awaitable<Result<HttpReply>> HttpAdapter::call(std::string_view method,
-                                                            std::string_view path,
-                                                            std::string body, Deadline deadline) {
+                                                            std::string_view path, std::string body,
+                                                            Deadline deadline) {
   Duration left = deadline.left();
   if (left.count() <= 0) co_return make_error("timed out before the request was sent");
   HttpOptions options;
@@ -64,8 +64,9 @@ boost::asio::awaitable<std::optional<std::string>> HttpAdapter::probe_text(std::
   co_return std::move(r->body);
 }
 
-boost::asio::awaitable<std::optional<nlohmann::json>> HttpAdapter::probe_json(
-    std::string_view path, Deadline deadline, ServiceProbe& probe) {
+boost::asio::awaitable<std::optional<nlohmann::json>> HttpAdapter::probe_json(std::string_view path,
+                                                                              Deadline deadline,
+                                                                              ServiceProbe& probe) {
   std::optional<std::string> body = co_await probe_text(path, deadline, probe);
   if (!body) co_return std::nullopt;
   nlohmann::json j = nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false);
@@ -80,8 +81,8 @@ boost::asio::awaitable<UnloadCall> HttpAdapter::request(std::string_view method,
                                                         std::string_view path, std::string body) {
   Result<HttpReply> r = co_await call(method, path, std::move(body), unload_deadline());
   UnloadCall out;
-  out.result = r && ok_status(r->status) ? UnloadCall::Result::requested
-                                         : UnloadCall::Result::failed;
+  out.result =
+      r && ok_status(r->status) ? UnloadCall::Result::requested : UnloadCall::Result::failed;
   out.message = describe(method, path, r);
   co_return out;
 }

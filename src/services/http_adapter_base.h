@@ -63,10 +63,11 @@ class HttpAdapter : public Adapter {
                                              std::string body = {});
   // One request per model (unload or reload several): requested when every answer is 2xx, or a
   // status in `also_ok` (speaches' 404 "not loaded"). The message lists each call.
-  boost::asio::awaitable<UnloadCall> request_each(
-      std::string_view method, const std::vector<std::string>& models,
-      std::string (*path_for)(const std::string&), std::string (*body_for)(const std::string&),
-      std::vector<unsigned> also_ok = {});
+  boost::asio::awaitable<UnloadCall> request_each(std::string_view method,
+                                                  const std::vector<std::string>& models,
+                                                  std::string (*path_for)(const std::string&),
+                                                  std::string (*body_for)(const std::string&),
+                                                  std::vector<unsigned> also_ok = {});
   // GET `path`; healthy on 2xx.
   boost::asio::awaitable<HealthCheck> health_get(std::string_view path);
 

@@ -18,7 +18,7 @@
 namespace vramd {
 
 struct HttpReply {
-  unsigned status = 0;       // 200, 404, ...
+  unsigned status = 0;  // 200, 404, ...
   std::string body;
   std::string content_type;  // as sent, "" when absent
 };

@@ -1,5 +1,6 @@
 #include "services/http_client.h"
 
+#include <gtest/gtest.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -7,7 +8,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
-#include <gtest/gtest.h>
 
 #include <optional>
 
@@ -61,11 +61,14 @@ std::pair<Result<HttpReply>, Clock::duration> run_call(asio::io_context& io, F c
   std::optional<Result<HttpReply>> out;
   Clock::time_point start = Clock::now();
   Clock::duration took{};
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    out = co_await call();
-    took = Clock::now() - start;
-    io.stop();
-  }, asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        out = co_await call();
+        took = Clock::now() - start;
+        io.stop();
+      },
+      asio::detached);
   io.restart();
   io.run();
   return {std::move(*out), took};
@@ -99,16 +102,22 @@ TEST(HttpClient, HungServerTimesOutWithoutDelayingOthers) {
   Clock::duration slow_took{}, fast_took{};
   Clock::time_point start = Clock::now();
   int done = 0;
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    slow = co_await http_call(io.get_executor(), "GET", hung.url() + "/queue", {}, options);
-    slow_took = Clock::now() - start;
-    if (++done == 2) io.stop();
-  }, asio::detached);
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    fast = co_await http_call(io.get_executor(), "GET", fine.url() + "/queue", {}, options);
-    fast_took = Clock::now() - start;
-    if (++done == 2) io.stop();
-  }, asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        slow = co_await http_call(io.get_executor(), "GET", hung.url() + "/queue", {}, options);
+        slow_took = Clock::now() - start;
+        if (++done == 2) io.stop();
+      },
+      asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        fast = co_await http_call(io.get_executor(), "GET", fine.url() + "/queue", {}, options);
+        fast_took = Clock::now() - start;
+        if (++done == 2) io.stop();
+      },
+      asio::detached);
   io.run();
   ASSERT_TRUE(slow && fast);
   ASSERT_FALSE(slow->ok());
@@ -135,9 +144,8 @@ TEST(HttpClient, ConnectionRefused) {
 
 TEST(HttpClient, HttpsRefusedClearly) {
   asio::io_context io;
-  auto [r, took] = run_call(io, [&] {
-    return http_call(io.get_executor(), "GET", "https://127.0.0.1:8443/health");
-  });
+  auto [r, took] = run_call(
+      io, [&] { return http_call(io.get_executor(), "GET", "https://127.0.0.1:8443/health"); });
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error(), "https is not supported; put the service behind http on localhost");
 }
@@ -146,9 +154,8 @@ TEST(HttpClient, BearerTokenNeverInErrors) {
   asio::io_context io;
   HttpOptions options;
   options.bearer_token = "sekrit";
-  auto [r, took] = run_call(io, [&] {
-    return http_call(io.get_executor(), "GET", "http://127.0.0.1:1/", {}, options);
-  });
+  auto [r, took] = run_call(
+      io, [&] { return http_call(io.get_executor(), "GET", "http://127.0.0.1:1/", {}, options); });
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().find("sekrit"), std::string::npos);
 }

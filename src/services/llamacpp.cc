@@ -53,8 +53,8 @@ class LlamaCppAdapter final : public HttpAdapter {
     if (router_.value_or(true)) listed = co_await list_models(unload_deadline(), p);
     if (!router_.value_or(false)) {
       co_return unload_call(UnloadCall::Result::not_supported,
-                           "plain llama-server has no unload: stopping the process frees its "
-                           "memory (router mode has POST /models/unload)");
+                            "plain llama-server has no unload: stopping the process frees its "
+                            "memory (router mode has POST /models/unload)");
     }
     if (models.empty()) {
       if (!listed) co_return unload_call(UnloadCall::Result::failed, "listing models: " + p.error);
@@ -92,10 +92,12 @@ class LlamaCppAdapter final : public HttpAdapter {
     }
     json j = json::parse(r->body, nullptr, false);
     if (!router_) {
-      const json* list = j.is_array() ? &j : (j.is_object() && j.contains("data") ? &j["data"] : nullptr);
+      const json* list =
+          j.is_array() ? &j : (j.is_object() && j.contains("data") ? &j["data"] : nullptr);
       bool has_status = false;
       if (list && list->is_array()) {
-        for (const json& m : *list) has_status = has_status || (m.is_object() && m.contains("status"));
+        for (const json& m : *list)
+          has_status = has_status || (m.is_object() && m.contains("status"));
       }
       router_ = has_status;
       if (!has_status) co_return std::nullopt;

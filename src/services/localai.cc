@@ -58,7 +58,7 @@ class LocalAiAdapter final : public HttpAdapter {
   awaitable<UnloadCall> unload() override {
     if (config_.models.empty()) {
       co_return unload_call(UnloadCall::Result::not_supported,
-                           "LocalAI needs the model names: set `models` for this service");
+                            "LocalAI needs the model names: set `models` for this service");
     }
     co_return co_await request_each("POST", config_.models, shutdown_path, model_body);
   }

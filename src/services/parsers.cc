@@ -48,7 +48,8 @@ Result<ComfyStats> parse_comfyui_system_stats(const json& j) {
   }
   ComfyStats out;
   if (!devices->empty()) {
-    if (const json* t = member((*devices)[0], "torch_vram_total")) out.torch_vram_total = bytes_of(*t);
+    if (const json* t = member((*devices)[0], "torch_vram_total"))
+      out.torch_vram_total = bytes_of(*t);
   }
   if (const json* r = member(*system, "ram_total")) out.ram_total = bytes_of(*r);
   if (const json* v = member(*system, "comfyui_version"); v && v->is_string()) {

@@ -30,13 +30,15 @@ TEST(ComfyUiParse, QueueBusyAndIdle) {
 }
 
 TEST(ComfyUiParse, SystemStatsOldMiddleNew) {
-  Result<ComfyStats> old_format = parse_comfyui_system_stats(fixture("comfyui-system-stats-old.json"));
+  Result<ComfyStats> old_format =
+      parse_comfyui_system_stats(fixture("comfyui-system-stats-old.json"));
   ASSERT_TRUE(old_format.ok()) << old_format.error();
   EXPECT_EQ(old_format->torch_vram_total, Bytes{104857600});
   EXPECT_EQ(old_format->ram_total, std::nullopt);
   EXPECT_EQ(old_format->version, "");
 
-  Result<ComfyStats> middle = parse_comfyui_system_stats(fixture("comfyui-system-stats-middle.json"));
+  Result<ComfyStats> middle =
+      parse_comfyui_system_stats(fixture("comfyui-system-stats-middle.json"));
   ASSERT_TRUE(middle.ok());
   EXPECT_EQ(middle->torch_vram_total, Bytes{67108864});
   EXPECT_EQ(middle->ram_total, Bytes{67108864000});

@@ -19,7 +19,7 @@ class ProcessAdapter final : public Adapter {
   }
   awaitable<UnloadCall> unload() override {
     co_return unload_call(UnloadCall::Result::not_supported,
-                         "no API: stopping the process frees its memory");
+                          "no API: stopping the process frees its memory");
   }
   awaitable<HealthCheck> health() override { co_return HealthCheck{true, "no health check"}; }
   Duration unload_timeout() const override {

@@ -11,7 +11,9 @@ namespace {
 bool is_name_start(char c) {
   return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':';
 }
-bool is_name_char(char c) { return is_name_start(c) || std::isdigit(static_cast<unsigned char>(c)); }
+bool is_name_char(char c) {
+  return is_name_start(c) || std::isdigit(static_cast<unsigned char>(c));
+}
 
 void skip_blanks(std::string_view s, size_t& i) {
   while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;

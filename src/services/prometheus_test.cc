@@ -65,8 +65,7 @@ TEST(Prometheus, VllmV0ModelNameLabel) {
   EXPECT_EQ(e.skipped_lines, 0);
   EXPECT_EQ(e.sum("vllm:num_requests_running"), 0.0);
   EXPECT_EQ(e.sum("vllm:num_requests_waiting"), 2.0);
-  EXPECT_EQ(busy_from_metrics(e, {"vllm:num_requests_running", "vllm:num_requests_waiting"}),
-            true);
+  EXPECT_EQ(busy_from_metrics(e, {"vllm:num_requests_running", "vllm:num_requests_waiting"}), true);
   EXPECT_DOUBLE_EQ(*e.sum("process_max_fds"), 1048576);
 }
 

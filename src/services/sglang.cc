@@ -30,7 +30,7 @@ class SglangAdapter final : public HttpAdapter {
     ServiceProbe p = co_await probe();
     if (p.busy.value_or(false)) {
       co_return unload_call(UnloadCall::Result::failed,
-                           "busy: requests in flight (releasing memory now is unsafe)");
+                            "busy: requests in flight (releasing memory now is unsafe)");
     }
     co_return co_await request("POST", "/release_memory_occupation", "{}");
   }

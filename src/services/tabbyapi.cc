@@ -46,7 +46,7 @@ class TabbyAdapter final : public HttpAdapter {
     ServiceProbe p = co_await probe();
     if (p.busy.value_or(false)) {
       co_return unload_call(UnloadCall::Result::failed,
-                           "busy: TabbyAPI cancels jobs in flight on unload");
+                            "busy: TabbyAPI cancels jobs in flight on unload");
     }
     co_return co_await request("POST", "/v1/model/unload");
   }
@@ -55,10 +55,9 @@ class TabbyAdapter final : public HttpAdapter {
   awaitable<UnloadCall> wake() override {
     if (last_model_.empty()) {
       co_return unload_call(UnloadCall::Result::failed,
-                           "no model to load: none seen loaded and `models` not set");
+                            "no model to load: none seen loaded and `models` not set");
     }
-    co_return co_await request("POST", "/v1/model/load",
-                               model_name_body(last_model_));
+    co_return co_await request("POST", "/v1/model/load", model_name_body(last_model_));
   }
 
   awaitable<HealthCheck> health() override {

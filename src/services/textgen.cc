@@ -38,10 +38,9 @@ class TextgenAdapter final : public HttpAdapter {
   awaitable<UnloadCall> wake() override {
     if (last_model_.empty()) {
       co_return unload_call(UnloadCall::Result::failed,
-                           "no model to load: none seen loaded and `models` not set");
+                            "no model to load: none seen loaded and `models` not set");
     }
-    co_return co_await request("POST", "/v1/internal/model/load",
-                               model_name_body(last_model_));
+    co_return co_await request("POST", "/v1/internal/model/load", model_name_body(last_model_));
   }
 
   awaitable<HealthCheck> health() override { co_return co_await health_get("/v1/internal/health"); }

@@ -9,7 +9,8 @@ namespace {
 
 using boost::asio::awaitable;
 
-constexpr const char* kNoSleepMode = "vLLM runs without --enable-sleep-mode / VLLM_SERVER_DEV_MODE=1";
+constexpr const char* kNoSleepMode =
+    "vLLM runs without --enable-sleep-mode / VLLM_SERVER_DEV_MODE=1";
 
 class VllmAdapter final : public HttpAdapter {
  public:
@@ -54,7 +55,8 @@ class VllmAdapter final : public HttpAdapter {
     std::string path = "/sleep?level=" + std::to_string(config_.sleep_level);
     UnloadCall out = co_await request("POST", path);
     if (out.message.find("→ 404") != std::string::npos) {
-      out = unload_call(UnloadCall::Result::not_supported, std::string(kNoSleepMode) + " (" + out.message + ")");
+      out = unload_call(UnloadCall::Result::not_supported,
+                        std::string(kNoSleepMode) + " (" + out.message + ")");
     }
     co_return out;
   }
