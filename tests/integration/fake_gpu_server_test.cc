@@ -109,10 +109,10 @@ TEST(FakeGpuServer, ComfyuiHoldsItsBytesAndFreeReleasesThem) {
   EXPECT_EQ(fake["last_unload_body"]["unload_models"], true);
 
   // A prompt brings the model back and keeps the queue running for --busy-for.
-  r = s.call("POST", "/prompt", R"({"prompt":{"3":{"class_type":"KSampler"}}})");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200u);
-  EXPECT_TRUE(json::parse(r->body).contains("prompt_id"));
+  auto r1 = s.call("POST", "/prompt", R"({"prompt":{"3":{"class_type":"KSampler"}}})");
+  ASSERT_TRUE(r1);
+  EXPECT_EQ(r1->status, 200u);
+  EXPECT_TRUE(json::parse(r1->body).contains("prompt_id"));
   EXPECT_EQ(s.listed_bytes(), static_cast<long long>(4 * GiB));
   EXPECT_EQ(s.get_json("/queue")["queue_running"].size(), 1u);
   EXPECT_EQ(s.get_json("/prompt")["exec_info"]["queue_remaining"], 1);
@@ -150,12 +150,12 @@ TEST(FakeGpuServer, OllamaKeepAliveZeroUnloadsAfterTheDelay) {
   EXPECT_TRUE(s.get_json("/api/ps")["models"].empty());
 
   // Unloading again answers the same and changes nothing; a prompt loads it back.
-  r = s.call("POST", "/api/chat", R"({"model":"llama3.2","messages":[],"keep_alive":0})");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(json::parse(r->body)["done_reason"], "unload");
-  r = s.call("POST", "/api/generate", R"({"model":"llama3.2","prompt":"hi","stream":false})");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(json::parse(r->body)["done"], true);
+  auto r2 = s.call("POST", "/api/chat", R"({"model":"llama3.2","messages":[],"keep_alive":0})");
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(json::parse(r2->body)["done_reason"], "unload");
+  auto r3 = s.call("POST", "/api/generate", R"({"model":"llama3.2","prompt":"hi","stream":false})");
+  ASSERT_TRUE(r3);
+  EXPECT_EQ(json::parse(r3->body)["done"], true);
   EXPECT_EQ(s.listed_bytes(), static_cast<long long>(2 * GiB));
   EXPECT_EQ(s.get_json("/fake/state")["busy"], true);
   EXPECT_EQ(s.call("GET", "/")->body, "Ollama is running");
