@@ -18,7 +18,7 @@ namespace http = beast::http;
 namespace {
 
 template <typename Stream>
-Result<HttpReply> exchange(asio::io_context& io, Stream& stream, const std::string& host,
+Result<DaemonReply> exchange(asio::io_context& io, Stream& stream, const std::string& host,
                            const std::string& method, const std::string& target,
                            const std::string& body, const std::string& token) {
   http::request<http::string_body> req{http::string_to_verb(method), target, 11};
@@ -39,12 +39,12 @@ Result<HttpReply> exchange(asio::io_context& io, Stream& stream, const std::stri
   });
   io.run();
   if (ec) return make_error(ec == beast::error::timeout ? "timed out" : ec.message());
-  return HttpReply{res.result_int(), std::move(res.body())};
+  return DaemonReply{res.result_int(), std::move(res.body())};
 }
 
 }  // namespace
 
-Result<HttpReply> http_request(const DaemonAddress& addr, const std::string& method,
+Result<DaemonReply> http_request(const DaemonAddress& addr, const std::string& method,
                                const std::string& target, const std::string& body,
                                int timeout_ms, const std::string& token) {
   asio::io_context io;

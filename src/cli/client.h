@@ -7,7 +7,7 @@
 
 namespace vramd {
 
-struct HttpReply {
+struct DaemonReply {
   unsigned status = 0;
   std::string body;
 };
@@ -18,7 +18,7 @@ struct DaemonAddress {
 };
 
 // Errors are transport failures (refused, no such socket, timeout): the daemon is unreachable.
-Result<HttpReply> http_request(const DaemonAddress& addr, const std::string& method,
+Result<DaemonReply> http_request(const DaemonAddress& addr, const std::string& method,
                                const std::string& target, const std::string& body = "",
                                int timeout_ms = 5000, const std::string& token = "");
 

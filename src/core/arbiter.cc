@@ -8,14 +8,51 @@
 
 namespace vramd {
 
-Arbiter::Arbiter(Config config) : config_(std::move(config)), resolver_(config_.services) {}
-
-HostScanRequest Arbiter::scan_request() const {
-  return {resolver_.ports_wanted(), resolver_.pid_files_wanted()};
+Arbiter::Arbiter(Config config) : config_(std::move(config)), resolver_(config_.services) {
+  for (const auto& svc : config_.services) {
+    ServiceStatus st;
+    st.name = svc.name;
+    st.kind = svc.kind;
+    st.url = svc.url;
+    st.unload_after_idle = svc.unload_after_idle;
+    if (!svc.match.container.empty()) st.can_restart = "container";
+    else if (!svc.match.unit.empty()) st.can_restart = "unit";
+    services_[svc.name] = std::move(st);
+  }
 }
 
+HostScanRequest Arbiter::scan_request() const {
+  HostScanRequest r;
+  r.ports = resolver_.ports_wanted();
+  r.pid_files = resolver_.pid_files_wanted();
+  return r;
+}
+
+namespace {
+template <class... Ts>
+struct overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+overloaded(Ts...) -> overloaded<Ts...>;
+}  // namespace
+
 std::vector<Action> Arbiter::handle(const Event& event, TimePoint now) {
-  return std::visit([&](const auto& e) { return on_sample(e, now); }, event);
+  std::vector<Action> actions = std::visit(
+      overloaded{[&](const SampleTaken& e) { return on_sample(e, now); },
+                 [&](const ProbeDone& e) { return on_probe(e, now); },
+                 [&](const UnloadRequested& e) { return on_unload_requested(e, now); },
+                 [&](const UnloadCallDone& e) { return on_unload_call_done(e, now); },
+                 [&](const LifecycleDone& e) { return on_lifecycle_done(e, now); },
+                 [&](const Tick& e) { return on_tick(e, now); }},
+      event);
+  // Fast sampling while any unload is being verified.
+  bool want_fast = !unloads_.empty();
+  if (want_fast != fast_sampling_on_) {
+    fast_sampling_on_ = want_fast;
+    actions.push_back(SetFastSampling{want_fast});
+  }
+  return actions;
 }
 
 HistoryView Arbiter::history(unsigned gpu, TimePoint now, Duration window,
@@ -40,6 +77,7 @@ std::vector<Action> Arbiter::on_sample(const SampleTaken& s, TimePoint now) {
 
   OwnerHints hints;  // managed services and leases come with later features
   auto owners = resolver_.resolve(s.host, hints);
+  auto reports = self_reports();
   std::unordered_map<int, const ProcessInfo*> by_pid;
   by_pid.reserve(s.host.processes.size());
   for (const auto& p : s.host.processes) by_pid[p.pid] = &p;
@@ -85,6 +123,7 @@ std::vector<Action> Arbiter::on_sample(const SampleTaken& s, TimePoint now) {
     in.owners = &owners;
     in.processes = &by_pid;
     in.tolerance = config_.gpu.residual_tolerance;
+    in.self_reports = reports;
     if (config_.gpu.baseline) {
       in.baseline = config_.gpu.baseline;
       gs.baseline_source = "configured";
@@ -131,6 +170,22 @@ std::vector<Action> Arbiter::on_sample(const SampleTaken& s, TimePoint now) {
     next.gpus.push_back(std::move(gs));
   }
   status_ = std::move(next);
+
+  // Host RAM of each service's processes.
+  std::map<std::string, Bytes> rss;
+  for (const auto& p : s.host.processes) {
+    auto it = owners.find(p.pid);
+    if (it != owners.end() && it->second.owner.kind == OwnerKind::service)
+      rss[it->second.owner.name] += p.rss;
+  }
+  for (auto& [name, svc] : services_) {
+    auto it = rss.find(name);
+    svc.rss = it != rss.end() ? std::optional<Bytes>(it->second) : std::nullopt;
+  }
+  last_owners_ = std::move(owners);
+  update_service_holdings(now, actions);
+  advance_unloads(now, actions);
+  check_idle_ttl(now, actions);
   return actions;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <deque>
+#include <unordered_map>
 #include <map>
 #include <optional>
 #include <string>
@@ -13,6 +14,8 @@
 #include "core/history.h"
 #include "core/model.h"
 #include "core/owners.h"
+#include "core/service_model.h"
+#include "core/unload.h"
 
 namespace vramd {
 
@@ -23,7 +26,35 @@ struct SampleTaken {
   GpuReading gpus;
   HostSnapshot host;
 };
-using Event = std::variant<SampleTaken>;
+// A service's API answered a probe (or failed to).
+struct ProbeDone {
+  std::string service;
+  ServiceProbe probe;
+};
+// Someone asks to free a service's memory. request_id (non-zero) is echoed in UnloadFinished.
+struct UnloadRequested {
+  std::string service;
+  std::string reason = "manual";  // "manual" | "eviction"
+  uint64_t request_id = 0;
+  bool force = false;  // ignore the backoff and a busy probe
+};
+// The server answered the unload call that CallUnload asked for.
+struct UnloadCallDone {
+  std::string service;
+  uint64_t unload_id = 0;
+  UnloadCall call;
+  Duration took{0};
+};
+// A restart or stop that the Arbiter asked for has finished.
+struct LifecycleDone {
+  std::string service;
+  std::string action;  // "restart" | "stop"
+  bool ok = false;
+  std::string message;
+};
+// Time passes (every 250 ms): deadlines are checked even when no sample arrives.
+struct Tick {};
+using Event = std::variant<SampleTaken, ProbeDone, UnloadRequested, UnloadCallDone, LifecycleDone, Tick>;
 
 // ---- Actions: what the shell must do ----
 
@@ -38,7 +69,53 @@ struct EventRecord {
 struct EmitEvent {
   EventRecord event;
 };
-using Action = std::variant<EmitEvent>;
+// Call the service's unload API; answer with UnloadCallDone.
+struct CallUnload {
+  std::string service;
+  uint64_t unload_id = 0;
+};
+// Sample every 250 ms while an unload is being verified, at the configured interval otherwise.
+struct SetFastSampling {
+  bool on = false;
+};
+// An unload has its verdict. request_id is that of the UnloadRequested (0 for TTL unloads).
+struct UnloadFinished {
+  uint64_t request_id = 0;
+  bool refused = false;  // not attempted (busy, in backoff, unknown service): see message
+  UnloadVerdict verdict;
+};
+// Restart or stop a service by the means vramd has for it; answer with LifecycleDone.
+struct Lifecycle {
+  std::string service;
+  std::string action;  // "restart" | "stop"
+  std::string via;     // "container" | "unit"
+  std::string target;  // container name or unit name
+};
+using Action = std::variant<EmitEvent, CallUnload, SetFastSampling, UnloadFinished, Lifecycle>;
+
+// What vramd knows about a configured service right now.
+struct ServiceStatus {
+  std::string name;
+  std::string kind;
+  std::string url;
+  // "unknown" (not probed yet) | "up" | "unreachable" | "unloading"
+  std::string state = "unknown";
+  std::optional<bool> busy;
+  std::optional<int> queue_depth;
+  std::vector<std::string> models;
+  std::string probe_error;
+  std::optional<TimePoint> last_probe;
+  std::optional<TimePoint> last_activity;
+  std::optional<TimePoint> idle_since;  // while idle: last_activity (derived, not kept)
+  Bytes bytes = 0;                      // Σ of its holdings over all GPUs
+  std::vector<std::pair<unsigned, Bytes>> per_gpu;
+  std::optional<Bytes> rss;
+  std::optional<Bytes> self_reported_vram;
+  std::optional<Duration> unload_after_idle;
+  std::optional<UnloadVerdict> last_unload;
+  std::optional<TimePoint> backoff_until;
+  std::string can_restart;  // "container" | "unit" | "" (how vramd could restart or stop it)
+};
 
 // ---- Snapshots ----
 
@@ -59,6 +136,9 @@ struct StatusSnapshot {
   std::vector<GpuStatus> gpus;
 };
 
+// Idle since last activity while reachable and not busy; nullopt otherwise.
+std::optional<TimePoint> idle_since(const ServiceStatus& st);
+
 class Arbiter {
  public:
   explicit Arbiter(Config config);
@@ -70,12 +150,42 @@ class Arbiter {
   HostScanRequest scan_request() const;
 
   const StatusSnapshot& status() const { return status_; }
+  std::vector<ServiceStatus> services(TimePoint now) const;
+  const ServiceStatus* service(const std::string& name) const;
+  bool fast_sampling() const { return !unloads_.empty(); }
   // REQUIRES: gpu < number of GPUs seen; else an empty view.
   HistoryView history(unsigned gpu, TimePoint now, Duration window, size_t max_points) const;
   const Config& config() const { return config_; }
 
  private:
   std::vector<Action> on_sample(const SampleTaken& s, TimePoint now);
+  std::vector<Action> on_probe(const ProbeDone& e, TimePoint now);
+  std::vector<Action> on_unload_requested(const UnloadRequested& e, TimePoint now);
+  std::vector<Action> on_unload_call_done(const UnloadCallDone& e, TimePoint now);
+  std::vector<Action> on_lifecycle_done(const LifecycleDone& e, TimePoint now);
+  std::vector<Action> on_tick(const Tick& e, TimePoint now);
+
+  // An unload in progress: from the call to the verdict.
+  struct UnloadRun {
+    uint64_t id = 0;
+    uint64_t request_id = 0;
+    std::string service;
+    std::string reason;
+    TimePoint requested_at{};
+    std::map<unsigned, Bytes> before;  // per GPU
+    std::optional<Bytes> rss_before;
+    std::optional<UnloadVerification> verification;  // set once the call returned
+    Duration call_duration{0};
+  };
+  void update_service_holdings(TimePoint now, std::vector<Action>& actions);
+  void check_idle_ttl(TimePoint now, std::vector<Action>& actions);
+  void advance_unloads(TimePoint now, std::vector<Action>& actions);
+  // escalate: "" (by outcome and on_ineffective_unload) or the action wanted ("stop").
+  void finish_unload(UnloadRun& run, UnloadOutcome outcome, const std::string& message,
+                     const std::string& escalate, TimePoint now, std::vector<Action>& actions);
+  void start_unload(const std::string& service, const std::string& reason, uint64_t request_id,
+                    TimePoint now, std::vector<Action>& actions);
+  std::map<Owner, Bytes> self_reports() const;
 
   Config config_;
   OwnerResolver resolver_;
@@ -85,6 +195,11 @@ class Arbiter {
   std::map<unsigned, Bytes> learned_baseline_;
   std::map<unsigned, GpuHealth> health_;
   std::map<unsigned, History> history_;
+  mutable std::map<std::string, ServiceStatus> services_;  // by name; idle_since filled on read
+  std::map<uint64_t, UnloadRun> unloads_;          // in progress, by id
+  uint64_t next_unload_id_ = 1;
+  bool fast_sampling_on_ = false;
+  std::unordered_map<int, ResolvedOwner> last_owners_;
 };
 
 }  // namespace vramd

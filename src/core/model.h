@@ -89,7 +89,11 @@ struct ProcessInfo {
 
 // What a host scan must gather besides the process table.
 struct HostScanRequest {
-  std::vector<int> ports;  // TCP ports whose listening process is wanted
+  // The processes wanted: these pids (the GPU's) and their ancestors, which is all attribution
+  // needs; reading every process each second would cost far more. all_processes reads them all.
+  std::vector<int> pids;
+  bool all_processes = false;
+  std::vector<int> ports;  // TCP ports whose listening process is wanted (among those read)
   std::vector<std::pair<std::string, std::string>> pid_files;  // (service, path)
 };
 

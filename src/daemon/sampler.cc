@@ -6,7 +6,10 @@ SampleTaken take_sample(GpuReader& reader, HostScanner& scanner, const HostScanR
   SampleTaken s;
   // GPU first: the process list names PIDs the host scan then finds alive.
   s.gpus = reader.read();
-  s.host = scanner.scan(request);
+  HostScanRequest req = request;
+  for (const auto& g : s.gpus.gpus)
+    for (const auto& p : g.processes) req.pids.push_back(p.pid);
+  s.host = scanner.scan(req);
   return s;
 }
 

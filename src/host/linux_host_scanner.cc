@@ -1,5 +1,8 @@
 #include "host/linux_host_scanner.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <fstream>
@@ -31,16 +34,66 @@ std::optional<int> read_pid_file(const std::string& path) {
   return pid;
 }
 
+std::optional<ProcessInfo> LinuxHostScanner::read_cached(int pid) {
+  std::ifstream in(procs_.root() + "/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    cache_.erase(pid);
+    return std::nullopt;
+  }
+  auto stat = parse_stat(line);
+  if (!stat) return std::nullopt;
+  auto it = cache_.find(pid);
+  if (it != cache_.end() && it->second.start_ticks == stat->start_ticks) {
+    ProcessInfo& p = it->second;
+    p.ppid = stat->ppid;
+    if (stat->rss_pages) p.rss = *stat->rss_pages * static_cast<Bytes>(sysconf(_SC_PAGESIZE));
+    if (p.cgroup.kind == CgroupIdentity::Kind::container && p.cgroup.container_name.empty())
+      docker_.fill(p.cgroup);  // the engine was down before; DockerNames limits its retries
+    return p;
+  }
+  auto full = procs_.read(pid);  // new process, or the pid was reused
+  if (!full) {
+    cache_.erase(pid);
+    return std::nullopt;
+  }
+  const CgroupIdentity& cg = full->cgroup;
+  // Docker and Podman answer on the socket; containerd and CRI-O containers are not there.
+  bool engine_known = cg.runtime == "docker" || cg.runtime == "podman" || cg.runtime.empty();
+  if (cg.kind == CgroupIdentity::Kind::container && engine_known) docker_.fill(full->cgroup);
+  cache_[pid] = *full;
+  return full;
+}
+
 HostSnapshot LinuxHostScanner::scan(const HostScanRequest& request) {
   HostSnapshot snap;
-  snap.processes = procs_.read_all();  // sorted by pid
-  for (ProcessInfo& p : snap.processes) {
-    const CgroupIdentity& cg = p.cgroup;
-    // Docker and Podman answer on the socket; containerd and CRI-O containers are not there.
-    bool engine_known = cg.runtime == "docker" || cg.runtime == "podman" || cg.runtime.empty();
-    if (cg.kind == CgroupIdentity::Kind::container && engine_known) docker_.fill(p.cgroup);
+  if (request.all_processes) {
+    snap.processes = procs_.read_all();  // sorted by pid
+    for (ProcessInfo& p : snap.processes) {
+      const CgroupIdentity& cg = p.cgroup;
+      bool engine_known = cg.runtime == "docker" || cg.runtime == "podman" || cg.runtime.empty();
+      if (cg.kind == CgroupIdentity::Kind::container && engine_known) docker_.fill(p.cgroup);
+    }
+  } else {
+    // The wanted pids and their ancestors: a GPU process belongs to whatever its parents match.
+    std::unordered_map<int, bool> seen;
+    for (int pid : request.pids) {
+      for (int depth = 0; pid > 0 && depth < 64 && !seen.count(pid); ++depth) {
+        seen[pid] = true;
+        auto p = read_cached(pid);
+        if (!p) break;
+        pid = p->ppid;
+        snap.processes.push_back(std::move(*p));
+      }
+    }
+    std::sort(snap.processes.begin(), snap.processes.end(),
+              [](const ProcessInfo& a, const ProcessInfo& b) { return a.pid < b.pid; });
+    std::erase_if(cache_, [&](const auto& entry) { return !seen.count(entry.first); });
   }
-  snap.listeners = find_listeners(procs_.root(), request.ports);
+  std::vector<int> candidates;
+  for (const auto& p : snap.processes) candidates.push_back(p.pid);
+  snap.listeners = find_listeners(procs_.root(), request.ports,
+                                  request.all_processes ? nullptr : &candidates);
   for (const auto& [service, path] : request.pid_files) {
     if (auto pid = read_pid_file(path)) snap.pid_files.emplace_back(service, *pid);
   }

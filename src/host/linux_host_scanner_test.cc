@@ -66,6 +66,7 @@ TEST(LinuxHostScannerTest, ScansFakeHost) {
   LinuxHostScanner scanner(host.path("proc"), docker);
 
   HostScanRequest req;
+  req.pids = {900, 12};
   req.ports = {8188, 9000};
   req.pid_files = {{"ollama", host.path("run/ollama.pid")},
                    {"broken", host.path("run/garbage.pid")},
@@ -105,7 +106,9 @@ TEST(LinuxHostScannerTest, PidFile) {
 
 TEST(LinuxHostScannerTest, RealHostSmoke) {
   LinuxHostScanner scanner("/proc", (fs::temp_directory_path() / "vramd-none.sock").string());
-  HostSnapshot snap = scanner.scan({});
+  HostScanRequest all;
+  all.all_processes = true;
+  HostSnapshot snap = scanner.scan(all);
   bool found = false;
   for (size_t i = 0; i < snap.processes.size(); ++i) {
     found = found || snap.processes[i].pid == getpid();
@@ -116,6 +119,34 @@ TEST(LinuxHostScannerTest, RealHostSmoke) {
   EXPECT_TRUE(found);
   EXPECT_TRUE(snap.mem_total);
   EXPECT_TRUE(snap.listeners.empty());
+}
+
+}  // namespace
+}  // namespace vramd
+
+namespace vramd {
+namespace {
+
+// GPU pids and their parent chain are read; nothing else. Static fields come from the cache
+// while (pid, start ticks) stays the same, and are read again when the pid is reused.
+TEST(LinuxHostScannerTest, ReadsOnlyTheWantedPidsAndTheirAncestorsWithACache) {
+  LinuxHostScanner scanner("/proc", (fs::temp_directory_path() / "vramd-none.sock").string());
+  HostScanRequest req;
+  req.pids = {getpid()};
+  HostSnapshot snap = scanner.scan(req);
+  ASSERT_GE(snap.processes.size(), 2u);  // us and at least our parent
+  bool self = false, parent = false;
+  for (const auto& p : snap.processes) {
+    self |= p.pid == getpid();
+    parent |= p.pid == getppid();
+  }
+  EXPECT_TRUE(self);
+  EXPECT_TRUE(parent);
+  EXPECT_EQ(scanner.cached_processes(), snap.processes.size());
+  // A pid that is gone is dropped from the cache on the next scan.
+  req.pids = {};
+  EXPECT_TRUE(scanner.scan(req).processes.empty());
+  EXPECT_EQ(scanner.cached_processes(), 0u);
 }
 
 }  // namespace

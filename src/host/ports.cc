@@ -66,7 +66,8 @@ std::vector<TcpListener> parse_proc_net_tcp(std::string_view content) {
 }
 
 std::vector<std::pair<int, int>> find_listeners(const std::string& root,
-                                                const std::vector<int>& ports) {
+                                                const std::vector<int>& ports,
+                                                const std::vector<int>* candidates) {
   std::vector<std::pair<int, int>> out;
   if (ports.empty()) return out;
   std::set<int> wanted(ports.begin(), ports.end());
@@ -78,13 +79,20 @@ std::vector<std::pair<int, int>> find_listeners(const std::string& root,
   }
   if (port_of_inode.empty()) return out;
 
-  std::error_code ec;
-  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    int pid = 0;
-    if (!parse_int(name, pid, 10) || pid <= 0) continue;
+  std::vector<int> pids;
+  if (candidates) {
+    pids = *candidates;
+  } else {
+    std::error_code ec;
+    for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+      int pid = 0;
+      if (parse_int(it->path().filename().string(), pid, 10) && pid > 0) pids.push_back(pid);
+    }
+  }
+  for (int pid : pids) {
     std::error_code fd_ec;  // a process we may not read, or one that just exited
-    for (fs::directory_iterator fd(it->path() / "fd", fd_ec), fd_end; !fd_ec && fd != fd_end;
+    fs::path fd_dir = fs::path(root) / std::to_string(pid) / "fd";
+    for (fs::directory_iterator fd(fd_dir, fd_ec), fd_end; !fd_ec && fd != fd_end;
          fd.increment(fd_ec)) {
       std::error_code link_ec;
       std::string target = fs::read_symlink(fd->path(), link_ec).string();

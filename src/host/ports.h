@@ -19,7 +19,9 @@ std::vector<TcpListener> parse_proc_net_tcp(std::string_view content);
 
 // (port, pid) for each wanted port that a process under `root` listens on, sorted and unique.
 // Several pids may share one socket (fork after listen). Reads no fd links when `ports` is empty.
+// `candidates`: only these pids' fds are read (nullptr: every process under root).
 std::vector<std::pair<int, int>> find_listeners(const std::string& root,
-                                                const std::vector<int>& ports);
+                                                const std::vector<int>& ports,
+                                                const std::vector<int>* candidates = nullptr);
 
 }  // namespace vramd

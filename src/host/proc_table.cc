@@ -94,7 +94,7 @@ std::optional<StatFields> parse_stat(std::string_view line) {
   int token = 0;
   size_t pos = 0;
   bool have_ppid = false, have_start = false;
-  while (pos < rest.size() && !have_start) {
+  while (pos < rest.size() && token <= 21) {
     while (pos < rest.size() && (rest[pos] == ' ' || rest[pos] == '\n')) ++pos;
     if (pos >= rest.size()) break;
     size_t end = rest.find_first_of(" \n", pos);
@@ -110,6 +110,8 @@ std::optional<StatFields> parse_stat(std::string_view line) {
       if (!v) return std::nullopt;
       f.start_ticks = *v;
       have_start = true;
+    } else if (token == 21) {
+      f.rss_pages = to_number<unsigned long long>(tok);
     }
     ++token;
     pos = end;

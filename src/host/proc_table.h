@@ -51,6 +51,7 @@ struct StatFields {
   std::string comm;  // between the first '(' and the last ')'
   int ppid = 0;
   unsigned long long start_ticks = 0;
+  std::optional<unsigned long long> rss_pages;  // field 24, when present
 };
 std::optional<StatFields> parse_stat(std::string_view stat_line);
 

@@ -45,7 +45,7 @@ class FakeServer {
     return eventually([&] { return read_text(log_).find("ready " + std::to_string(port_)) !=
                                    std::string::npos; });
   }
-  Result<HttpReply> call(const std::string& method, const std::string& target,
+  Result<DaemonReply> call(const std::string& method, const std::string& target,
                          const std::string& body = "", int timeout_ms = 3000) {
     return http_request({"http://127.0.0.1:" + std::to_string(port_)}, method, target, body,
                         timeout_ms);
