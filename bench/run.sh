@@ -43,23 +43,42 @@ def per_proc_us(name):
     return b["per_proc"] * 1e6 if b and "per_proc" in b else None  # counter in seconds
 rows = [("BM_NvmlRead", "fake NVML read (reader kept open)"),
         ("BM_NvmlOpenAndRead", "fake NVML dlopen + read + dlclose"),
-        ("BM_ScanFakeProc", "host scan, fake /proc (2,000 processes)"),
-        ("BM_ScanRealProc", "host scan, real /proc"),
-        ("BM_ArbiterHandleSample", "Arbiter::handle(SampleTaken), 2,000 processes"),
-        ("BM_FullSample", "full sample: read + scan + attribute")]
-print("  %-48s %12s %14s" % ("case (medians of CPU time)", "time us", "us / process"))
+        ("BM_ScanFakeProcAll", "scan, fake /proc, all 2,000 (before)"),
+        ("BM_ScanFakeProcGpu", "scan, fake /proc, GPU pids + ancestors"),
+        ("BM_ScanFakeProcGpuCold", "  same, cache cold (new scanner)"),
+        ("BM_ScanRealProcAll", "scan, real /proc, all (before)"),
+        ("BM_ScanRealProcGpu", "scan, real /proc, 8 newest pids + ancestors"),
+        ("BM_ArbiterHandleSampleAll", "Arbiter::handle, 2,000 processes (before)"),
+        ("BM_ArbiterHandleSampleGpu", "Arbiter::handle, sample as taken now"),
+        ("BM_FullSample", "full sample as the daemon takes it now"),
+        ("BM_FullSampleAllProcesses", "full sample, all_processes (before)")]
+def procs(name):
+    b = med.get(name)
+    return int(b["procs"]) if b and "procs" in b else None
+print("  %-48s %12s %8s %14s" % ("case (medians of CPU time)", "time us", "procs", "us / process"))
 for name, label in rows:
-    t, p = us(name), per_proc_us(name)
-    print("  %-48s %12s %14s" % (label, "%.1f" % t if t else "-", "%.2f" % p if p else "-"))
-full, fake, real = us("BM_FullSample"), per_proc_us("BM_ScanFakeProc"), per_proc_us("BM_ScanRealProc")
-parts = [us(n) for n in ("BM_NvmlRead", "BM_ScanFakeProc", "BM_ArbiterHandleSample")]
+    t, p, n = us(name), per_proc_us(name), procs(name)
+    print("  %-48s %12s %8s %14s" % (label, "%.1f" % t if t else "-", n if n else "-",
+                                      "%.2f" % p if p else "-"))
+full, old = us("BM_FullSample"), us("BM_FullSampleAllProcesses")
+parts = [us(n) for n in ("BM_NvmlRead", "BM_ScanFakeProcGpu", "BM_ArbiterHandleSampleGpu")]
+fake, real = per_proc_us("BM_ScanFakeProcAll"), per_proc_us("BM_ScanRealProcAll")
+def ratio(label, a, b, fmt="%.2f"):
+    if a and b: print("  %-46s= %s" % (label, fmt % (a / b)))
 print()
-if full: print("  full sample / target (2,000 us)               = %.2f" % (full / 2000))
-if full and all(parts): print("  (nvml + scan + attribute) / full sample       = %.2f" % (sum(parts) / full))
-if full and parts[1]: print("  scan share of the full sample                 = %.2f" % (parts[1] / full))
-if full and parts[2]: print("  attribution share of the full sample          = %.2f" % (parts[2] / full))
-if fake and real: print("  real /proc / fake /proc, per process          = %.2f" % (real / fake))
-if full: print("  full sample x 3600 (CPU s/hour at 1 s, 2,000 processes) = %.1f" % (full * 3600 / 1e6))
+ratio("full sample now / target (2,000 us)", full, 2000)
+ratio("full sample before / target (2,000 us)", old, 2000)
+ratio("full sample before / now", old, full, "%.1f")
+ratio("scan before / now (fake /proc, warm)", us("BM_ScanFakeProcAll"), parts[1], "%.1f")
+ratio("scan before / now (real /proc, warm)", us("BM_ScanRealProcAll"), us("BM_ScanRealProcGpu"), "%.1f")
+ratio("scan cold / warm (fake /proc)", us("BM_ScanFakeProcGpuCold"), parts[1])
+ratio("attribution before / now", us("BM_ArbiterHandleSampleAll"), parts[2], "%.1f")
+ratio("NVML read share of the full sample now", parts[0], full)
+ratio("scan share of the full sample now", parts[1], full)
+ratio("attribution share of the full sample now", parts[2], full)
+if full and all(parts): ratio("(nvml + scan + attribute) / full sample now", sum(parts), full)
+ratio("real /proc / fake /proc, per process (all)", real, fake)
+if full: print("  %-46s= %.2f" % ("full sample now x 3600 (CPU s/hour at 1 s)", full * 3600 / 1e6))
 EOF
 echo
 echo "== serve_cost: vramd serve at 1 s sampling; targets < 2 CPU s/hour, RSS < 16 MiB"
