@@ -25,6 +25,11 @@ DaemonAddress daemon_address(const CommonOptions& opts, const Config& config);
 
 int cmd_serve(const CommonOptions& opts);
 int cmd_status(const CommonOptions& opts, bool json);
+int cmd_services(const CommonOptions& opts, bool json);
+// Unloads one service (or every idle one) and waits for the verdict from the GPU's numbers.
+int cmd_free(const CommonOptions& opts, const std::string& service, bool idle, bool force, bool json);
+// since: a duration back from now ("1h") or an RFC 3339 time.
+int cmd_events(const CommonOptions& opts, bool follow, const std::string& since, bool json);
 
 struct DemoOptions {
   std::string listen = "127.0.0.1:7100";

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -115,29 +116,52 @@ int cmd_demo(const DemoOptions& opts) {
     return kExitFailure;
   }
 
+  // A fake ComfyUI (16 GiB, idle) and a fake Ollama that speak the real servers' APIs and hold
+  // their "VRAM" in the simulated GPU; a batch job stand-in comes and goes.
+  fs::path fake_server = self_exe().parent_path() / "fake-gpu-server";
+  if (!fs::exists(fake_server)) {
+    std::cerr << "vramd demo: " << fake_server << " is missing; build it with `make`.\n";
+    return kExitFailure;
+  }
+  int comfy_port = free_tcp_port();
   int ollama_port = free_tcp_port();
+  auto spawn_fake = [&](const std::vector<std::string>& args) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      int devnull = open("/dev/null", O_WRONLY);
+      dup2(devnull, 1);
+      std::vector<char*> argv;
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    return pid;
+  };
   std::vector<pid_t> children;
-  pid_t comfy = spawn_stand_in(
-      "python3", {"python3", "main.py", "--listen", "127.0.0.1", "--port", "8188"}, 0);
-  pid_t ollama = spawn_stand_in("ollama", {"ollama", "serve"}, ollama_port);
-  children = {comfy, ollama};
-  (void)add_fake_process(state, 0, comfy, 16 * GiB + 300 * MiB);
-  (void)add_fake_process(state, 0, ollama, 5 * GiB + 100 * MiB);
+  children.push_back(spawn_fake({fake_server.string(), "--kind", "comfyui", "--port",
+                                 std::to_string(comfy_port), "--state", state, "--model-bytes",
+                                 "16GiB", "--unload-delay", "1500ms"}));
+  children.push_back(spawn_fake({fake_server.string(), "--kind", "ollama", "--port",
+                                 std::to_string(ollama_port), "--state", state, "--model-bytes",
+                                 "5GiB", "--model", "llama3.1:8b"}));
 
   Config config;
   config.path = "(demo)";
   config.daemon.listen = opts.listen;
   config.daemon.state_dir = dir.string();
+  config.daemon.probe_interval = std::chrono::seconds(1);
   config.gpu.backend = "nvml";
   ServiceConfig comfy_svc;
   comfy_svc.name = "comfyui";
   comfy_svc.kind = "comfyui";
-  comfy_svc.url = "http://127.0.0.1:8188";
-  comfy_svc.match.cmdline = "main\\.py.*--port 8188";
+  comfy_svc.url = fmt::format("http://127.0.0.1:{}", comfy_port);  // matched by its port
+  comfy_svc.unload_after_idle = std::chrono::seconds(60);
   ServiceConfig ollama_svc;
   ollama_svc.name = "ollama";
   ollama_svc.kind = "ollama";
-  ollama_svc.url = fmt::format("http://127.0.0.1:{}", ollama_port);  // matched by its port
+  ollama_svc.url = fmt::format("http://127.0.0.1:{}", ollama_port);
   config.services = {comfy_svc, ollama_svc};
 
   setenv("VRAMD_NVML_LIBRARY", lib.c_str(), 1);
@@ -165,6 +189,9 @@ int cmd_demo(const DemoOptions& opts) {
             << "  API:       " << url << "/v1/status\n"
             << "  CLI:       vramd status --url " << url << "\n"
             << "  GPU state: " << state << " (edit it, or let the demo change it)\n"
+            << "  Free now:  vramd free comfyui --url " << url
+            << "  (or wait: comfyui unloads after 60 s idle)\n"
+            << "  Events:    vramd events -f --url " << url << "\n"
             << "Press Ctrl-C to stop.\n\n"
             << std::flush;
 
@@ -174,7 +201,7 @@ int cmd_demo(const DemoOptions& opts) {
   boost::asio::steady_timer timer(io);
   std::function<void()> step = [&] {
     ++tick;
-    if (tick == 3) {
+    if (tick == 4) {
       std::ostringstream out;
       print_status(out, to_json(daemon.arbiter().status()), system_now());
       std::cout << out.str() << "\n" << std::flush;

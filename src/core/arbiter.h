@@ -65,6 +65,7 @@ struct EventRecord {
   std::optional<unsigned> gpu;
   std::string subject;  // owner or service name, when there is one
   std::string message;
+  std::optional<UnloadVerdict> verdict;  // for "unload.*" verdicts: the figures
 };
 struct EmitEvent {
   EventRecord event;

@@ -276,7 +276,7 @@ void Arbiter::finish_unload(UnloadRun& run, UnloadOutcome outcome, const std::st
   st.state = "up";
   st.last_unload = v;
   actions.push_back(EmitEvent{{now, "unload." + std::string(to_string(outcome)), std::nullopt,
-                               run.service, fmt::format("unload {} {}", run.service, v.message)}});
+                               run.service, fmt::format("unload {} {}", run.service, v.message), v}});
   actions.push_back(UnloadFinished{run.request_id, false, std::move(v)});
 }
 

@@ -244,7 +244,9 @@ TEST(Attribution, InvariantHoldingsAddUpToUsedOverGeneratedSamples) {
     ASSERT_EQ(sum(hs), s.gpu.used) << "iteration " << iter;
     for (const auto& h : hs) {
       ASSERT_GT(h.bytes, 0u) << "iteration " << iter << " owner " << h.owner.name;
-      if (h.owner.kind == OwnerKind::unknown) ASSERT_EQ(h.source, Source::unknown);
+      if (h.owner.kind == OwnerKind::unknown) {
+        ASSERT_EQ(h.source, Source::unknown);
+      }
     }
   }
 }

@@ -16,6 +16,8 @@ struct Error {
 template <typename T>
 class [[nodiscard]] Result {
  public:
+  // Default: an error with no message (asio's co_spawn needs a default-constructible result).
+  Result() : v_(Error{}) {}
   Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
   Result(Error error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
 

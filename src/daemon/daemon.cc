@@ -1,9 +1,11 @@
 #include "daemon/daemon.h"
 
-#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <filesystem>
@@ -11,11 +13,43 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/sampler.h"
+#include "host/docker.h"
+#include "server/json_view.h"
 
 namespace vramd {
 
 namespace asio = boost::asio;
-constexpr size_t kEventsKept = 1000;
+using asio::use_awaitable;
+
+namespace {
+constexpr auto kFastSampleInterval = std::chrono::milliseconds(250);
+constexpr auto kTickInterval = std::chrono::milliseconds(250);
+constexpr size_t kSubscriberQueueLimit = 1000;  // a stream that falls this far behind is closed
+constexpr auto kUnloadWaitLimit = std::chrono::minutes(5);
+
+// `systemctl ACTION UNIT`, waited for up to a minute. Runs on a worker thread.
+std::pair<bool, std::string> run_systemctl(const std::string& action, const std::string& unit) {
+  pid_t pid = fork();
+  if (pid < 0) return {false, "fork failed"};
+  if (pid == 0) {
+    execlp("systemctl", "systemctl", action.c_str(), unit.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 600; ++i) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return {true, "systemctl " + action + " " + unit};
+      return {false, fmt::format("systemctl {} {} exited with {}", action, unit,
+                                 WIFEXITED(status) ? WEXITSTATUS(status) : -1)};
+    }
+    usleep(100'000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return {false, fmt::format("systemctl {} {} did not finish in 60 s", action, unit)};
+}
+
+}  // namespace
 
 Daemon::Daemon(asio::io_context& io, Config config, std::unique_ptr<GpuReader> reader,
                std::unique_ptr<HostScanner> scanner)
@@ -24,69 +58,247 @@ Daemon::Daemon(asio::io_context& io, Config config, std::unique_ptr<GpuReader> r
       reader_(std::move(reader)),
       scanner_(std::move(scanner)),
       scan_request_(arbiter_.scan_request()),
-      api_(arbiter_, events_, system_now),
-      http_(io, [this](HttpRequest req) { return api_.handle(std::move(req)); }),
-      timer_(io) {}
+      api_(*this),
+      http_(io, [this](HttpRequest req, HttpStream& s) { return api_.handle(std::move(req), s); }),
+      sample_timer_(io),
+      tick_timer_(io) {}
 
 Daemon::~Daemon() {
   stop();
   worker_.join();
+  store_thread_.join();
 }
+
+TimePoint Daemon::now() const { return system_now(); }
 
 std::string Daemon::socket_path() const {
   return (std::filesystem::path(arbiter_.config().daemon.state_dir) / "vramd.sock").string();
 }
 
 Status Daemon::start() {
-  const auto& cfg = arbiter_.config().daemon;
+  const auto& cfg = arbiter_.config();
   std::error_code ec;
-  std::filesystem::create_directories(cfg.state_dir, ec);
-  if (ec) return make_error(fmt::format("cannot create state_dir {}: {}", cfg.state_dir, ec.message()));
-  if (auto s = http_.listen_tcp(cfg.listen); !s) return s;
+  std::filesystem::create_directories(cfg.daemon.state_dir, ec);
+  if (ec)
+    return make_error(fmt::format("cannot create state_dir {}: {}", cfg.daemon.state_dir, ec.message()));
+  auto store = EventStore::open(
+      (std::filesystem::path(cfg.daemon.state_dir) / "vramd.db").string(), cfg.daemon.events_retention);
+  if (!store) return make_error(store.error());
+  store_ = std::move(*store);
+  if (auto max = store_->max_id(); max) next_stream_id_ = *max + 1;
+  for (const auto& svc : cfg.services) {
+    auto adapter = make_adapter(svc, io_.get_executor());
+    if (!adapter) return make_error(fmt::format("service {}: {}", svc.name, adapter.error()));
+    adapters_[svc.name] = std::move(*adapter);
+  }
+  if (auto s = http_.listen_tcp(cfg.daemon.listen); !s) return s;
   if (auto s = http_.listen_unix(socket_path()); !s) return s;
   asio::co_spawn(io_, sample_loop(), asio::detached);
+  asio::co_spawn(io_, tick_loop(), asio::detached);
+  for (const auto& svc : cfg.services) asio::co_spawn(io_, probe_loop(svc.name), asio::detached);
   return Ok{};
 }
 
 void Daemon::stop() {
   if (stopping_) return;
   stopping_ = true;
-  timer_.cancel();
+  sample_timer_.cancel();
+  tick_timer_.cancel();
+  for (auto& t : probe_timers_) t.cancel();
+  for (auto& [id, w] : waiters_) w->timer.cancel();
+  for (auto& s : subscribers_) s->wake.cancel();
   http_.close();
 }
+
+void Daemon::feed(const Event& event) { apply(arbiter_.handle(event, system_now())); }
 
 void Daemon::apply(std::vector<Action> actions) {
   for (auto& a : actions) {
     if (auto* e = std::get_if<EmitEvent>(&a)) {
       spdlog::info("{}: {}", e->event.type, e->event.message);
-      events_.push_back(std::move(e->event));
-      if (events_.size() > kEventsKept) events_.pop_front();
+      int64_t id = next_stream_id_++;
+      nlohmann::json data = e->event.verdict ? to_json(*e->event.verdict) : nlohmann::json(nullptr);
+      // SSE subscribers first (they are on this loop), then the store on its own thread.
+      nlohmann::json frame = to_json(e->event);
+      frame["id"] = id;
+      std::string sse = fmt::format("id: {}\nevent: {}\ndata: {}\n\n", id, e->event.type, frame.dump());
+      for (auto& s : subscribers_) {
+        if (s->queue.size() >= kSubscriberQueueLimit) s->overflowed = true;
+        else s->queue.push_back(sse);
+        s->wake.cancel();
+      }
+      asio::post(store_thread_, [store = store_, ev = e->event, data, id] {
+        if (auto r = store->append(ev, data, id); !r) spdlog::warn("{}", r.error());
+      });
+    } else if (auto* c = std::get_if<CallUnload>(&a)) {
+      asio::co_spawn(io_, call_unload(*c), asio::detached);
+    } else if (auto* f = std::get_if<SetFastSampling>(&a)) {
+      fast_sampling_ = f->on;
+      if (f->on) sample_timer_.cancel();  // sample now rather than at the end of the interval
+    } else if (auto* u = std::get_if<UnloadFinished>(&a)) {
+      auto it = waiters_.find(u->request_id);
+      if (it != waiters_.end()) {
+        it->second->result = *u;
+        it->second->timer.cancel();
+      }
+    } else if (auto* l = std::get_if<Lifecycle>(&a)) {
+      run_lifecycle(*l);
     }
   }
 }
 
+void Daemon::run_lifecycle(Lifecycle lc) {
+  std::string socket = arbiter_.config().daemon.docker_socket;
+  asio::post(worker_, [this, lc, socket] {
+    LifecycleDone done{lc.service, lc.action, false, ""};
+    if (lc.via == "unit") {
+      auto [ok, message] = run_systemctl(lc.action, lc.target);
+      done.ok = ok;
+      done.message = message;
+    } else {
+      auto r = http_request_unix(socket, "POST",
+                                 fmt::format("/v1.41/containers/{}/{}", lc.target, lc.action),
+                                 std::chrono::seconds(60));
+      done.ok = r && r->status / 100 == 2;
+      done.message = r ? fmt::format("docker {} {} → {}", lc.action, lc.target, r->status) : r.error();
+    }
+    asio::post(io_, [this, done] {
+      if (!stopping_) feed(done);
+    });
+  });
+}
+
+asio::awaitable<void> Daemon::call_unload(CallUnload call) {
+  auto it = adapters_.find(call.service);
+  UnloadCallDone done{call.service, call.unload_id, {UnloadCall::Result::failed, "no adapter"}, {}};
+  auto t0 = std::chrono::steady_clock::now();
+  if (it != adapters_.end()) done.call = co_await it->second->unload();
+  done.took = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - t0);
+  if (!stopping_) feed(done);
+}
+
+asio::awaitable<void> Daemon::probe_loop(std::string service) {
+  auto& timer = probe_timers_.emplace_back(io_);
+  Adapter& adapter = *adapters_.at(service);
+  const auto interval = arbiter_.config().daemon.probe_interval;
+  while (!stopping_) {
+    // Each service has its own loop, so a hung server delays only its own probes.
+    ServiceProbe probe = co_await adapter.probe();
+    if (stopping_) break;
+    feed(ProbeDone{service, std::move(probe)});
+    timer.expires_after(interval);
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
+  }
+}
+
+asio::awaitable<void> Daemon::tick_loop() {
+  while (!stopping_) {
+    tick_timer_.expires_after(kTickInterval);
+    boost::system::error_code ec;
+    co_await tick_timer_.async_wait(asio::redirect_error(use_awaitable, ec));
+    if (stopping_) break;
+    if (!arbiter_.fast_sampling() && waiters_.empty()) continue;  // nothing has a deadline
+    feed(Tick{});
+  }
+}
+
 asio::awaitable<void> Daemon::sample_loop() {
-  const auto interval = arbiter_.config().daemon.sample_interval;
   auto next = std::chrono::steady_clock::now();
   while (!stopping_) {
     // The blocking reads run on the worker; the Arbiter is only touched back on this loop.
-    SampleTaken sample = co_await asio::co_spawn(
-        worker_,
-        [this]() -> asio::awaitable<SampleTaken> {
-          co_return take_sample(*reader_, *scanner_, scan_request_);
-        },
-        asio::use_awaitable);
+    auto read = [this]() -> asio::awaitable<SampleTaken> {
+      co_return take_sample(*reader_, *scanner_, scan_request_);
+    };
+    auto op = asio::co_spawn(worker_, std::move(read), use_awaitable);
+    SampleTaken sample = co_await std::move(op);
     if (stopping_) break;
-    apply(arbiter_.handle(Event{std::move(sample)}, system_now()));
+    feed(Event{std::move(sample)});
     ++samples_;
+    auto interval = fast_sampling_ ? Duration(kFastSampleInterval)
+                                   : arbiter_.config().daemon.sample_interval;
     // Fixed rate; after a stall (suspend, slow NVML) start again from now rather than burst.
     next += interval;
     auto now = std::chrono::steady_clock::now();
-    if (next < now) next = now;
-    timer_.expires_at(next);
+    if (next < now || next > now + interval) next = now + (next < now ? Duration(0) : interval);
+    sample_timer_.expires_at(next);
     boost::system::error_code ec;
-    co_await timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    co_await sample_timer_.async_wait(asio::redirect_error(use_awaitable, ec));
   }
+}
+
+uint64_t Daemon::request_unload(const std::string& service, bool force) {
+  uint64_t id = next_request_++;
+  auto waiter = std::make_unique<UnloadWaiter>(io_);
+  waiter->timer.expires_after(kUnloadWaitLimit);
+  waiters_[id] = std::move(waiter);
+  feed(UnloadRequested{service, "manual", id, force});
+  return id;
+}
+
+asio::awaitable<UnloadFinished> Daemon::wait_unload(uint64_t request_id) {
+  auto it = waiters_.find(request_id);
+  UnloadFinished out;
+  if (it == waiters_.end()) co_return out;
+  UnloadWaiter* w = it->second.get();
+  if (!w->result) {
+    boost::system::error_code ec;
+    co_await w->timer.async_wait(asio::redirect_error(use_awaitable, ec));
+  }
+  if (w->result) {
+    out = *w->result;
+  } else {
+    out.refused = true;
+    out.verdict.message = stopping_ ? "vramd is stopping" : "no verdict within 5 minutes";
+  }
+  waiters_.erase(request_id);
+  co_return out;
+}
+
+asio::awaitable<Result<std::vector<StoredEvent>>> Daemon::events(int64_t after_id,
+                                                                 std::optional<TimePoint> since,
+                                                                 size_t limit) {
+  // Named, not a temporary in the co_await expression: GCC 12 may destroy such temporaries twice,
+  // which here released the store's shared_ptr once too often.
+  auto read = [store = store_, after_id, since,
+               limit]() -> asio::awaitable<Result<std::vector<StoredEvent>>> {
+    co_return store->list(after_id, since, limit);
+  };
+  auto op = asio::co_spawn(store_thread_, std::move(read), use_awaitable);
+  co_return co_await std::move(op);
+}
+
+asio::awaitable<void> Daemon::stream_events(HttpStream& stream, int64_t after_id) {
+  auto sub = std::make_shared<Subscriber>(io_);
+  subscribers_.push_back(sub);
+  bool ok = co_await stream.start_event_stream();
+  // A reconnecting client (Last-Event-ID) first gets what it missed, from the store.
+  if (ok && after_id > 0) {
+    auto missed = co_await events(after_id, std::nullopt, 1000);
+    if (missed) {
+      for (const auto& e : *missed) {
+        nlohmann::json frame = to_json(e.event);
+        frame["id"] = e.id;
+        if (!e.data.is_null()) frame["data"] = e.data;
+        if (!(ok = co_await stream.write(fmt::format("id: {}\nevent: {}\ndata: {}\n\n", e.id,
+                                                     e.event.type, frame.dump()))))
+          break;
+      }
+    }
+  }
+  while (ok && !stopping_ && !sub->overflowed) {
+    while (ok && !sub->queue.empty()) {
+      std::string frame = std::move(sub->queue.front());
+      sub->queue.pop_front();
+      ok = co_await stream.write(std::move(frame));
+    }
+    if (!ok) break;
+    sub->wake.expires_after(std::chrono::seconds(15));
+    boost::system::error_code ec;
+    co_await sub->wake.async_wait(asio::redirect_error(use_awaitable, ec));
+    if (!ec) ok = co_await stream.write(": keep-alive\n\n");  // timer ran out: nothing new
+  }
+  subscribers_.remove(sub);
 }
 
 }  // namespace vramd

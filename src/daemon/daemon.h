@@ -1,5 +1,6 @@
-// The daemon: one event loop owns the Arbiter; sampling runs on a worker thread and posts its
-// result back; the HTTP API answers from the Arbiter's snapshots.
+// The daemon: one event loop owns the Arbiter. Sampling, SQLite and restarts run on worker
+// threads and post their results back as events; service probes and unload calls are
+// coroutines on the loop with their own timeouts; the HTTP API answers from the Arbiter.
 #pragma once
 
 #include <utility>
@@ -8,6 +9,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <deque>
+#include <list>
+#include <map>
 #include <memory>
 
 #include "core/arbiter.h"
@@ -15,39 +18,75 @@
 #include "host/host_scanner.h"
 #include "server/api.h"
 #include "server/http_server.h"
+#include "services/adapter.h"
+#include "store/event_store.h"
 
 namespace vramd {
 
-class Daemon {
+class Daemon : public DaemonControl {
  public:
   Daemon(boost::asio::io_context& io, Config config, std::unique_ptr<GpuReader> reader,
          std::unique_ptr<HostScanner> scanner);
-  ~Daemon();
+  ~Daemon() override;
 
-  // Creates the state directory, listens on daemon.listen and state_dir/vramd.sock, and starts
-  // sampling. Errors: the address is taken, the state directory cannot be made, ...
+  // Creates the state directory and its event store, makes the adapters, listens on
+  // daemon.listen and state_dir/vramd.sock, and starts sampling and probing.
   Status start();
   void stop();
 
   int tcp_port() const { return http_.tcp_port(); }
   std::string socket_path() const;
-  const Arbiter& arbiter() const { return arbiter_; }
   uint64_t samples_taken() const { return samples_; }
+
+  // DaemonControl
+  const Arbiter& arbiter() const override { return arbiter_; }
+  TimePoint now() const override;
+  uint64_t request_unload(const std::string& service, bool force) override;
+  boost::asio::awaitable<UnloadFinished> wait_unload(uint64_t request_id) override;
+  boost::asio::awaitable<Result<std::vector<StoredEvent>>> events(
+      int64_t after_id, std::optional<TimePoint> since, size_t limit) override;
+  boost::asio::awaitable<void> stream_events(HttpStream& stream, int64_t after_id) override;
 
  private:
   boost::asio::awaitable<void> sample_loop();
+  boost::asio::awaitable<void> probe_loop(std::string service);
+  boost::asio::awaitable<void> tick_loop();
+  boost::asio::awaitable<void> call_unload(CallUnload call);
+  void feed(const Event& event);
   void apply(std::vector<Action> actions);
+  void run_lifecycle(Lifecycle lc);
+
+  struct UnloadWaiter {
+    explicit UnloadWaiter(boost::asio::io_context& io) : timer(io) {}
+    boost::asio::steady_timer timer;
+    std::optional<UnloadFinished> result;
+  };
+  struct Subscriber {
+    explicit Subscriber(boost::asio::io_context& io) : wake(io) {}
+    boost::asio::steady_timer wake;
+    std::deque<std::string> queue;  // SSE frames waiting to be written
+    bool overflowed = false;
+  };
 
   boost::asio::io_context& io_;
   Arbiter arbiter_;
   std::unique_ptr<GpuReader> reader_;
   std::unique_ptr<HostScanner> scanner_;
   HostScanRequest scan_request_;
-  std::deque<EventRecord> events_;
+  std::map<std::string, std::unique_ptr<Adapter>> adapters_;
+  std::shared_ptr<EventStore> store_;
   Api api_;
   HttpServer http_;
-  boost::asio::thread_pool worker_{1};
-  boost::asio::steady_timer timer_;
+  boost::asio::thread_pool worker_{1};  // GPU reads, host scans, restarts
+  boost::asio::thread_pool store_thread_{1};
+  boost::asio::steady_timer sample_timer_;
+  boost::asio::steady_timer tick_timer_;
+  std::list<boost::asio::steady_timer> probe_timers_;
+  std::map<uint64_t, std::unique_ptr<UnloadWaiter>> waiters_;
+  uint64_t next_request_ = 1;
+  std::list<std::shared_ptr<Subscriber>> subscribers_;
+  int64_t next_stream_id_ = 1;
+  bool fast_sampling_ = false;
   bool stopping_ = false;
   uint64_t samples_ = 0;
 };

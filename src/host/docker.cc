@@ -174,7 +174,7 @@ Result<DockerHttpResponse> parse_http_response(std::string_view raw, bool at_eof
   return r;
 }
 
-Result<DockerHttpResponse> http_get_unix(const std::string& socket_path, const std::string& target,
+Result<DockerHttpResponse> http_request_unix(const std::string& socket_path, const std::string& method, const std::string& target,
                                    std::chrono::milliseconds timeout) {
   using std::chrono::steady_clock;
   const auto deadline = steady_clock::now() + timeout;
@@ -199,9 +199,10 @@ Result<DockerHttpResponse> http_get_unix(const std::string& socket_path, const s
     return make_error("connect " + socket_path + ": " + std::strerror(errno));
   }
 
-  const std::string request = "GET " + target +
+  const std::string request = method + " " + target +
                               " HTTP/1.1\r\nHost: docker\r\nUser-Agent: vramd\r\n"
-                              "Accept: application/json\r\nConnection: close\r\n\r\n";
+                              "Accept: application/json\r\nContent-Length: 0\r\n"
+                              "Connection: close\r\n\r\n";
   for (size_t sent = 0; sent < request.size();) {
     ssize_t n = send(fd.get(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
     if (n < 0) {
@@ -307,6 +308,11 @@ void DockerNames::fill(CgroupIdentity& cgroup) {
   cgroup.container_name = names->name;
   cgroup.compose_service = names->compose_service;
   cgroup.compose_project = names->compose_project;
+}
+
+Result<DockerHttpResponse> http_get_unix(const std::string& socket_path, const std::string& target,
+                                         std::chrono::milliseconds timeout) {
+  return http_request_unix(socket_path, "GET", target, timeout);
 }
 
 }  // namespace vramd

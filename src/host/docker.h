@@ -42,6 +42,10 @@ Result<DockerHttpResponse> parse_http_response(std::string_view raw, bool at_eof
 // GET `target` from an HTTP server on a unix socket, within `timeout` in all.
 Result<DockerHttpResponse> http_get_unix(const std::string& socket_path, const std::string& target,
                                    std::chrono::milliseconds timeout);
+// Any method without a body ("POST /v1.41/containers/NAME/restart").
+Result<DockerHttpResponse> http_request_unix(const std::string& socket_path, const std::string& method,
+                                             const std::string& target,
+                                             std::chrono::milliseconds timeout);
 
 // Not thread-safe: one scanner thread uses it.
 class DockerNames {

@@ -1,28 +1,40 @@
 // The /v1 API routes over the daemon's state. Runs on the event loop, like the Arbiter.
 #pragma once
 
-#include <deque>
 #include <functional>
 
 #include "core/arbiter.h"
 #include "server/http_server.h"
+#include "store/event_store.h"
 
 namespace vramd {
 
+// What the API needs from the daemon beyond the Arbiter's snapshots.
+class DaemonControl {
+ public:
+  virtual ~DaemonControl() = default;
+  virtual const Arbiter& arbiter() const = 0;
+  virtual TimePoint now() const = 0;
+  // Asks for an unload; the id is then awaited with wait_unload (the verdict may come at once).
+  virtual uint64_t request_unload(const std::string& service, bool force) = 0;
+  virtual boost::asio::awaitable<UnloadFinished> wait_unload(uint64_t request_id) = 0;
+  virtual boost::asio::awaitable<Result<std::vector<StoredEvent>>> events(
+      int64_t after_id, std::optional<TimePoint> since, size_t limit) = 0;
+  // Streams events as Server-Sent Events until the client goes away.
+  virtual boost::asio::awaitable<void> stream_events(HttpStream& stream, int64_t after_id) = 0;
+};
+
 class Api {
  public:
-  using Clock = std::function<TimePoint()>;
-  Api(const Arbiter& arbiter, const std::deque<EventRecord>& events, Clock clock)
-      : arbiter_(arbiter), events_(events), clock_(std::move(clock)) {}
-
-  boost::asio::awaitable<HttpResponse> handle(HttpRequest req);
+  explicit Api(DaemonControl& daemon) : daemon_(daemon) {}
+  boost::asio::awaitable<HttpResponse> handle(HttpRequest req, HttpStream& stream);
 
  private:
-  HttpResponse route(const HttpRequest& req);
+  boost::asio::awaitable<HttpResponse> unload(const std::string& service, bool force);
+  boost::asio::awaitable<HttpResponse> free_idle();
+  boost::asio::awaitable<HttpResponse> events(const HttpRequest& req, HttpStream& stream);
 
-  const Arbiter& arbiter_;
-  const std::deque<EventRecord>& events_;
-  Clock clock_;
+  DaemonControl& daemon_;
 };
 
 // Splits "/v1/history?gpu=0&window=15m" into path and decoded query parameters.
@@ -30,6 +42,7 @@ struct Target {
   std::string path;
   std::vector<std::pair<std::string, std::string>> query;
   const std::string* param(std::string_view name) const;
+  bool flag(std::string_view name) const;  // present and not "0"/"false"
 };
 Target parse_target(std::string_view target);
 

@@ -9,6 +9,7 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -50,6 +51,30 @@ Result<std::pair<std::string, int>> split_host_port(const std::string& hp) {
     return make_error(fmt::format("'{}': expected host:port with a port from 0 to 65535", hp));
   return std::make_pair(host, std::stoi(port));
 }
+
+template <typename Stream>
+class BeastHttpStream : public HttpStream {
+ public:
+  explicit BeastHttpStream(Stream& stream) : stream_(stream) {}
+  asio::awaitable<bool> start_event_stream() override {
+    taken_over_ = true;
+    std::string head =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n"
+        "Connection: close\r\nX-Accel-Buffering: no\r\n\r\n";
+    co_return co_await write(std::move(head));
+  }
+  asio::awaitable<bool> write(std::string data) override {
+    beast::error_code ec;
+    stream_.expires_after(std::chrono::seconds(10));  // a client that reads nothing is dropped
+    co_await asio::async_write(stream_, asio::buffer(data), asio::redirect_error(use_awaitable, ec));
+    co_return !ec;
+  }
+  bool taken_over() const override { return taken_over_; }
+
+ private:
+  Stream& stream_;
+  bool taken_over_ = false;
+};
 
 struct HttpServer::Impl {
   asio::io_context& io;
@@ -98,12 +123,14 @@ struct HttpServer::Impl {
       HttpRequest req = parser.release();
       bool keep_alive = req.keep_alive();
       HttpResponse res;
+      BeastHttpStream<Stream> takeover(stream);
       try {
-        res = co_await handler(std::move(req));
+        res = co_await handler(std::move(req), takeover);
       } catch (const std::exception& e) {
         spdlog::error("http handler failed: {}", e.what());
         res = json_response(500, error_json("internal", e.what()).dump());
       }
+      if (takeover.taken_over()) break;
       res.keep_alive(keep_alive);
       res.prepare_payload();
       stream.expires_after(limits.read_timeout);

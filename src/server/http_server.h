@@ -18,7 +18,19 @@ namespace vramd {
 
 using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
 using HttpResponse = boost::beast::http::response<boost::beast::http::string_body>;
-using HttpHandler = std::function<boost::asio::awaitable<HttpResponse>(HttpRequest)>;
+// Lets a handler take the connection over for a stream (Server-Sent Events). After the handler
+// returns, a connection that was taken over is closed and the returned response is ignored.
+class HttpStream {
+ public:
+  virtual ~HttpStream() = default;
+  // Writes the response head (200, text/event-stream, no length). false when the client is gone.
+  virtual boost::asio::awaitable<bool> start_event_stream() = 0;
+  // Writes raw bytes of the body. false when the client is gone or too slow (write timeout).
+  virtual boost::asio::awaitable<bool> write(std::string data) = 0;
+  virtual bool taken_over() const = 0;
+};
+
+using HttpHandler = std::function<boost::asio::awaitable<HttpResponse>(HttpRequest, HttpStream&)>;
 
 struct HttpLimits {
   std::size_t header_bytes = 16 * 1024;

@@ -69,11 +69,62 @@ json to_json(const HistoryView& v, unsigned gpu) {
 }
 
 json to_json(const EventRecord& e) {
-  return {{"at", format_rfc3339(e.at)},
-          {"type", e.type},
-          {"gpu", e.gpu ? json(*e.gpu) : json(nullptr)},
-          {"subject", e.subject},
-          {"message", e.message}};
+  json j = {{"at", format_rfc3339(e.at)},
+            {"type", e.type},
+            {"gpu", e.gpu ? json(*e.gpu) : json(nullptr)},
+            {"subject", e.subject},
+            {"message", e.message}};
+  if (e.verdict) j["data"] = to_json(*e.verdict);
+  return j;
+}
+
+json to_json(const UnloadVerdict& v) {
+  json per_gpu = json::array();
+  for (const auto& [gpu, ba] : v.per_gpu)
+    per_gpu.push_back({{"gpu", gpu}, {"before_bytes", ba.first}, {"after_bytes", ba.second}});
+  return {{"service", v.service},
+          {"outcome", to_string(v.outcome)},
+          {"reason", v.reason},
+          {"before_bytes", v.before_bytes},
+          {"after_bytes", v.after_bytes},
+          {"freed_bytes", v.before_bytes > v.after_bytes ? v.before_bytes - v.after_bytes : 0},
+          {"per_gpu", per_gpu},
+          {"rss_before_bytes", opt(v.rss_before)},
+          {"rss_after_bytes", opt(v.rss_after)},
+          {"duration_ms", v.duration.count()},
+          {"call_ms", v.call_duration.count()},
+          {"escalation", v.escalation.empty() ? json(nullptr) : json(v.escalation)},
+          {"message", v.message},
+          {"at", format_rfc3339(v.at)}};
+}
+
+json to_json(const ServiceStatus& s, TimePoint now) {
+  auto time = [](const std::optional<TimePoint>& t) {
+    return t ? json(format_rfc3339(*t)) : json(nullptr);
+  };
+  json per_gpu = json::array();
+  for (const auto& [gpu, b] : s.per_gpu) per_gpu.push_back({{"gpu", gpu}, {"bytes", b}});
+  return {{"name", s.name},
+          {"kind", s.kind},
+          {"url", s.url},
+          {"state", s.state},
+          {"busy", opt(s.busy)},
+          {"queue_depth", opt(s.queue_depth)},
+          {"models", s.models},
+          {"probe_error", s.probe_error.empty() ? json(nullptr) : json(s.probe_error)},
+          {"last_probe", time(s.last_probe)},
+          {"last_activity", time(s.last_activity)},
+          {"idle_since", time(s.idle_since)},
+          {"idle_seconds", s.idle_since ? json((now - *s.idle_since).count() / 1000.0) : json(nullptr)},
+          {"bytes", s.bytes},
+          {"per_gpu", per_gpu},
+          {"rss_bytes", opt(s.rss)},
+          {"self_reported_vram_bytes", opt(s.self_reported_vram)},
+          {"unload_after_idle_seconds",
+           s.unload_after_idle ? json(s.unload_after_idle->count() / 1000.0) : json(nullptr)},
+          {"last_unload", s.last_unload ? to_json(*s.last_unload) : json(nullptr)},
+          {"backoff_until", time(s.backoff_until)},
+          {"can_restart", s.can_restart.empty() ? json(nullptr) : json(s.can_restart)}};
 }
 
 json error_json(const std::string& code, const std::string& message) {

@@ -12,6 +12,8 @@ nlohmann::json to_json(const GpuStatus& g);
 nlohmann::json to_json(const StatusSnapshot& s);
 nlohmann::json to_json(const HistoryView& v, unsigned gpu);
 nlohmann::json to_json(const EventRecord& e);
+nlohmann::json to_json(const UnloadVerdict& v);
+nlohmann::json to_json(const ServiceStatus& s, TimePoint now);
 
 // {"error": {"code": code, "message": message}}
 nlohmann::json error_json(const std::string& code, const std::string& message);

@@ -33,11 +33,13 @@ Result<std::unique_ptr<EventStore>> EventStore::open(const std::string& path, in
   }
 }
 
-Result<int64_t> EventStore::append(const EventRecord& e, const nlohmann::json& data) {
+Result<int64_t> EventStore::append(const EventRecord& e, const nlohmann::json& data, int64_t id_in) {
   try {
     SQLite::Statement insert(*db_,
-                             "INSERT INTO events (at_ms, type, gpu, subject, message, data) "
-                             "VALUES (?, ?, ?, ?, ?, ?)");
+                             "INSERT INTO events (at_ms, type, gpu, subject, message, data, id) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?)");
+    if (id_in > 0) insert.bind(7, id_in);
+    else insert.bind(7);
     insert.bind(1, static_cast<int64_t>(e.at.time_since_epoch().count()));
     insert.bind(2, e.type);
     if (e.gpu) insert.bind(3, static_cast<int64_t>(*e.gpu));
@@ -85,6 +87,16 @@ Result<std::vector<StoredEvent>> EventStore::list(int64_t after_id, std::optiona
       out.push_back(std::move(s));
     }
     return out;
+  } catch (const std::exception& ex) {
+    return make_error(fmt::format("cannot read events: {}", ex.what()));
+  }
+}
+
+Result<int64_t> EventStore::max_id() const {
+  try {
+    SQLite::Statement q(*db_, "SELECT COALESCE(MAX(id), 0) FROM events");
+    q.executeStep();
+    return q.getColumn(0).getInt64();
   } catch (const std::exception& ex) {
     return make_error(fmt::format("cannot read events: {}", ex.what()));
   }

@@ -30,7 +30,11 @@ class EventStore {
   static Result<std::unique_ptr<EventStore>> open(const std::string& path, int64_t retention);
   ~EventStore();
 
-  Result<int64_t> append(const EventRecord& event, const nlohmann::json& data = nullptr);
+  // `id`: 0 lets the store number it; the daemon numbers events itself (from max_id() on) so
+  // that its live stream and the store agree on ids.
+  Result<int64_t> append(const EventRecord& event, const nlohmann::json& data = nullptr,
+                         int64_t id = 0);
+  Result<int64_t> max_id() const;
   // Events after `after_id` (0: from the oldest kept) and at or after `since`, oldest first.
   Result<std::vector<StoredEvent>> list(int64_t after_id, std::optional<TimePoint> since,
                                         size_t limit) const;

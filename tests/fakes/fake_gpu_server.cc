@@ -166,7 +166,8 @@ int main(int argc, char** argv) {
   limits.read_timeout = std::chrono::seconds(3600);  // --slow and --hang outlast the default
   limits.idle_timeout = std::chrono::seconds(3600);
   vramd::HttpServer server(
-      io, [&model](vramd::HttpRequest req) { return handle(model, std::move(req)); }, limits);
+      io, [&model](vramd::HttpRequest req, vramd::HttpStream&) { return handle(model, std::move(req)); },
+      limits);
   std::string host = options->host.find(':') != std::string::npos ? "[" + options->host + "]"
                                                                    : options->host;
   auto st = server.listen_tcp(host + ":" + std::to_string(options->port));
