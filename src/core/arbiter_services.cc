@@ -1,6 +1,7 @@
 // The Arbiter's service policies: idle tracking, TTL unloads, verified unloads with escalation
 // and backoff. Part of class Arbiter (arbiter.h); no I/O.
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -67,7 +68,7 @@ std::vector<Action> Arbiter::on_probe(const ProbeDone& e, TimePoint now) {
   const ServiceProbe& p = e.probe;
   bool was_reachable = st.state != "unreachable" && st.state != "unknown";
   st.last_probe = now;
-  st.probe_error = p.error;
+  std::string previous_error = std::exchange(st.probe_error, p.error);
   if (!p.reachable) {
     if (st.state != "unreachable" && st.state != "unloading")
       actions.push_back(EmitEvent{{now, "service.unreachable", std::nullopt, st.name,
@@ -79,6 +80,10 @@ std::vector<Action> Arbiter::on_probe(const ProbeDone& e, TimePoint now) {
   if (!was_reachable && st.state == "unreachable")
     actions.push_back(EmitEvent{{now, "service.reachable", std::nullopt, st.name,
                                  fmt::format("{} answers again", st.name)}});
+  // It answers, but not in its API's shape (HTTP 500, garbage): once per change of the error.
+  if (!p.error.empty() && p.error != previous_error)
+    actions.push_back(EmitEvent{{now, "service.error", std::nullopt, st.name,
+                                 fmt::format("{} answers but its API is broken: {}", st.name, p.error)}});
   if (st.state != "unloading") st.state = "up";
   bool models_changed = st.last_activity.has_value() && p.models != st.models;
   if (!st.last_activity) st.last_activity = now;  // first sight: count from now

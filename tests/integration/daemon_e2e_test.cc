@@ -8,6 +8,7 @@
 
 #include "cli/client.h"
 #include "core/units.h"
+#include "integration/daemon_fixture.h"
 #include "integration/test_util.h"
 #include "sim/fake_gpu_state.h"
 
@@ -18,67 +19,12 @@ using nlohmann::json;
 using testing::Child;
 using testing::eventually;
 using testing::TempDir;
-
-std::string vramd_bin() { return testing::build_dir() + "/vramd"; }
-std::string fake_lib() { return testing::build_dir() + "/libnvidia-ml-fake.so"; }
-
-// A daemon on a fake 24 GiB GPU, sampling every 200 ms.
-struct DaemonFixture {
-  TempDir dir;
-  std::string state = dir.file("gpu.json");
-  int port = testing::free_port();
-  std::string url = fmt::format("http://127.0.0.1:{}", port);
-  std::unique_ptr<Child> daemon;
-
-  DaemonFixture() {
-    auto s = make_fake_gpu_state({{"NVIDIA GeForce RTX 3090", 24 * GiB}});
-    s["gpus"][0]["used"] = 400 * MiB;
-    EXPECT_TRUE(write_fake_gpu_state(state, s).ok());
-  }
-
-  std::vector<std::string> env() const {
-    return {"VRAMD_NVML_LIBRARY=" + fake_lib(), "FAKE_NVML_STATE=" + state};
-  }
-
-  void start(const std::string& services_toml) {
-    std::ofstream(dir.file("vramd.toml")) << fmt::format(
-        "[daemon]\nlisten = \"127.0.0.1:{}\"\nstate_dir = \"{}\"\nsample_interval = \"200ms\"\n\n"
-        "[gpu]\nbackend = \"nvml\"\n\n{}",
-        port, dir.path(), services_toml);
-    daemon = std::make_unique<Child>(
-        std::vector<std::string>{vramd_bin(), "serve", "--config", dir.file("vramd.toml")}, env(),
-        dir.file("daemon.log"));
-    ASSERT_TRUE(eventually([&] { return status().contains("gpus") && !status()["sampled_at"].is_null(); }))
-        << log();
-  }
-
-  json status(const std::string& where = "") const {
-    auto r = http_request({where.empty() ? url : where}, "GET", "/v1/status");
-    if (!r || r->status != 200) return json::object();
-    return json::parse(r->body);
-  }
-
-  std::string log() const {
-    std::ifstream f(dir.file("daemon.log"));
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  }
-};
-
-const json* holding(const json& status, const std::string& owner) {
-  if (!status.contains("gpus")) return nullptr;
-  for (const auto& h : status["gpus"][0]["holdings"])
-    if (h["owner"] == owner) return &h;
-  return nullptr;
-}
-
-TimePoint sampled_at(const json& status) {
-  if (!status.contains("sampled_at") || status["sampled_at"].is_null()) return {};
-  return *parse_rfc3339(status["sampled_at"].get<std::string>());
-}
-
-TimePoint wall_now() {
-  return std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now());
-}
+using testing::DaemonFixture;
+using testing::holding;
+using testing::run_cli;
+using testing::sampled_at;
+using testing::vramd_bin;
+using testing::wall_now;
 
 TEST(DaemonE2E, NamesOwnersAndFollowsProcessesWithinTwoSamples) {
   DaemonFixture f;
@@ -176,26 +122,6 @@ TEST(DaemonE2E, UnknownPathsAndMethodsAreJsonErrors) {
   EXPECT_EQ(r->status, 404u);
   r = http_request({f.url}, "GET", "/v1/history?window=forever");
   EXPECT_EQ(r->status, 400u);
-}
-
-// Runs the CLI and returns (exit status, stdout, stderr).
-struct CliResult {
-  int code;
-  std::string out, err;
-};
-CliResult run_cli(const std::vector<std::string>& args, const std::vector<std::string>& env,
-                  const TempDir& dir) {
-  std::string cmd;
-  for (const auto& e : env) cmd += e + " ";
-  cmd += vramd_bin();
-  for (const auto& a : args) cmd += " '" + a + "'";
-  cmd += " >" + dir.file("out") + " 2>" + dir.file("err");
-  int status = std::system(cmd.c_str());
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
-  return {WEXITSTATUS(status), slurp(dir.file("out")), slurp(dir.file("err"))};
 }
 
 TEST(DaemonE2E, StatusWithoutADaemonTakesOneSampleItselfAndSaysSo) {

@@ -1,0 +1,136 @@
+// A daemon on the test GPU and fake model servers beside it, for end-to-end tests.
+#pragma once
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/client.h"
+#include "core/units.h"
+#include "integration/test_util.h"
+#include "sim/fake_gpu_state.h"
+
+namespace vramd::testing {
+
+using nlohmann::json;
+
+inline std::string vramd_bin() { return testing::build_dir() + "/vramd"; }
+inline std::string fake_lib() { return testing::build_dir() + "/libnvidia-ml-fake.so"; }
+
+// A daemon on a fake 24 GiB GPU, sampling every 200 ms.
+struct DaemonFixture {
+  TempDir dir;
+  std::string state = dir.file("gpu.json");
+  int port = testing::free_port();
+  std::string url = fmt::format("http://127.0.0.1:{}", port);
+  std::unique_ptr<Child> daemon;
+
+  DaemonFixture() {
+    auto s = make_fake_gpu_state({{"NVIDIA GeForce RTX 3090", 24 * GiB}});
+    s["gpus"][0]["used"] = 400 * MiB;
+    EXPECT_TRUE(write_fake_gpu_state(state, s).ok());
+  }
+
+  std::vector<std::string> env() const {
+    return {"VRAMD_NVML_LIBRARY=" + fake_lib(), "FAKE_NVML_STATE=" + state};
+  }
+
+  void start(const std::string& services_toml) {
+    std::ofstream(dir.file("vramd.toml")) << fmt::format(
+        "[daemon]\nlisten = \"127.0.0.1:{}\"\nstate_dir = \"{}\"\nsample_interval = \"200ms\"\n\n"
+        "[gpu]\nbackend = \"nvml\"\n\n{}",
+        port, dir.path(), services_toml);
+    daemon = std::make_unique<Child>(
+        std::vector<std::string>{vramd_bin(), "serve", "--config", dir.file("vramd.toml")}, env(),
+        dir.file("daemon.log"));
+    ASSERT_TRUE(eventually([&] { return status().contains("gpus") && !status()["sampled_at"].is_null(); }))
+        << log();
+  }
+
+  json status(const std::string& where = "") const {
+    auto r = http_request({where.empty() ? url : where}, "GET", "/v1/status");
+    if (!r || r->status != 200) return json::object();
+    return json::parse(r->body);
+  }
+
+  std::string log() const {
+    std::ifstream f(dir.file("daemon.log"));
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+};
+
+inline const json* holding(const json& status, const std::string& owner) {
+  if (!status.contains("gpus")) return nullptr;
+  for (const auto& h : status["gpus"][0]["holdings"])
+    if (h["owner"] == owner) return &h;
+  return nullptr;
+}
+
+inline TimePoint sampled_at(const json& status) {
+  if (!status.contains("sampled_at") || status["sampled_at"].is_null()) return {};
+  return *parse_rfc3339(status["sampled_at"].get<std::string>());
+}
+
+inline TimePoint wall_now() {
+  return std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now());
+}
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// One fake-gpu-server (tests/fakes) holding its "VRAM" in the fixture's test GPU.
+class FakeService {
+ public:
+  FakeService(const DaemonFixture& f, const std::string& kind, std::vector<std::string> extra = {})
+      : port_(free_port()), log_(f.dir.file(fmt::format("fake-{}.log", port_))) {
+    std::vector<std::string> argv = {build_dir() + "/fake-gpu-server", "--kind", kind, "--port",
+                                     std::to_string(port_), "--state", f.state};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    child_ = std::make_unique<Child>(argv, std::vector<std::string>{}, log_);
+    EXPECT_TRUE(eventually([&] { return slurp(log_).find(fmt::format("ready {}", port_)) != std::string::npos; }))
+        << slurp(log_);
+  }
+  int port() const { return port_; }
+  std::string url() const { return fmt::format("http://127.0.0.1:{}", port_); }
+  pid_t pid() const { return child_->pid(); }
+  // GET /fake/state: loaded, busy, unload_calls, ...
+  json state() const {
+    auto r = http_request({url()}, "GET", "/fake/state", "", 2000);
+    if (!r || r->status != 200) return json::object();
+    return json::parse(r->body, nullptr, false);
+  }
+
+ private:
+  int port_;
+  std::string log_;
+  std::unique_ptr<Child> child_;
+};
+
+// Runs the CLI and returns (exit status, stdout, stderr).
+struct CliResult {
+  int code;
+  std::string out, err;
+};
+inline CliResult run_cli(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                  const TempDir& dir) {
+  std::string cmd;
+  for (const auto& e : env) cmd += e + " ";
+  cmd += vramd_bin();
+  for (const auto& a : args) cmd += " '" + a + "'";
+  cmd += " >" + dir.file("out") + " 2>" + dir.file("err");
+  int status = std::system(cmd.c_str());
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  return {WEXITSTATUS(status), slurp(dir.file("out")), slurp(dir.file("err"))};
+}
+
+}  // namespace vramd::testing
