@@ -4,7 +4,8 @@
 #   bench/run.sh [BUILD_DIR]     (default: build; needs vramd, vramd_bench, libnvidia-ml-fake.so)
 #
 # REPETITIONS (default 5) runs of each Google Benchmark case, reported as medians; SERVE_S
-# (default 60) seconds of `vramd serve` for bench/serve_cost.sh. Record the output in
+# (default 60) seconds of `vramd serve` for bench/serve_cost.sh; UNLOAD_REPS (default 3)
+# repetitions of each case of vramd_unload_bench (~25 s each), run when that binary is built. Record the output in
 # bench/RESULTS.md (one section per benchmark) with the date, machine, commit and command.
 set -uo pipefail
 
@@ -83,3 +84,14 @@ EOF
 echo
 echo "== serve_cost: vramd serve at 1 s sampling; targets < 2 CPU s/hour, RSS < 16 MiB"
 DURATION_S=$SERVE_S bench/serve_cost.sh "$BUILD_DIR"
+
+UNLOAD_BENCH="$BUILD_DIR/vramd_unload_bench"
+if [ -x "$UNLOAD_BENCH" ]; then
+  echo
+  echo "== unload_verdict: time from the unload call to the verdict, vramd vs 'wait 3 s, measure once';"
+  echo "   targets: vramd's verdict right in every case, within 1 s of the memory settling"
+  timeout 600 "$UNLOAD_BENCH" --reps "${UNLOAD_REPS:-3}" --build-dir "$BUILD_DIR"
+else
+  echo
+  echo "== unload_verdict: skipped ($UNLOAD_BENCH missing; build it: ninja -C $BUILD_DIR vramd_unload_bench)"
+fi

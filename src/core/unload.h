@@ -30,7 +30,9 @@ struct UnloadVerdict {
   Bytes after_bytes = 0;
   std::vector<std::pair<unsigned, std::pair<Bytes, Bytes>>> per_gpu;  // gpu → (before, after)
   std::optional<Bytes> rss_before, rss_after;  // host RAM of the service's processes
-  Duration duration{0};                        // from the call to the verdict
+  // From the request to the memory settling (the first sample at its final level; the verdict
+  // follows two samples later), or to the timeout when nothing settled.
+  Duration duration{0};
   Duration call_duration{0};                   // how long the server took to answer the call
   std::string escalation;                      // "" | "restart" | "stop" | "report"
   std::string message;
