@@ -15,6 +15,7 @@ Arbiter::Arbiter(Config config) : config_(std::move(config)), resolver_(config_.
     st.kind = svc.kind;
     st.url = svc.url;
     st.unload_after_idle = svc.unload_after_idle;
+    st.reload_cost = default_reload_cost(svc.kind);
     if (!svc.match.container.empty()) st.can_restart = "container";
     else if (!svc.match.unit.empty()) st.can_restart = "unit";
     services_[svc.name] = std::move(st);
@@ -44,8 +45,16 @@ std::vector<Action> Arbiter::handle(const Event& event, TimePoint now) {
                  [&](const UnloadRequested& e) { return on_unload_requested(e, now); },
                  [&](const UnloadCallDone& e) { return on_unload_call_done(e, now); },
                  [&](const LifecycleDone& e) { return on_lifecycle_done(e, now); },
-                 [&](const Tick& e) { return on_tick(e, now); }},
+                 [&](const Tick& e) { return on_tick(e, now); },
+                 [&](const LeaseRequested& e) { return on_lease_requested(e, now); },
+                 [&](const LeaseReleased& e) { return on_lease_released(e, now); },
+                 [&](const LeaseHeartbeat& e) { return on_lease_heartbeat(e, now); },
+                 [&](const HolderExited& e) { return on_holder_exited(e, now); }},
       event);
+  if (std::holds_alternative<Tick>(event)) check_lease_deadlines(now, actions);
+  // Admission after anything that may change what fits (a heartbeat changes nothing).
+  if (!std::holds_alternative<LeaseHeartbeat>(event) && (!queue_.empty() || !evicting_for_.empty()))
+    admit(now, actions);
   // Fast sampling while any unload is being verified.
   bool want_fast = !unloads_.empty();
   if (want_fast != fast_sampling_on_) {
@@ -75,7 +84,10 @@ std::vector<Action> Arbiter::on_sample(const SampleTaken& s, TimePoint now) {
   if (s.gpus.error.empty() && !status_.error.empty())
     emit("gpu.recovered", std::nullopt, "", "GPU backend reads again");
 
-  OwnerHints hints;  // managed services and leases come with later features
+  OwnerHints hints;  // managed services come with the supervisor
+  for (const auto& [id, l] : leases_)
+    if (l.request.pid) hints.lease_pids.emplace_back(l.owner_name(), *l.request.pid);
+  mem_available_ = s.host.mem_available;
   auto owners = resolver_.resolve(s.host, hints);
   auto reports = self_reports();
   std::unordered_map<int, const ProcessInfo*> by_pid;
@@ -184,6 +196,8 @@ std::vector<Action> Arbiter::on_sample(const SampleTaken& s, TimePoint now) {
   }
   last_owners_ = std::move(owners);
   update_service_holdings(now, actions);
+  learn_reload_costs(now);
+  update_lease_holdings(now, actions);
   advance_unloads(now, actions);
   check_idle_ttl(now, actions);
   return actions;

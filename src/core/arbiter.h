@@ -3,6 +3,8 @@
 #pragma once
 
 #include <deque>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 #include <map>
 #include <optional>
@@ -12,6 +14,7 @@
 
 #include "core/config.h"
 #include "core/history.h"
+#include "core/lease.h"
 #include "core/model.h"
 #include "core/owners.h"
 #include "core/service_model.h"
@@ -54,7 +57,27 @@ struct LifecycleDone {
 };
 // Time passes (every 250 ms): deadlines are checked even when no sample arrives.
 struct Tick {};
-using Event = std::variant<SampleTaken, ProbeDone, UnloadRequested, UnloadCallDone, LifecycleDone, Tick>;
+// A client asks for a lease. The shell numbers it (ids never repeat, across restarts too) and
+// fills the holder pid's start ticks; the Arbiter queues it and admits it when it fits.
+struct LeaseRequested {
+  uint64_t id = 0;
+  LeaseRequest request;
+};
+// The client is done with a lease (granted: released; queued: cancelled).
+struct LeaseReleased {
+  uint64_t id = 0;
+  std::optional<int> exit_status;
+};
+// The client is still there (any request about the lease counts).
+struct LeaseHeartbeat {
+  uint64_t id = 0;
+};
+// A lease holder's process is gone (its pid exited, or was reused by another process).
+struct HolderExited {
+  uint64_t id = 0;
+};
+using Event = std::variant<SampleTaken, ProbeDone, UnloadRequested, UnloadCallDone, LifecycleDone,
+                           Tick, LeaseRequested, LeaseReleased, LeaseHeartbeat, HolderExited>;
 
 // ---- Actions: what the shell must do ----
 
@@ -92,7 +115,13 @@ struct Lifecycle {
   std::string via;     // "container" | "unit"
   std::string target;  // container name or unit name
 };
-using Action = std::variant<EmitEvent, CallUnload, SetFastSampling, UnloadFinished, Lifecycle>;
+// A lease was created or changed state: persist it, wake whoever waits on it; an ended one
+// leaves the Arbiter (its job record is the shell's to keep).
+struct LeaseChanged {
+  Lease lease;
+};
+using Action =
+    std::variant<EmitEvent, CallUnload, SetFastSampling, UnloadFinished, Lifecycle, LeaseChanged>;
 
 // What vramd knows about a configured service right now.
 struct ServiceStatus {
@@ -116,6 +145,9 @@ struct ServiceStatus {
   std::optional<UnloadVerdict> last_unload;
   std::optional<TimePoint> backoff_until;
   std::string can_restart;  // "container" | "unit" | "" (how vramd could restart or stop it)
+  Duration reload_cost{0};  // how long a load took (measured), or the kind's default
+  std::optional<TimePoint> load_started;  // its memory is growing from (almost) nothing
+  bool reload_measured = false;
 };
 
 // ---- Snapshots ----
@@ -158,6 +190,22 @@ class Arbiter {
   HistoryView history(unsigned gpu, TimePoint now, Duration window, size_t max_points) const;
   const Config& config() const { return config_; }
 
+  // Leases: active ones (queued in admission order, then granted), and recently ended ones.
+  std::vector<Lease> leases() const;
+  const Lease* lease(uint64_t id) const;
+  // Queued leases ahead of this one on its GPU (0 = next); nullopt when not queued.
+  std::optional<size_t> queue_position(uint64_t id) const;
+  // GPU -> the queued lease first in line there (as of the last admission pass).
+  const std::map<unsigned, uint64_t>& queue_heads() const { return heads_; }
+  // Holder pids to watch: (lease id, pid, start ticks).
+  std::vector<std::tuple<uint64_t, int, uint64_t>> lease_holders() const;
+  // Host RAM not yet promised to granted leases.
+  std::optional<Bytes> ram_available() const;
+  // Brings back the active leases the store kept across a restart. `alive`: lease ids whose
+  // holder pid still runs (same start time). Returns what changed (leases that end now).
+  std::vector<Action> restore_leases(std::vector<Lease> leases, const std::vector<uint64_t>& alive,
+                                     TimePoint now);
+
  private:
   std::vector<Action> on_sample(const SampleTaken& s, TimePoint now);
   std::vector<Action> on_probe(const ProbeDone& e, TimePoint now);
@@ -165,6 +213,10 @@ class Arbiter {
   std::vector<Action> on_unload_call_done(const UnloadCallDone& e, TimePoint now);
   std::vector<Action> on_lifecycle_done(const LifecycleDone& e, TimePoint now);
   std::vector<Action> on_tick(const Tick& e, TimePoint now);
+  std::vector<Action> on_lease_requested(const LeaseRequested& e, TimePoint now);
+  std::vector<Action> on_lease_released(const LeaseReleased& e, TimePoint now);
+  std::vector<Action> on_lease_heartbeat(const LeaseHeartbeat& e, TimePoint now);
+  std::vector<Action> on_holder_exited(const HolderExited& e, TimePoint now);
 
   // An unload in progress: from the call to the verdict.
   struct UnloadRun {
@@ -187,6 +239,28 @@ class Arbiter {
   void start_unload(const std::string& service, const std::string& reason, uint64_t request_id,
                     TimePoint now, std::vector<Action>& actions);
   std::map<Owner, Bytes> self_reports() const;
+
+  // Leases (arbiter_leases.cc).
+  using QueueKey = std::tuple<int, uint64_t, uint64_t>;  // (-priority, seq, id)
+  static QueueKey queue_key(const Lease& l) { return {-l.request.priority, l.seq, l.id}; }
+  void admit(TimePoint now, std::vector<Action>& actions);
+  void end_lease(uint64_t id, LeaseState state, const std::string& why, TimePoint now,
+                 std::vector<Action>& actions);
+  void update_lease_holdings(TimePoint now, std::vector<Action>& actions);
+  void check_lease_deadlines(TimePoint now, std::vector<Action>& actions);
+  void learn_reload_costs(TimePoint now);
+  // Free for a new lease on a GPU: total − reserve − used − what granted leases still reserve.
+  Bytes budget(const GpuStatus& g) const;
+  std::string group_of(const LeaseRequest& r) const;
+
+  std::map<uint64_t, Lease> leases_;  // active, by id
+  std::set<QueueKey> queue_;          // queued ones, in admission order
+  std::deque<Lease> ended_;           // the last ones that ended, newest last
+  uint64_t next_seq_ = 1;
+  std::map<std::string, uint64_t> evicting_for_;  // service being unloaded -> lease id
+  std::optional<Bytes> mem_available_;
+  std::map<unsigned, uint64_t> heads_;  // GPU -> the queued lease first in line there
+  std::map<std::string, Bytes> last_bytes_;  // each service's bytes in the previous sample
 
   Config config_;
   OwnerResolver resolver_;

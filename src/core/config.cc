@@ -148,11 +148,11 @@ constexpr std::string_view kSizeHint = "a size like \"16GiB\" or \"512MiB\"";
 const std::vector<std::string> kTopKeys = {"daemon", "gpu", "services"};
 const std::vector<std::string> kDaemonKeys = {
     "listen",     "state_dir",     "sample_interval", "token",
-    "token_file", "docker_socket", "probe_interval",  "events_retention"};
-const std::vector<std::string> kGpuKeys = {"backend", "baseline", "residual_tolerance"};
+    "token_file", "docker_socket", "probe_interval",  "events_retention", "lease_heartbeat"};
+const std::vector<std::string> kGpuKeys = {"backend", "baseline", "residual_tolerance", "reserve"};
 const std::vector<std::string> kBackends = {"auto", "nvml", "nvidia-smi"};
 const std::vector<std::string> kServiceKeys = {
-    "kind",  "url", "match", "unload_after_idle", "on_ineffective_unload", "group",        "pinned",
+    "kind",  "url", "match", "unload_after_idle", "min_idle", "on_ineffective_unload", "group",        "pinned",
     "start", "cwd", "env",   "start_timeout",     "health_failures",       "vram_estimate",
     "api_key", "api_key_env", "probe_timeout", "connect_timeout", "unload_timeout",
     "unload_backoff", "sleep_level", "router", "models", "busy_url", "busy_json_pointer",
@@ -389,6 +389,8 @@ class ConfigParser {
         } else {
           out.events_retention = v->get();
         }
+      } else if (k == "lease_heartbeat") {
+        if (auto d = positive_duration(node, field)) out.lease_heartbeat = *d;
       } else {
         unknown_key(key, "[daemon]", kDaemonKeys);
       }
@@ -417,6 +419,8 @@ class ConfigParser {
         }
       } else if (k == "residual_tolerance") {
         if (auto b = size_value(node, field)) out.residual_tolerance = *b;
+      } else if (k == "reserve") {
+        if (auto b = size_value(node, field)) out.reserve = *b;
       } else {
         unknown_key(key, "[gpu]", kGpuKeys);
       }
@@ -543,6 +547,8 @@ class ConfigParser {
       if (auto d = positive_duration(node, field)) svc.connect_timeout = *d;
     } else if (k == "unload_timeout") {
       if (auto d = positive_duration(node, field)) svc.unload_timeout = *d;
+    } else if (k == "min_idle") {
+      if (auto d = duration_value(node, field)) svc.min_idle = *d;
     } else if (k == "unload_backoff") {
       if (auto d = duration_value(node, field)) svc.unload_backoff = *d;
     } else if (k == "sleep_level") {

@@ -37,6 +37,8 @@ struct ServiceConfig {
   std::string on_ineffective_unload = "report";  // restart | stop | report
   std::string group;                             // exclusive group
   bool pinned = false;
+  // Idle at least this long before vramd unloads it to make room for a lease.
+  Duration min_idle = std::chrono::seconds(30);
   std::vector<std::string> start;  // argv, no shell
   std::string cwd;
   std::map<std::string, std::string> env;
@@ -73,6 +75,8 @@ struct DaemonConfig {
   std::string docker_socket = "/var/run/docker.sock";
   Duration probe_interval = std::chrono::seconds(2);  // how often each service is probed
   std::int64_t events_retention = 10000;              // events kept in the store
+  // A lease without a holder pid ends when no request about it came for this long.
+  Duration lease_heartbeat = std::chrono::seconds(30);
 };
 
 // daemon.sample_interval may not be shorter than this.
@@ -82,6 +86,7 @@ struct GpuConfig {
   std::string backend = "auto";   // auto | nvml | nvidia-smi
   std::optional<Bytes> baseline;  // nullopt: "auto" (learned)
   Bytes residual_tolerance = 256 * MiB;
+  Bytes reserve = 0;  // kept free on every GPU, never leased
 };
 
 struct Config {

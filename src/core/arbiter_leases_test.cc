@@ -1,0 +1,437 @@
+// Leases in the Arbiter on a virtual clock: admission order, per-GPU independence, eviction of
+// idle services on demand (cheapest set, never busy or pinned), exclusive groups, reasons,
+// holder death and heartbeats, restore after a restart.
+#include <gtest/gtest.h>
+
+#include "core/arbiter.h"
+
+namespace vramd {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Two 24 GiB GPUs; services are processes "svc-NAME" on a GPU; jobs are processes "job" whose
+// pid is a lease holder. Unload calls are answered by the world: the service's memory goes.
+class World {
+ public:
+  explicit World(std::vector<ServiceConfig> services, unsigned gpus = 2) : gpus_(gpus) {
+    Config c;
+    c.gpu.baseline = 0;
+    c.services = std::move(services);
+    arbiter_ = std::make_unique<Arbiter>(c);
+  }
+
+  void hold(int pid, unsigned gpu, const std::string& cmdline, Bytes bytes) {
+    procs_[pid] = {gpu, cmdline, bytes};
+  }
+  void drop(int pid) { procs_.erase(pid); }
+  // Services whose unload frees nothing.
+  void ignore_unloads(const std::string& service) { stubborn_.insert(service); }
+
+  std::vector<Action> sample() {
+    SampleTaken s;
+    for (unsigned i = 0; i < gpus_; ++i) {
+      GpuSample g;
+      g.index = i;
+      g.name = "NVIDIA GeForce RTX 3090";
+      g.total = 24 * GiB;
+      s.gpus.gpus.push_back(g);
+    }
+    for (const auto& [pid, p] : procs_) {
+      auto& g = s.gpus.gpus[p.gpu];
+      g.processes.push_back({pid, p.bytes, ""});
+      g.used += p.bytes;
+      ProcessInfo info;
+      info.pid = pid;
+      info.ppid = 1;
+      info.comm = "python3";
+      info.cmdline = p.cmdline;
+      s.host.processes.push_back(info);
+    }
+    s.host.mem_available = 64 * GiB;
+    s.gpus.backend = "test";
+    return feed(s);
+  }
+  void probe(const std::string& service, bool busy) {
+    ServiceProbe p;
+    p.reachable = true;
+    p.busy = busy;
+    p.models = {"model"};
+    feed(ProbeDone{service, p});
+  }
+  std::vector<Action> feed(const Event& e) {
+    auto actions = arbiter_->handle(e, now_);
+    for (const auto& a : actions) {
+      all_.push_back(a);
+      if (auto* c = std::get_if<CallUnload>(&a)) pending_.push_back(*c);
+    }
+    return actions;
+  }
+  // Time passes in 250 ms steps: unload calls are answered, samples and ticks fed.
+  void run(Duration total) {
+    for (Duration t{0}; t < total; t += 250ms) {
+      now_ += 250ms;
+      auto calls = std::move(pending_);
+      pending_.clear();
+      for (const auto& c : calls) {
+        unload_calls.push_back(c.service);
+        if (!stubborn_.count(c.service))
+          for (auto it = procs_.begin(); it != procs_.end();)
+            it = it->second.cmdline == "svc-" + c.service ? procs_.erase(it) : std::next(it);
+        UnloadCall call;
+        call.result = UnloadCall::Result::requested;
+        feed(UnloadCallDone{c.service, c.unload_id, call, 50ms});
+      }
+      sample();
+      feed(Tick{});
+    }
+  }
+  void next_id(uint64_t n) { next_id_ = n; }
+  uint64_t request(LeaseRequest r) {
+    uint64_t id = next_id_++;
+    feed(LeaseRequested{id, std::move(r)});
+    return id;
+  }
+  LeaseState state(uint64_t id) const { return arbiter_->lease(id)->state; }
+  const Lease& lease(uint64_t id) const { return *arbiter_->lease(id); }
+  Arbiter& arbiter() { return *arbiter_; }
+  TimePoint now() const { return now_; }
+  template <typename T>
+  std::vector<T> all() const {
+    std::vector<T> out;
+    for (const auto& a : all_)
+      if (auto* x = std::get_if<T>(&a)) out.push_back(*x);
+    return out;
+  }
+  std::vector<std::string> unload_calls;
+
+ private:
+  struct Proc {
+    unsigned gpu;
+    std::string cmdline;
+    Bytes bytes;
+  };
+  unsigned gpus_;
+  std::unique_ptr<Arbiter> arbiter_;
+  std::map<int, Proc> procs_;
+  std::set<std::string> stubborn_;
+  std::vector<CallUnload> pending_;
+  TimePoint now_{Duration(1'800'000'000'000)};
+  std::vector<Action> all_;
+  uint64_t next_id_ = 1;
+};
+
+ServiceConfig svc(std::string name, std::string kind = "comfyui") {
+  ServiceConfig s;
+  s.name = name;
+  s.kind = std::move(kind);
+  s.url = "http://127.0.0.1:8188";
+  s.match.cmdline = "^svc-" + name + "$";
+  s.min_idle = 30s;
+  return s;
+}
+
+LeaseRequest req(Bytes vram, std::optional<unsigned> gpu = 0, int priority = 0,
+                 std::string label = "job") {
+  LeaseRequest r;
+  r.vram = vram;
+  r.gpu = gpu;
+  r.priority = priority;
+  r.label = std::move(label);
+  r.holder = "test";
+  return r;
+}
+
+TEST(ArbiterLeases, GrantsWhatFitsAtOnceAndCountsMaxOfHeldAndLeased) {
+  World w({});
+  w.sample();
+  uint64_t a = w.request(req(10 * GiB));
+  EXPECT_EQ(w.state(a), LeaseState::granted);
+  EXPECT_EQ(w.lease(a).gpu, 0u);
+  // The holder has not allocated yet: its 10 GiB are still promised.
+  uint64_t b = w.request(req(15 * GiB));
+  EXPECT_EQ(w.state(b), LeaseState::queued);
+  EXPECT_NE(w.lease(b).reason.text.find("needs 15.0 GiB on GPU 0; 14.0 GiB free"), std::string::npos)
+      << w.lease(b).reason.text;
+  // Releasing the first makes room for the second.
+  w.feed(LeaseReleased{a, 0});
+  EXPECT_EQ(w.state(a), LeaseState::released);
+  EXPECT_EQ(w.state(b), LeaseState::granted);
+}
+
+TEST(ArbiterLeases, PriorityThenFifoAndNoOvertakingOnTheSameGpu) {
+  World w({});
+  w.hold(100, 0, "other", 20 * GiB);  // leaves 4 GiB
+  w.sample();
+  uint64_t big = w.request(req(8 * GiB, 0, 0, "big"));
+  uint64_t small = w.request(req(2 * GiB, 0, 0, "small"));
+  uint64_t urgent = w.request(req(6 * GiB, 0, 5, "urgent"));
+  // Nothing overtakes the head, even what would fit (no starvation of big leases).
+  EXPECT_EQ(w.state(small), LeaseState::queued);
+  EXPECT_EQ(w.state(big), LeaseState::queued);
+  EXPECT_EQ(*w.arbiter().queue_position(urgent), 0u);
+  EXPECT_EQ(*w.arbiter().queue_position(big), 1u);
+  EXPECT_EQ(*w.arbiter().queue_position(small), 2u);
+  EXPECT_EQ(w.lease(small).reason.behind, urgent);
+  w.drop(100);
+  w.run(250ms);
+  // 24 GiB: urgent (6) + big (8) + small (2) all fit, granted in order.
+  auto granted = w.all<EmitEvent>();
+  std::vector<std::string> order;
+  for (const auto& e : granted)
+    if (e.event.type == "lease.granted") order.push_back(e.event.subject);
+  EXPECT_EQ(order, (std::vector<std::string>{"urgent#3", "big#1", "small#2"}));
+}
+
+TEST(ArbiterLeases, ALeaseBlocksOnlyLeasesForTheSameGpu) {
+  World w({});
+  w.hold(100, 0, "other", 20 * GiB);
+  w.sample();
+  uint64_t waits = w.request(req(8 * GiB, 0));
+  uint64_t other_gpu = w.request(req(8 * GiB, 1));
+  uint64_t any = w.request(req(8 * GiB, std::nullopt));
+  EXPECT_EQ(w.state(waits), LeaseState::queued);
+  EXPECT_EQ(w.state(other_gpu), LeaseState::granted);
+  EXPECT_EQ(w.lease(other_gpu).gpu, 1u);
+  EXPECT_EQ(w.state(any), LeaseState::granted);  // GPU 1 still has 16 GiB
+  EXPECT_EQ(w.lease(any).gpu, 1u);
+}
+
+TEST(ArbiterLeases, EvictsTheCheapestIdleSetNeverBusyOrPinned) {
+  auto comfy = svc("comfy", "comfyui");   // 20 s reload
+  auto vllm = svc("vllm", "vllm");        // 60 s reload
+  auto ollama = svc("ollama", "ollama");  // 10 s reload
+  auto pinned = svc("pinned", "ollama");
+  pinned.pinned = true;
+  auto busy = svc("busy", "ollama");
+  World w({comfy, vllm, ollama, pinned, busy}, 1);
+  w.hold(101, 0, "svc-comfy", 6 * GiB);
+  w.hold(102, 0, "svc-vllm", 8 * GiB);
+  w.hold(103, 0, "svc-ollama", 3 * GiB);
+  w.hold(104, 0, "svc-pinned", 3 * GiB);
+  w.hold(105, 0, "svc-busy", 3 * GiB);
+  w.sample();
+  for (auto n : {"comfy", "vllm", "ollama", "pinned"}) w.probe(n, false);
+  w.probe("busy", true);
+  w.run(31s);
+  // 1 GiB free; 8 GiB needed: 7 more. comfy (20 s) + ollama (10 s) = 9 GiB for 30 s beats
+  // vllm (8 GiB, 60 s); the pinned and busy ones are never candidates.
+  uint64_t id = w.request(req(8 * GiB));
+  EXPECT_EQ(w.state(id), LeaseState::queued);
+  const auto& r = w.lease(id).reason;
+  EXPECT_NE(r.text.find("comfy holds 6.0 GiB, idle 31 s: unloading"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("busy holds 3.0 GiB, busy"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("; 1 more"), std::string::npos) << r.text;  // four named in the text
+  ASSERT_EQ(r.blockers.size(), 5u);
+  EXPECT_EQ(r.blockers[4].state, "pinned");
+  w.run(250ms);
+  std::sort(w.unload_calls.begin(), w.unload_calls.end());
+  EXPECT_EQ(w.unload_calls, (std::vector<std::string>{"comfy", "ollama"}));
+  w.run(3s);
+  EXPECT_EQ(w.state(id), LeaseState::granted) << w.lease(id).reason.text;
+  for (const auto& e : w.all<EmitEvent>())
+    if (e.event.type.starts_with("unload.") && e.event.verdict)
+      EXPECT_EQ(e.event.verdict->reason, "eviction");
+}
+
+TEST(ArbiterLeases, ReasonNamesWhoIsInTheWayWhenNothingCanBeEvicted) {
+  auto busy = svc("comfyui");
+  World w({busy}, 1);
+  w.hold(101, 0, "svc-comfyui", 16 * GiB);
+  w.hold(102, 0, "stranger", 4 * GiB);
+  w.sample();
+  w.probe("comfyui", true);
+  w.run(1s);
+  uint64_t id = w.request(req(12 * GiB));
+  w.run(250ms);
+  const auto& r = w.lease(id).reason;
+  EXPECT_EQ(w.state(id), LeaseState::queued);
+  EXPECT_TRUE(w.unload_calls.empty());
+  EXPECT_NE(r.text.find("needs 12.0 GiB on GPU 0; 4.0 GiB free; comfyui holds 16.0 GiB, busy"),
+            std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("waiting for memory to be released"), std::string::npos) << r.text;
+  ASSERT_EQ(r.blockers.size(), 2u);
+  EXPECT_EQ(r.blockers[0].owner, "comfyui");
+  EXPECT_EQ(r.blockers[0].state, "busy");
+  EXPECT_EQ(r.blockers[1].kind, "process");
+}
+
+TEST(ArbiterLeases, IdleLessThanMinIdleIsNotEvictedYet) {
+  World w({svc("comfyui")}, 1);
+  w.hold(101, 0, "svc-comfyui", 16 * GiB);
+  w.sample();
+  w.probe("comfyui", false);
+  w.run(5s);
+  uint64_t id = w.request(req(12 * GiB));
+  w.run(250ms);
+  EXPECT_TRUE(w.unload_calls.empty());
+  EXPECT_NE(w.lease(id).reason.text.find("(< min_idle 30s)"), std::string::npos)
+      << w.lease(id).reason.text;
+  w.run(26s);
+  EXPECT_EQ(w.unload_calls, std::vector<std::string>{"comfyui"});
+  w.run(3s);
+  EXPECT_EQ(w.state(id), LeaseState::granted);
+}
+
+TEST(ArbiterLeases, IneffectiveEvictionIsNotRetriedInALoop) {
+  World w({svc("comfyui")}, 1);
+  w.hold(101, 0, "svc-comfyui", 16 * GiB);
+  w.ignore_unloads("comfyui");
+  w.sample();
+  w.probe("comfyui", false);
+  w.run(31s);
+  LeaseRequest r = req(12 * GiB);
+  r.pid = 999;  // watched by pid, so it needs no heartbeat while it waits
+  uint64_t id = w.request(r);
+  w.run(60s);
+  EXPECT_EQ(w.unload_calls, std::vector<std::string>{"comfyui"});  // then the backoff
+  EXPECT_EQ(w.state(id), LeaseState::queued);
+  EXPECT_NE(w.lease(id).reason.text.find("unload ineffective; next try in"), std::string::npos)
+      << w.lease(id).reason.text;
+}
+
+TEST(ArbiterLeases, ExclusiveGroupUnloadsTheOtherMembersFirst) {
+  auto a = svc("comfyui");
+  a.group = "heavy";
+  auto b = svc("flux", "generic_http");
+  b.group = "heavy";
+  World w({a, b}, 1);
+  w.hold(101, 0, "svc-comfyui", 4 * GiB);  // fits beside, but the group forbids it
+  w.sample();
+  w.probe("comfyui", false);
+  w.probe("flux", false);
+  w.run(1s);  // idle for only 1 s: group members do not wait for min_idle
+  LeaseRequest r = req(4 * GiB);
+  r.service = "flux";
+  uint64_t id = w.request(r);
+  EXPECT_EQ(w.state(id), LeaseState::queued);
+  w.run(250ms);
+  EXPECT_EQ(w.unload_calls, std::vector<std::string>{"comfyui"});
+  w.run(3s);
+  EXPECT_EQ(w.state(id), LeaseState::granted);
+  // A second lease of the group waits for the first to end.
+  LeaseRequest r2 = req(1 * GiB);
+  r2.group = "heavy";
+  uint64_t second = w.request(r2);
+  EXPECT_EQ(w.state(second), LeaseState::queued);
+  EXPECT_NE(w.lease(second).reason.text.find("another lease of group 'heavy'"), std::string::npos);
+  w.feed(LeaseReleased{id, 0});
+  EXPECT_EQ(w.state(second), LeaseState::granted);
+}
+
+TEST(ArbiterLeases, HolderDeathHeartbeatsAndWaitTimeouts) {
+  World w({});
+  w.sample();
+  LeaseRequest with_pid = req(1 * GiB);
+  with_pid.pid = 4242;
+  uint64_t a = w.request(with_pid);
+  uint64_t b = w.request(req(1 * GiB));  // no pid: heartbeats
+  EXPECT_EQ(w.state(a), LeaseState::granted);
+  auto holders = w.arbiter().lease_holders();
+  ASSERT_EQ(holders.size(), 1u);
+  EXPECT_EQ(std::get<1>(holders[0]), 4242);
+  w.feed(HolderExited{a});
+  EXPECT_EQ(w.state(a), LeaseState::expired);
+  EXPECT_EQ(w.lease(a).end_reason, "holder pid 4242 exited");
+  w.run(20s);
+  w.feed(LeaseHeartbeat{b});
+  w.run(20s);
+  EXPECT_EQ(w.state(b), LeaseState::granted);  // 20 s since the heartbeat
+  w.run(11s);
+  EXPECT_EQ(w.state(b), LeaseState::expired);
+  EXPECT_NE(w.lease(b).end_reason.find("no heartbeat"), std::string::npos);
+
+  LeaseRequest patient = req(30 * GiB);
+  patient.wait_timeout = 5s;
+  patient.pid = 4343;
+  uint64_t c = w.request(patient);
+  w.run(5s);
+  EXPECT_EQ(w.state(c), LeaseState::timed_out);
+}
+
+TEST(ArbiterLeases, HolderUsingMoreThanLeasedIsAnEventOnce) {
+  World w({});
+  w.sample();
+  LeaseRequest r = req(12 * GiB, 0, 0, "flux");
+  r.pid = 500;
+  uint64_t id = w.request(r);
+  w.hold(500, 0, "job", 14 * GiB + 200 * MiB);
+  w.run(1s);
+  EXPECT_EQ(w.lease(id).held, 14 * GiB + 200 * MiB);
+  int overuse = 0;
+  for (const auto& e : w.all<EmitEvent>())
+    if (e.event.type == "lease.overuse") {
+      ++overuse;
+      EXPECT_EQ(e.event.message, "job flux#1 uses 14.2 GiB, leased 12.0 GiB");
+    }
+  EXPECT_EQ(overuse, 1);
+  // Its memory is the lease's in the holdings.
+  bool named = false;
+  for (const auto& h : w.arbiter().status().gpus[0].holdings)
+    named |= h.owner == Owner{OwnerKind::lease, "flux#1"} && h.bytes == 14 * GiB + 200 * MiB;
+  EXPECT_TRUE(named);
+}
+
+TEST(ArbiterLeases, RestoreKeepsOrderAndEndsLeasesWhoseHoldersDied) {
+  std::vector<Lease> kept;
+  {
+    World w({});
+    w.hold(101, 0, "x", 20 * GiB);
+    w.sample();
+    LeaseRequest g = req(2 * GiB);
+    g.pid = 10;
+    w.request(g);  // granted, holder 10
+    LeaseRequest dead = req(1 * GiB);
+    dead.pid = 11;
+    w.request(dead);  // granted, holder 11
+    w.request(req(8 * GiB, 0, 0, "first"));
+    w.request(req(8 * GiB, 0, 0, "second"));
+    kept = w.arbiter().leases();
+  }
+  ASSERT_EQ(kept.size(), 4u);
+  World w({});
+  w.hold(101, 0, "x", 20 * GiB);
+  w.sample();
+  auto actions = w.arbiter().restore_leases(kept, {1}, w.now());  // holder 11 is gone
+  EXPECT_EQ(w.state(1), LeaseState::granted);
+  EXPECT_EQ(w.state(2), LeaseState::expired);
+  EXPECT_EQ(w.lease(2).end_reason, "holder exited while vramd was down");
+  EXPECT_EQ(*w.arbiter().queue_position(3), 0u);
+  EXPECT_EQ(*w.arbiter().queue_position(4), 1u);
+  // New leases queue behind the restored ones.
+  w.next_id(5);  // the daemon numbers on from the store's highest id
+  uint64_t fresh = w.request(req(1 * GiB));
+  EXPECT_EQ(*w.arbiter().queue_position(fresh), 2u);
+  w.feed(LeaseReleased{1, 0});
+  w.run(250ms);
+  EXPECT_EQ(w.state(3), LeaseState::queued);  // 8 GiB does not fit in 3 + 1 free
+}
+
+TEST(ChooseEviction, ExactCheapestSetLruOnTiesGreedyBeyondTwelve) {
+  TimePoint t0{};
+  std::vector<EvictionCandidate> c = {
+      {"a", 8 * GiB, 60s, t0 + 1s}, {"b", 6 * GiB, 20s, t0 + 2s}, {"c", 3 * GiB, 10s, t0 + 3s}};
+  auto pick = choose_eviction(c, 6 * GiB);
+  ASSERT_TRUE(pick);
+  EXPECT_EQ(*pick, (std::vector<size_t>{1}));  // b alone: 20 s
+  pick = choose_eviction(c, 9 * GiB);
+  EXPECT_EQ(*pick, (std::vector<size_t>{1, 2}));  // b + c: 30 s < a + anything
+  EXPECT_FALSE(choose_eviction(c, 18 * GiB));
+  EXPECT_EQ(choose_eviction(c, 0)->size(), 0u);
+  // Ties on cost: the least recently used goes.
+  std::vector<EvictionCandidate> tie = {{"new", 4 * GiB, 10s, t0 + 9s}, {"old", 4 * GiB, 10s, t0 + 1s}};
+  EXPECT_EQ(*choose_eviction(tie, 3 * GiB), (std::vector<size_t>{1}));
+  // 40 candidates: greedy still covers the shortfall without useless members.
+  std::vector<EvictionCandidate> many;
+  for (int i = 0; i < 40; ++i)
+    many.push_back({"s" + std::to_string(i), Bytes(1 + i % 4) * GiB, std::chrono::seconds(5 + i % 7), t0});
+  auto big = choose_eviction(many, 20 * GiB);
+  ASSERT_TRUE(big);
+  Bytes got = 0;
+  for (size_t i : *big) got += many[i].bytes;
+  EXPECT_GE(got, 20 * GiB);
+  for (size_t i : *big) EXPECT_LT(got - many[i].bytes, 20 * GiB);
+}
+
+}  // namespace
+}  // namespace vramd

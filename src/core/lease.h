@@ -1,0 +1,92 @@
+// Leases: bytes of one GPU (and optionally host RAM) reserved for a holder (DESIGN.md "Lease",
+// "Budget", "Admission", "Eviction on demand"). Plain values; the Arbiter decides on them.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/units.h"
+
+namespace vramd {
+
+enum class LeaseState { queued, granted, released, expired, cancelled, timed_out };
+const char* to_string(LeaseState s);
+std::optional<LeaseState> parse_lease_state(std::string_view s);
+inline bool is_active(LeaseState s) { return s == LeaseState::queued || s == LeaseState::granted; }
+
+struct LeaseRequest {
+  std::optional<unsigned> gpu;  // nullopt: any GPU
+  Bytes vram = 0;
+  std::optional<Bytes> ram;  // host RAM, checked against MemAvailable
+  std::string holder;        // who asks ("vramd run", "flux-worker")
+  std::optional<int> pid;    // holder pid: the lease ends when it exits
+  uint64_t pid_start_ticks = 0;  // /proc/PID/stat field 22 when pid is set (pid reuse)
+  int priority = 0;          // higher first
+  std::string label;         // job name for history and stats ("flux")
+  std::string service;       // the service this lease is for (its exclusive group applies)
+  std::string group;         // exclusive group (or the service's)
+  std::optional<Duration> wait_timeout;  // queued longer than this -> timed_out
+  std::string command;       // program name, for job history
+};
+
+// One owner in the way of a queued lease: who, how much, and what vramd does about it.
+struct LeaseBlocker {
+  std::string owner;
+  std::string kind;  // "service" | "lease" | "container" | "unit" | "process" | "unknown"
+  Bytes bytes = 0;
+  // "idle 12 min: unloading", "busy", "pinned", "idle 10 s (< min_idle 30 s)", "unload
+  // ineffective, backoff until …", "lease #4", "unknown (candidates: python3[812])"
+  std::string state;
+  bool evicting = false;
+  std::vector<std::string> candidates;  // for unknown memory: "python3[812]"
+};
+
+struct LeaseReason {
+  std::string text;  // "needs 12.0 GiB on GPU 0; 7.1 GiB free; comfyui holds 16.3 GiB, idle 12 min: unloading"
+  std::optional<unsigned> gpu;
+  Bytes needs = 0;
+  Bytes free = 0;
+  std::vector<LeaseBlocker> blockers;
+  std::optional<uint64_t> behind;  // the lease ahead of it on that GPU
+};
+
+struct Lease {
+  uint64_t id = 0;
+  uint64_t seq = 0;  // admission order within a priority (FIFO); kept across restarts
+  LeaseRequest request;
+  LeaseState state = LeaseState::queued;
+  std::optional<unsigned> gpu;  // granted GPU
+  TimePoint requested_at{};
+  std::optional<TimePoint> granted_at;
+  std::optional<TimePoint> ended_at;
+  std::string end_reason;  // why it ended: "released", "holder 1234 exited", ...
+  LeaseReason reason;      // while queued: why it waits
+  TimePoint last_heartbeat{};
+  Bytes held = 0;       // what its holder uses on its GPU now
+  Bytes peak_vram = 0;  // most its holder used while granted
+  bool overuse_reported = false;
+  std::optional<int> exit_status;
+
+  // Owner name of the holder's memory in holdings: "flux#7" (label, else holder, else "lease").
+  std::string owner_name() const;
+};
+
+// A service that could be unloaded to make room.
+struct EvictionCandidate {
+  std::string service;
+  Bytes bytes = 0;          // what it holds on the GPU in question
+  Duration reload_cost{0};  // how long bringing it back takes (learned, or per-kind default)
+  TimePoint last_activity{};
+};
+
+// The set of candidates that frees at least `shortfall` at the least total reload cost,
+// least recently used first on ties. Indices into `candidates`, in the order to unload;
+// nullopt when all of them together free too little. Exact up to 12 candidates (4,096 sets), greedy above.
+std::optional<std::vector<size_t>> choose_eviction(const std::vector<EvictionCandidate>& candidates,
+                                                   Bytes shortfall);
+
+// Default reload cost of a service kind, before one has been measured.
+Duration default_reload_cost(const std::string& kind);
+
+}  // namespace vramd
