@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cli/client.h"
 #include "core/config.h"
@@ -30,6 +31,24 @@ int cmd_services(const CommonOptions& opts, bool json);
 int cmd_free(const CommonOptions& opts, const std::string& service, bool idle, bool force, bool json);
 // since: a duration back from now ("1h") or an RFC 3339 time.
 int cmd_events(const CommonOptions& opts, bool follow, const std::string& since, bool json);
+
+struct RunOptions {
+  std::string vram;             // --vram, required
+  std::string gpu = "any";      // --gpu N|any
+  std::string ram;              // --ram
+  int priority = 0;
+  std::string label;            // default: the program's name
+  std::string timeout;          // --timeout: give up waiting after this long
+  bool detach = false;
+  bool no_cuda_env = false;
+  std::vector<std::string> command;
+};
+// Asks for a lease, waits (one live line on a terminal), runs the command with
+// CUDA_VISIBLE_DEVICES set to the granted GPU, releases at exit; exits with the command's status.
+int cmd_run(const CommonOptions& opts, const RunOptions& run);
+int cmd_leases(const CommonOptions& opts, bool json);
+// Finished leases; with stats_label, count and p50/p95 wait, run and peak memory of that label.
+int cmd_jobs(const CommonOptions& opts, const std::string& stats_label, size_t limit, bool json);
 
 struct DemoOptions {
   std::string listen = "127.0.0.1:7100";

@@ -47,6 +47,29 @@ int main(int argc, char** argv) {
   events->add_option("--since", since, "how far back: a duration (\"1h\") or an RFC 3339 time");
   events->add_flag("--json", json, "one JSON object per line");
 
+  vramd::RunOptions run_opts;
+  auto* run = app.add_subcommand(
+      "run", "wait until the GPU memory a command needs is free, then run it: vramd run --vram 12GiB -- CMD ARGS...");
+  add_common(run);
+  run->add_option("--vram", run_opts.vram, "GPU memory the command needs: 12GiB, 800MiB")->required();
+  run->add_option("--gpu", run_opts.gpu, "GPU index, or any (default: where it fits at the least cost)");
+  run->add_option("--ram", run_opts.ram, "host RAM the command needs, checked against MemAvailable");
+  run->add_option("--priority", run_opts.priority, "higher goes first (default 0)");
+  run->add_option("--label", run_opts.label, "name in job history (default: the program's name)");
+  run->add_option("--timeout", run_opts.timeout, "give up when not granted within this long: 30m, 1h");
+  run->add_flag("--detach", run_opts.detach, "wait and run in the background; print the lease id");
+  run->add_flag("--no-cuda-env", run_opts.no_cuda_env, "do not set CUDA_VISIBLE_DEVICES to the granted GPU");
+  run->add_option("command", run_opts.command, "the command and its arguments, after --")->required();
+  auto* leases = app.add_subcommand("leases", "leases granted and queued, with why each one waits");
+  add_common(leases);
+  leases->add_flag("--json", json, "print the API's JSON");
+  std::vector<std::string> jobs_args;
+  size_t jobs_limit = 20;
+  auto* jobs = app.add_subcommand("jobs", "finished jobs: wait, run time, peak memory; 'jobs stats LABEL' for percentiles");
+  add_common(jobs);
+  jobs->add_option("stats", jobs_args, "stats LABEL");
+  jobs->add_option("-n,--limit", jobs_limit, "how many jobs to list (default 20)")->check(CLI::PositiveNumber);
+  jobs->add_flag("--json", json, "print the API's JSON");
   vramd::DemoOptions demo_opts;
   auto* demo = app.add_subcommand(
       "demo", "run the daemon on a simulated 24 GiB GPU with stand-in services (no GPU needed)");
@@ -71,6 +94,16 @@ int main(int argc, char** argv) {
   if (*services) return vramd::cmd_services(common, json);
   if (*free_cmd) return vramd::cmd_free(common, free_name, free_idle, free_force, json);
   if (*events) return vramd::cmd_events(common, follow, since, json);
+  if (*run) return vramd::cmd_run(common, run_opts);
+  if (*leases) return vramd::cmd_leases(common, json);
+  if (*jobs) {
+    if (jobs_args.empty()) return vramd::cmd_jobs(common, "", jobs_limit, json);
+    if (jobs_args.size() != 2 || jobs_args[0] != "stats") {
+      std::cerr << "vramd jobs: expected 'vramd jobs' or 'vramd jobs stats LABEL'\n";
+      return vramd::kExitUsage;
+    }
+    return vramd::cmd_jobs(common, jobs_args[1], jobs_limit, json);
+  }
   if (*version) {
     std::cout << "vramd " << VRAMD_VERSION_STRING << "\n";
     return 0;

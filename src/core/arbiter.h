@@ -192,6 +192,7 @@ class Arbiter {
 
   // Leases: active ones (queued in admission order, then granted), and recently ended ones.
   std::vector<Lease> leases() const;
+  bool has_leases() const { return !leases_.empty(); }
   const Lease* lease(uint64_t id) const;
   // Queued leases ahead of this one on its GPU (0 = next); nullopt when not queued.
   std::optional<size_t> queue_position(uint64_t id) const;

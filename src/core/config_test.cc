@@ -176,8 +176,20 @@ TEST(Config, UnknownTopLevelTableSuggests) {
 
 TEST(Config, UnknownKeyWithoutSuggestionListsKnownKeys) {
   EXPECT_EQ(error_of("[gpu]\nfoo = 1\n"),
-            "vramd.toml:2:1: unknown key 'foo' in [gpu]; known keys: backend, baseline and "
-            "residual_tolerance");
+            "vramd.toml:2:1: unknown key 'foo' in [gpu]; known keys: backend, baseline, "
+            "residual_tolerance and reserve");
+}
+
+TEST(Config, LeaseKeys) {
+  auto c = parse_config(
+      "[daemon]\nlease_heartbeat = \"10s\"\n[gpu]\nreserve = \"1GiB\"\n"
+      "[services.a]\nkind = \"ollama\"\nurl = \"http://127.0.0.1:11434\"\nmin_idle = \"2m\"\n",
+      "vramd.toml");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->daemon.lease_heartbeat, std::chrono::seconds(10));
+  EXPECT_EQ(c->gpu.reserve, 1 * GiB);
+  EXPECT_EQ(c->services[0].min_idle, std::chrono::minutes(2));
+  EXPECT_EQ(error_of("[daemon]\nlease_heartbeat = \"0s\"\n").substr(0, 14), "vramd.toml:2:1");
 }
 
 TEST(Config, UnknownDaemonKeySuggests) {

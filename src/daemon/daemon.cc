@@ -14,6 +14,7 @@
 
 #include "daemon/sampler.h"
 #include "host/docker.h"
+#include "host/proc_table.h"
 #include "server/json_view.h"
 
 namespace vramd {
@@ -86,6 +87,10 @@ Status Daemon::start() {
   if (!store) return make_error(store.error());
   store_ = std::move(*store);
   if (auto max = store_->max_id(); max) next_stream_id_ = *max + 1;
+  auto leases = LeaseStore::open((std::filesystem::path(cfg.daemon.state_dir) / "vramd.db").string());
+  if (!leases) return make_error(leases.error());
+  lease_store_ = std::move(*leases);
+  if (auto s = restore_leases(); !s) return s;
   for (const auto& svc : cfg.services) {
     auto adapter = make_adapter(svc, io_.get_executor());
     if (!adapter) return make_error(fmt::format("service {}: {}", svc.name, adapter.error()));
@@ -107,6 +112,7 @@ void Daemon::stop() {
   for (auto& t : probe_timers_) t.cancel();
   for (auto& [id, w] : waiters_) w->timer.cancel();
   for (auto& s : subscribers_) s->wake.cancel();
+  for (auto& [id, t] : lease_waiters_) t->cancel();
   http_.close();
 }
 
@@ -143,6 +149,8 @@ void Daemon::apply(std::vector<Action> actions) {
       }
     } else if (auto* l = std::get_if<Lifecycle>(&a)) {
       run_lifecycle(*l);
+    } else if (auto* lc = std::get_if<LeaseChanged>(&a)) {
+      save_lease(lc->lease);
     }
   }
 }
@@ -198,7 +206,8 @@ asio::awaitable<void> Daemon::tick_loop() {
     boost::system::error_code ec;
     co_await tick_timer_.async_wait(asio::redirect_error(use_awaitable, ec));
     if (stopping_) break;
-    if (!arbiter_.fast_sampling() && waiters_.empty()) continue;  // nothing has a deadline
+    // Nothing has a deadline: no unload being verified, nobody waiting, no lease.
+    if (!arbiter_.fast_sampling() && waiters_.empty() && !arbiter_.has_leases()) continue;
     feed(Tick{});
   }
 }
@@ -215,6 +224,7 @@ asio::awaitable<void> Daemon::sample_loop() {
     if (stopping_) break;
     feed(Event{std::move(sample)});
     ++samples_;
+    check_lease_holders();
     auto interval = fast_sampling_ ? Duration(kFastSampleInterval)
                                    : arbiter_.config().daemon.sample_interval;
     // Fixed rate; after a stall (suspend, slow NVML) start again from now rather than burst.
@@ -299,6 +309,102 @@ asio::awaitable<void> Daemon::stream_events(HttpStream& stream, int64_t after_id
     if (!ec) ok = co_await stream.write(": keep-alive\n\n");  // timer ran out: nothing new
   }
   subscribers_.remove(sub);
+}
+
+void Daemon::save_lease(const Lease& lease) {
+  ++lease_writes_pending_[lease.id];
+  uint64_t id = lease.id;
+  asio::post(store_thread_, [this, store = lease_store_, lease, id] {
+    if (auto r = store->save(lease); !r) spdlog::error("{}", r.error());
+    asio::post(io_, [this, id] {
+      if (--lease_writes_pending_[id] <= 0) lease_writes_pending_.erase(id);
+      wake_lease_waiters(id);
+    });
+  });
+}
+
+void Daemon::wake_lease_waiters(uint64_t id) {
+  auto [from, to] = lease_waiters_.equal_range(id);
+  for (auto it = from; it != to; ++it) it->second->cancel();
+}
+
+Status Daemon::restore_leases() {
+  auto max = lease_store_->max_id();
+  if (!max) return make_error(max.error());
+  next_lease_id_ = *max + 1;
+  auto kept = lease_store_->active();
+  if (!kept) return make_error(kept.error());
+  std::vector<uint64_t> alive;
+  for (const auto& l : *kept)
+    if (l.request.pid && process_alive("/proc", *l.request.pid, l.request.pid_start_ticks))
+      alive.push_back(l.id);
+  if (!kept->empty()) spdlog::info("restoring {} leases from the store", kept->size());
+  apply(arbiter_.restore_leases(std::move(*kept), alive, system_now()));
+  return Ok{};
+}
+
+void Daemon::check_lease_holders() {
+  auto holders = arbiter_.lease_holders();
+  if (holders.empty() || holder_check_running_) return;
+  holder_check_running_ = true;
+  // /proc reads on the worker; a holder whose pid is gone (or reused) ends its lease.
+  asio::post(worker_, [this, holders] {
+    std::vector<uint64_t> gone;
+    for (const auto& [id, pid, ticks] : holders)
+      if (!process_alive("/proc", pid, ticks)) gone.push_back(id);
+    asio::post(io_, [this, gone] {
+      holder_check_running_ = false;
+      if (stopping_) return;
+      for (uint64_t id : gone) feed(HolderExited{id});
+    });
+  });
+}
+
+Result<uint64_t> Daemon::request_lease(LeaseRequest request) {
+  if (request.pid) {
+    auto p = read_process("/proc", *request.pid);
+    if (!p) return make_error(fmt::format("no process with pid {}", *request.pid));
+    request.pid_start_ticks = p->start_ticks;
+    if (request.holder.empty()) request.holder = p->comm;
+  }
+  uint64_t id = next_lease_id_++;
+  feed(LeaseRequested{id, std::move(request)});
+  return id;
+}
+
+void Daemon::lease_heartbeat(uint64_t id) { feed(LeaseHeartbeat{id}); }
+
+void Daemon::release_lease(uint64_t id, std::optional<int> exit_status) {
+  feed(LeaseReleased{id, exit_status});
+}
+
+asio::awaitable<void> Daemon::wait_lease(uint64_t id, Duration max) {
+  auto deadline = std::chrono::steady_clock::now() + max;
+  asio::steady_timer timer(io_);
+  for (;;) {
+    const Lease* l = arbiter_.lease(id);
+    bool written = !lease_writes_pending_.count(id);
+    bool settled = !l || l->state != LeaseState::queued;
+    if (written && (settled || std::chrono::steady_clock::now() >= deadline || stopping_)) break;
+    // Waiting only for the write: it takes milliseconds, the deadline does not apply.
+    timer.expires_at(settled || std::chrono::steady_clock::now() >= deadline
+                         ? std::chrono::steady_clock::now() + std::chrono::seconds(5)
+                         : deadline);
+    auto it = lease_waiters_.emplace(id, &timer);
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
+    lease_waiters_.erase(it);
+    if (!ec && settled) break;  // the store did not answer in 5 s: say what we know
+  }
+}
+
+asio::awaitable<Result<std::vector<JobRecord>>> Daemon::jobs(std::string label, size_t limit) {
+  auto read = [store = lease_store_, label = std::move(label),
+               limit]() -> asio::awaitable<Result<std::vector<JobRecord>>> {
+    co_return store->jobs(label, limit);
+  };
+  auto op = asio::co_spawn(store_thread_, std::move(read), use_awaitable);
+  co_return co_await std::move(op);
 }
 
 }  // namespace vramd

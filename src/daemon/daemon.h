@@ -20,6 +20,7 @@
 #include "server/http_server.h"
 #include "services/adapter.h"
 #include "store/event_store.h"
+#include "store/lease_store.h"
 
 namespace vramd {
 
@@ -46,6 +47,12 @@ class Daemon : public DaemonControl {
   boost::asio::awaitable<Result<std::vector<StoredEvent>>> events(
       int64_t after_id, std::optional<TimePoint> since, size_t limit) override;
   boost::asio::awaitable<void> stream_events(HttpStream& stream, int64_t after_id) override;
+  Result<uint64_t> request_lease(LeaseRequest request) override;
+  void lease_heartbeat(uint64_t id) override;
+  void release_lease(uint64_t id, std::optional<int> exit_status) override;
+  boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max) override;
+  boost::asio::awaitable<Result<std::vector<JobRecord>>> jobs(std::string label,
+                                                              size_t limit) override;
 
  private:
   boost::asio::awaitable<void> sample_loop();
@@ -55,6 +62,10 @@ class Daemon : public DaemonControl {
   void feed(const Event& event);
   void apply(std::vector<Action> actions);
   void run_lifecycle(Lifecycle lc);
+  void save_lease(const Lease& lease);
+  void wake_lease_waiters(uint64_t id);
+  Status restore_leases();
+  void check_lease_holders();
 
   struct UnloadWaiter {
     explicit UnloadWaiter(boost::asio::io_context& io) : timer(io) {}
@@ -75,6 +86,11 @@ class Daemon : public DaemonControl {
   HostScanRequest scan_request_;
   std::map<std::string, std::unique_ptr<Adapter>> adapters_;
   std::shared_ptr<EventStore> store_;
+  std::shared_ptr<LeaseStore> lease_store_;
+  uint64_t next_lease_id_ = 1;
+  std::map<uint64_t, int> lease_writes_pending_;                  // lease id -> writes in flight
+  std::multimap<uint64_t, boost::asio::steady_timer*> lease_waiters_;  // woken on changes
+  bool holder_check_running_ = false;
   Api api_;
   HttpServer http_;
   boost::asio::thread_pool worker_{1};  // GPU reads, host scans, restarts

@@ -1,6 +1,8 @@
 #include "server/api.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -142,6 +144,198 @@ boost::asio::awaitable<HttpResponse> Api::events(const HttpRequest& req, HttpStr
   co_return json_response(200, json{{"events", out}}.dump());
 }
 
+namespace {
+
+// A size as bytes (a number) or text ("12GiB").
+std::optional<std::string> read_size(const json& body, const char* key, std::optional<Bytes>& out) {
+  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
+  const json& v = body[key];
+  if (v.is_number_unsigned()) {
+    out = v.get<Bytes>();
+  } else if (v.is_string()) {
+    auto b = parse_size(v.get<std::string>());
+    if (!b) return fmt::format("{}: {}", key, b.error());
+    out = *b;
+  } else {
+    return fmt::format("{}: expected bytes or a size like \"12GiB\"", key);
+  }
+  return std::nullopt;
+}
+
+// Percentile of sorted values (nearest rank).
+template <typename T>
+T percentile(const std::vector<T>& sorted, double p) {
+  size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(sorted.size())));
+  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+}  // namespace
+
+boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStream& stream) {
+  Target t = parse_target(req.target());
+  const Arbiter& arbiter = daemon_.arbiter();
+  bool get = req.method() == http::verb::get;
+  std::optional<Duration> wait;
+  if (const auto* w = t.param("wait")) {
+    auto d = parse_duration(*w);
+    if (!d) co_return error(400, "bad_request", "wait: " + d.error());
+    wait = std::min<Duration>(*d, std::chrono::minutes(5));
+  }
+
+  if (t.path == "/v1/leases") {
+    if (get) {
+      json out = json::array();
+      for (const auto& l : arbiter.leases()) out.push_back(to_json(l, arbiter));
+      co_return json_response(200, json{{"leases", out}}.dump());
+    }
+    if (req.method() != http::verb::post)
+      co_return error(405, "method_not_allowed", "/v1/leases accepts GET and POST");
+    json body = json::parse(req.body(), nullptr, false);
+    if (body.is_discarded() || !body.is_object())
+      co_return error(400, "bad_request", "expected a JSON object: {\"vram\": \"12GiB\", ...}");
+    LeaseRequest r;
+    std::optional<Bytes> vram, ram;
+    if (auto e = read_size(body, "vram", vram)) co_return error(400, "bad_request", *e);
+    if (auto e = read_size(body, "ram", ram)) co_return error(400, "bad_request", *e);
+    if (!vram || *vram == 0) co_return error(400, "bad_request", "vram: required, more than 0");
+    r.vram = *vram;
+    r.ram = ram;
+    if (body.contains("gpu") && !body["gpu"].is_null() && body["gpu"] != "any") {
+      if (!body["gpu"].is_number_unsigned())
+        co_return error(400, "bad_request", "gpu: expected a GPU index or \"any\"");
+      r.gpu = body["gpu"].get<unsigned>();
+    }
+    auto text = [&](const char* key, std::string& out) -> bool {
+      if (!body.contains(key) || body[key].is_null()) return true;
+      if (!body[key].is_string()) return false;
+      out = body[key].get<std::string>();
+      return true;
+    };
+    for (auto [key, field] : {std::pair{"holder", &r.holder}, {"label", &r.label},
+                              {"service", &r.service}, {"group", &r.group}, {"command", &r.command}})
+      if (!text(key, *field)) co_return error(400, "bad_request", fmt::format("{}: expected a string", key));
+    if (body.contains("priority")) {
+      if (!body["priority"].is_number_integer())
+        co_return error(400, "bad_request", "priority: expected a whole number");
+      r.priority = body["priority"].get<int>();
+    }
+    if (body.contains("timeout") && !body["timeout"].is_null()) {
+      auto d = body["timeout"].is_string() ? parse_duration(body["timeout"].get<std::string>())
+                                           : Result<Duration>(make_error("expected a duration like \"1h\""));
+      if (!d) co_return error(400, "bad_request", "timeout: " + d.error());
+      r.wait_timeout = *d;
+    }
+    if (body.contains("pid") && !body["pid"].is_null()) {
+      if (!body["pid"].is_number_unsigned() || body["pid"].get<int64_t>() < 1)
+        co_return error(400, "bad_request", "pid: expected a process id");
+      r.pid = body["pid"].get<int>();
+    } else {
+      r.pid = stream.peer_pid();  // on the unix socket: the client itself
+    }
+    if (!r.service.empty() && !arbiter.config().find_service(r.service))
+      co_return error(400, "bad_request", fmt::format("service: no service named '{}'", r.service));
+    // A lease that can never fit is refused now rather than queued forever.
+    Bytes largest = 0;
+    bool known_gpu = !r.gpu;
+    for (const auto& g : arbiter.status().gpus) {
+      if (r.gpu && g.sample.index != *r.gpu) continue;
+      known_gpu = true;
+      Bytes room = g.sample.total > arbiter.config().gpu.reserve ? g.sample.total - arbiter.config().gpu.reserve : 0;
+      largest = std::max(largest, room);
+    }
+    if (arbiter.status().sampled && !known_gpu)
+      co_return error(400, "bad_request", fmt::format("gpu: no GPU {}", *r.gpu));
+    if (arbiter.status().sampled && largest > 0 && r.vram > largest)
+      co_return error(400, "never_fits",
+                      fmt::format("needs {}; the largest GPU it may use has {}", format_size(r.vram),
+                                  format_size(largest)));
+    auto id = daemon_.request_lease(std::move(r));
+    if (!id) co_return error(400, "bad_request", id.error());
+    co_await daemon_.wait_lease(*id, wait.value_or(Duration(0)));
+    const Lease* l = daemon_.arbiter().lease(*id);
+    if (!l) co_return error(500, "internal", "the lease vanished");
+    co_return json_response(201, to_json(*l, daemon_.arbiter()).dump());
+  }
+
+  // /v1/leases/ID[/heartbeat]
+  std::string rest = t.path.substr(strlen("/v1/leases/"));
+  std::string id_text = rest.substr(0, rest.find('/'));
+  std::string action = rest.find('/') == std::string::npos ? "" : rest.substr(rest.find('/') + 1);
+  if (id_text.empty() || id_text.size() > 18 || id_text.find_first_not_of("0123456789") != std::string::npos)
+    co_return error(404, "not_found", fmt::format("no lease '{}'", id_text));
+  uint64_t id = std::stoull(id_text);
+  if (!arbiter.lease(id)) co_return error(404, "not_found", fmt::format("no lease #{}", id));
+  if (action == "heartbeat") {
+    if (req.method() != http::verb::post) co_return error(405, "method_not_allowed", "heartbeat accepts POST");
+    daemon_.lease_heartbeat(id);
+  } else if (!action.empty()) {
+    co_return error(404, "not_found", fmt::format("no such endpoint: {}", t.path));
+  } else if (get) {
+    daemon_.lease_heartbeat(id);
+    if (wait) co_await daemon_.wait_lease(id, *wait);
+  } else if (req.method() == http::verb::delete_) {
+    std::optional<int> exit_status;
+    if (!req.body().empty()) {
+      json body = json::parse(req.body(), nullptr, false);
+      if (body.is_discarded() || !body.is_object())
+        co_return error(400, "bad_request", "expected no body or {\"exit_status\": N}");
+      if (body.contains("exit_status") && body["exit_status"].is_number_integer())
+        exit_status = body["exit_status"].get<int>();
+    }
+    daemon_.release_lease(id, exit_status);
+    co_await daemon_.wait_lease(id, Duration(0));
+  } else {
+    co_return error(405, "method_not_allowed", fmt::format("{} accepts GET and DELETE", t.path));
+  }
+  const Lease* l = daemon_.arbiter().lease(id);
+  if (!l) co_return error(404, "not_found", fmt::format("no lease #{}", id));
+  co_return json_response(200, to_json(*l, daemon_.arbiter()).dump());
+}
+
+boost::asio::awaitable<HttpResponse> Api::jobs(const HttpRequest& req) {
+  Target t = parse_target(req.target());
+  std::string label;
+  if (const auto* l = t.param("label")) label = *l;
+  size_t limit = 100;
+  if (const auto* l = t.param("limit")) {
+    if (l->empty() || l->size() > 5 || l->find_first_not_of("0123456789") != std::string::npos)
+      co_return error(400, "bad_request", fmt::format("limit: expected a number, got '{}'", *l));
+    limit = std::clamp<size_t>(std::stoul(*l), 1, 10000);
+  }
+  bool stats = t.path == "/v1/jobs/stats";
+  if (stats && label.empty()) co_return error(400, "bad_request", "/v1/jobs/stats needs ?label=LABEL");
+  auto jobs = co_await daemon_.jobs(label, stats ? 100000 : limit);
+  if (!jobs) co_return error(500, "store", jobs.error());
+  if (!stats) {
+    json out = json::array();
+    for (const auto& j : *jobs) out.push_back(to_json(j));
+    co_return json_response(200, json{{"jobs", out}}.dump());
+  }
+  std::vector<int64_t> wait, run;
+  std::vector<Bytes> peak;
+  size_t failed = 0, ran = 0;
+  for (const auto& j : *jobs) {
+    wait.push_back(j.wait.count());
+    if (!j.run) continue;
+    ++ran;
+    run.push_back(j.run->count());
+    peak.push_back(j.peak_vram);
+    if (j.exit_status.value_or(0) != 0 || j.state != LeaseState::released) ++failed;
+  }
+  std::sort(wait.begin(), wait.end());
+  std::sort(run.begin(), run.end());
+  std::sort(peak.begin(), peak.end());
+  auto pct = [](const auto& v, double p) { return v.empty() ? json(nullptr) : json(percentile(v, p)); };
+  json out = {{"label", label},
+              {"count", jobs->size()},
+              {"ran", ran},
+              {"failed", failed},
+              {"wait_ms", {{"p50", pct(wait, 0.5)}, {"p95", pct(wait, 0.95)}}},
+              {"run_ms", {{"p50", pct(run, 0.5)}, {"p95", pct(run, 0.95)}}},
+              {"peak_bytes", {{"p50", pct(peak, 0.5)}, {"max", peak.empty() ? json(nullptr) : json(peak.back())}}}};
+  co_return json_response(200, out.dump());
+}
+
 boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& stream) {
   Target t = parse_target(req.target());
   bool get = req.method() == http::verb::get || req.method() == http::verb::head;
@@ -211,6 +405,11 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
   if (t.path == "/v1/events") {
     if (!get) co_return only("GET");
     co_return co_await events(req, stream);
+  }
+  if (t.path == "/v1/leases" || t.path.starts_with("/v1/leases/")) co_return co_await leases(req, stream);
+  if (t.path == "/v1/jobs" || t.path == "/v1/jobs/stats") {
+    if (!get) co_return only("GET");
+    co_return co_await jobs(req);
   }
   if (t.path == "/v1/version") {
     if (!get) co_return only("GET");

@@ -6,6 +6,7 @@
 #include "core/arbiter.h"
 #include "server/http_server.h"
 #include "store/event_store.h"
+#include "store/lease_store.h"
 
 namespace vramd {
 
@@ -22,6 +23,16 @@ class DaemonControl {
       int64_t after_id, std::optional<TimePoint> since, size_t limit) = 0;
   // Streams events as Server-Sent Events until the client goes away.
   virtual boost::asio::awaitable<void> stream_events(HttpStream& stream, int64_t after_id) = 0;
+
+  // Queues a lease; error when its holder pid does not exist.
+  virtual Result<uint64_t> request_lease(LeaseRequest request) = 0;
+  virtual void lease_heartbeat(uint64_t id) = 0;
+  virtual void release_lease(uint64_t id, std::optional<int> exit_status) = 0;
+  // Returns once the lease is no longer queued (or after `max`), and what the client will be
+  // told is on disk: a grant is answered only once a restart would keep it.
+  virtual boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max) = 0;
+  virtual boost::asio::awaitable<Result<std::vector<JobRecord>>> jobs(std::string label,
+                                                                      size_t limit) = 0;
 };
 
 class Api {
@@ -33,6 +44,8 @@ class Api {
   boost::asio::awaitable<HttpResponse> unload(const std::string& service, bool force);
   boost::asio::awaitable<HttpResponse> free_idle();
   boost::asio::awaitable<HttpResponse> events(const HttpRequest& req, HttpStream& stream);
+  boost::asio::awaitable<HttpResponse> leases(const HttpRequest& req, HttpStream& stream);
+  boost::asio::awaitable<HttpResponse> jobs(const HttpRequest& req);
 
   DaemonControl& daemon_;
 };

@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,6 +71,15 @@ class BeastHttpStream : public HttpStream {
     co_return !ec;
   }
   bool taken_over() const override { return taken_over_; }
+  std::optional<int> peer_pid() const override {
+    if constexpr (std::is_same_v<typename Stream::protocol_type, asio::local::stream_protocol>) {
+      ucred cred{};
+      socklen_t len = sizeof cred;
+      int fd = const_cast<Stream&>(stream_).socket().native_handle();
+      if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid > 0) return cred.pid;
+    }
+    return std::nullopt;
+  }
 
  private:
   Stream& stream_;

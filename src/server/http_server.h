@@ -10,6 +10,7 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "core/result.h"
@@ -28,6 +29,8 @@ class HttpStream {
   // Writes raw bytes of the body. false when the client is gone or too slow (write timeout).
   virtual boost::asio::awaitable<bool> write(std::string data) = 0;
   virtual bool taken_over() const = 0;
+  // The client's pid on the unix socket (SO_PEERCRED); nullopt over TCP.
+  virtual std::optional<int> peer_pid() const { return std::nullopt; }
 };
 
 using HttpHandler = std::function<boost::asio::awaitable<HttpResponse>(HttpRequest, HttpStream&)>;

@@ -1,5 +1,7 @@
 #include "server/json_view.h"
 
+#include <fmt/format.h>
+
 namespace vramd {
 
 using nlohmann::json;
@@ -124,7 +126,88 @@ json to_json(const ServiceStatus& s, TimePoint now) {
            s.unload_after_idle ? json(s.unload_after_idle->count() / 1000.0) : json(nullptr)},
           {"last_unload", s.last_unload ? to_json(*s.last_unload) : json(nullptr)},
           {"backoff_until", time(s.backoff_until)},
-          {"can_restart", s.can_restart.empty() ? json(nullptr) : json(s.can_restart)}};
+          {"can_restart", s.can_restart.empty() ? json(nullptr) : json(s.can_restart)},
+          {"reload_cost_seconds", s.reload_cost.count() / 1000.0},
+          {"reload_cost_measured", s.reload_measured}};
+}
+
+json to_json(const Lease& l, const Arbiter& arbiter) {
+  auto time = [](const std::optional<TimePoint>& t) {
+    return t ? json(format_rfc3339(*t)) : json(nullptr);
+  };
+  const LeaseRequest& r = l.request;
+  json reason = nullptr;
+  std::optional<size_t> position;
+  if (l.state == LeaseState::queued) {
+    position = arbiter.queue_position(l.id);
+    LeaseReason why = l.reason;
+    // Leases far down the queue are not looked at on every pass: name the one in front.
+    bool head = false;
+    for (const auto& [gpu, id] : arbiter.queue_heads()) head |= id == l.id;
+    if (!head && !why.behind) {
+      unsigned gpu = r.gpu.value_or(0);
+      if (auto it = arbiter.queue_heads().find(gpu); it != arbiter.queue_heads().end()) {
+        why.behind = it->second;
+        why.gpu = gpu;
+        why.text = fmt::format("needs {} on GPU {}; queued behind lease #{}", format_size(r.vram),
+                               gpu, it->second);
+        why.blockers.clear();
+      }
+    }
+    json blockers = json::array();
+    for (const auto& b : why.blockers)
+      blockers.push_back({{"owner", b.owner},
+                          {"kind", b.kind},
+                          {"bytes", b.bytes},
+                          {"state", b.state},
+                          {"evicting", b.evicting},
+                          {"candidates", b.candidates}});
+    reason = {{"text", why.text},
+              {"gpu", opt(why.gpu)},
+              {"needs_bytes", why.needs},
+              {"free_bytes", why.free},
+              {"behind", opt(why.behind)},
+              {"blockers", blockers}};
+  }
+  return {{"id", l.id},
+          {"state", to_string(l.state)},
+          {"owner", l.owner_name()},
+          {"gpu", l.gpu ? json(*l.gpu) : opt(r.gpu)},
+          {"gpu_requested", r.gpu ? json(*r.gpu) : json("any")},
+          {"vram_bytes", r.vram},
+          {"ram_bytes", opt(r.ram)},
+          {"holder", r.holder},
+          {"pid", opt(r.pid)},
+          {"priority", r.priority},
+          {"label", r.label},
+          {"service", r.service.empty() ? json(nullptr) : json(r.service)},
+          {"group", r.group.empty() ? json(nullptr) : json(r.group)},
+          {"command", r.command},
+          {"position", opt(position)},
+          {"reason", reason},
+          {"requested_at", format_rfc3339(l.requested_at)},
+          {"granted_at", time(l.granted_at)},
+          {"ended_at", time(l.ended_at)},
+          {"end_reason", l.end_reason.empty() ? json(nullptr) : json(l.end_reason)},
+          {"held_bytes", l.held},
+          {"peak_bytes", l.peak_vram},
+          {"exit_status", opt(l.exit_status)}};
+}
+
+json to_json(const JobRecord& j) {
+  return {{"id", j.id},
+          {"label", j.label},
+          {"command", j.command},
+          {"holder", j.holder},
+          {"state", to_string(j.state)},
+          {"gpu", opt(j.gpu)},
+          {"vram_bytes", j.vram},
+          {"requested_at", format_rfc3339(j.requested_at)},
+          {"wait_ms", j.wait.count()},
+          {"run_ms", j.run ? json(j.run->count()) : json(nullptr)},
+          {"peak_bytes", j.peak_vram},
+          {"exit_status", opt(j.exit_status)},
+          {"end_reason", j.end_reason}};
 }
 
 json error_json(const std::string& code, const std::string& message) {

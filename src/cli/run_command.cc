@@ -1,0 +1,322 @@
+// `vramd run`, `vramd leases`, `vramd jobs`: leases from the client's side. The daemon never
+// runs a command: `vramd run` asks for a lease, waits, runs the command itself and releases.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fmt/format.h>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+
+namespace vramd {
+
+using nlohmann::json;
+
+namespace {
+
+std::atomic<int> g_signal{0};
+std::atomic<pid_t> g_child{0};
+
+void on_signal(int sig) {
+  g_signal = sig;
+  pid_t c = g_child;
+  if (c > 0) kill(c, sig);  // forwarded to the command
+}
+
+void install_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaction(s, &sa, nullptr);
+}
+
+struct Session {
+  DaemonAddress addr;
+  std::string token;
+};
+
+// One call; nullopt (with a message printed) when the daemon cannot be reached or refuses.
+std::optional<json> call(const Session& s, const std::string& method, const std::string& target,
+                         const std::string& body, int timeout_ms, int& code) {
+  auto reply = http_request(s.addr, method, target, body, timeout_ms, s.token);
+  if (!reply) {
+    std::cerr << "vramd: the daemon is not reachable at " << s.addr.url << ": " << reply.error() << "\n";
+    code = kExitUnreachable;
+    return std::nullopt;
+  }
+  json j = json::parse(reply->body, nullptr, false);
+  if (j.is_discarded()) {
+    std::cerr << "vramd: the daemon answered HTTP " << reply->status << " with a body that is not JSON\n";
+    code = kExitFailure;
+    return std::nullopt;
+  }
+  if (reply->status / 100 != 2) {
+    std::cerr << "vramd: " << (j.contains("error") ? j["error"].value("message", reply->body) : reply->body)
+              << "\n";
+    code = kExitFailure;
+    return std::nullopt;
+  }
+  code = kExitOk;
+  return j;
+}
+
+std::string reason_text(const json& lease) {
+  if (lease.contains("reason") && lease["reason"].is_object())
+    return lease["reason"].value("text", "");
+  return "";
+}
+
+std::string format_elapsed(std::chrono::steady_clock::duration d) {
+  auto s = std::chrono::duration_cast<std::chrono::seconds>(d).count();
+  return s < 60 ? fmt::format("{}s", s) : fmt::format("{}m{:02}s", s / 60, s % 60);
+}
+
+}  // namespace
+
+int cmd_run(const CommonOptions& opts, const RunOptions& run) {
+  if (run.command.empty()) {
+    std::cerr << "vramd run: no command given: vramd run --vram 12GiB -- CMD ARGS...\n";
+    return kExitUsage;
+  }
+  auto vram = parse_size(run.vram);
+  if (!vram || *vram == 0) {
+    std::cerr << "vramd run: --vram: " << (vram ? "must be more than 0" : vram.error()) << "\n";
+    return kExitUsage;
+  }
+  json body = {{"vram", *vram}, {"holder", "vramd run"}, {"priority", run.priority}};
+  if (run.gpu != "any") {
+    if (run.gpu.empty() || run.gpu.size() > 2 || run.gpu.find_first_not_of("0123456789") != std::string::npos) {
+      std::cerr << "vramd run: --gpu: expected a GPU index or 'any', got '" << run.gpu << "'\n";
+      return kExitUsage;
+    }
+    body["gpu"] = std::stoi(run.gpu);
+  }
+  if (!run.ram.empty()) {
+    auto ram = parse_size(run.ram);
+    if (!ram) {
+      std::cerr << "vramd run: --ram: " << ram.error() << "\n";
+      return kExitUsage;
+    }
+    body["ram"] = *ram;
+  }
+  if (!run.timeout.empty()) {
+    if (auto d = parse_duration(run.timeout); !d) {
+      std::cerr << "vramd run: --timeout: " << d.error() << "\n";
+      return kExitUsage;
+    }
+    body["timeout"] = run.timeout;
+  }
+  std::string program = run.command[0].substr(run.command[0].rfind('/') + 1);
+  body["label"] = run.label.empty() ? program : run.label;
+  body["command"] = program;
+
+  auto config = load_cli_config(opts);
+  if (!config) {
+    std::cerr << config.error() << "\n";
+    return kExitFailure;
+  }
+  Session s{daemon_address(opts, *config), config->daemon.token};
+  // Over TCP the daemon cannot see who asks: say it (on the unix socket it reads SO_PEERCRED).
+  if (!s.addr.url.starts_with("unix:")) body["pid"] = getpid();
+
+  int out_pipe[2] = {-1, -1};
+  if (run.detach) {
+    // The whole wait and run go to the background; the foreground prints the lease id.
+    if (pipe(out_pipe) != 0) return kExitFailure;
+    pid_t bg = fork();
+    if (bg < 0) return kExitFailure;
+    if (bg > 0) {
+      close(out_pipe[1]);
+      char buf[64] = {0};
+      ssize_t n = read(out_pipe[0], buf, sizeof buf - 1);
+      if (n <= 0) {
+        std::cerr << "vramd run: the background run failed before it got a lease\n";
+        return kExitFailure;
+      }
+      std::cout << std::string(buf, static_cast<size_t>(n)) << "\n";
+      return kExitOk;
+    }
+    close(out_pipe[0]);
+    setsid();
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) dup2(devnull, 0);
+    if (!s.addr.url.starts_with("unix:")) body["pid"] = getpid();
+  }
+
+  install_handlers();
+  int code = 0;
+  auto lease = call(s, "POST", "/v1/leases", body.dump(), 10000, code);
+  if (!lease) return code;
+  uint64_t id = (*lease)["id"].get<uint64_t>();
+  if (out_pipe[1] >= 0) {
+    std::string text = std::to_string(id);
+    (void)!write(out_pipe[1], text.data(), text.size());
+    close(out_pipe[1]);
+  }
+  std::string target = fmt::format("/v1/leases/{}", id);
+  bool tty = isatty(2) && !run.detach;
+  auto started = std::chrono::steady_clock::now();
+  std::string last_line;
+  while ((*lease)["state"] == "queued") {
+    if (g_signal) {
+      call(s, "DELETE", target, "", 10000, code);
+      if (tty) std::cerr << "\n";
+      std::cerr << "vramd run: cancelled while waiting for lease #" << id << "\n";
+      return 128 + g_signal;
+    }
+    std::string reason = reason_text(*lease);
+    json pos = (*lease)["position"];
+    std::string line = fmt::format("waiting for lease #{}{}: {}", id,
+                                   pos.is_number() ? fmt::format(" ({} ahead)", pos.get<int>()) : "",
+                                   reason);
+    if (tty) {
+      std::string shown = fmt::format("{} [{}]", line, format_elapsed(std::chrono::steady_clock::now() - started));
+      std::cerr << "\r\033[K" << shown.substr(0, 200) << std::flush;
+    } else if (line != last_line) {
+      std::cerr << "vramd run: " << line << "\n";
+    }
+    last_line = line;
+    // Short polls on a terminal keep the line live; either way each poll is a heartbeat.
+    auto next = call(s, "GET", target + (tty ? "?wait=1s" : "?wait=20s"), "", 30000, code);
+    if (!next) {
+      // The daemon restarts: wait for it and keep the place in the queue.
+      for (int i = 0; i < 60 && !next && !g_signal; ++i) {
+        sleep(1);
+        next = call(s, "GET", target, "", 5000, code);
+      }
+      if (!next) return code;
+    }
+    lease = next;
+  }
+  if (tty) std::cerr << "\r\033[K";
+  if ((*lease)["state"] != "granted") {
+    std::cerr << fmt::format("vramd run: lease #{} {}: {}\n", id, (*lease)["state"].get<std::string>(),
+                             (*lease)["end_reason"].is_string() ? (*lease)["end_reason"].get<std::string>() : "");
+    return kExitFailure;
+  }
+  unsigned gpu = (*lease)["gpu"].get<unsigned>();
+  if (!run.detach)
+    std::cerr << fmt::format("vramd run: lease #{} granted: {} on GPU {} after {}\n", id,
+                             format_size(*vram), gpu, format_elapsed(std::chrono::steady_clock::now() - started));
+
+  pid_t child = fork();
+  if (child < 0) {
+    std::cerr << "vramd run: fork failed: " << strerror(errno) << "\n";
+    call(s, "DELETE", target, json{{"exit_status", 127}}.dump(), 10000, code);
+    return kExitFailure;
+  }
+  if (child == 0) {
+    if (!run.no_cuda_env) {
+      // NVML numbers GPUs in PCI bus order; CUDA does too only with this order set.
+      setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
+      setenv("CUDA_VISIBLE_DEVICES", std::to_string(gpu).c_str(), 1);
+    }
+    setenv("VRAMD_LEASE_ID", std::to_string(id).c_str(), 1);
+    std::vector<char*> argv;
+    for (const auto& a : run.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::cerr << "vramd run: cannot run " << run.command[0] << ": " << strerror(errno) << "\n";
+    _exit(127);
+  }
+  g_child = child;
+  if (g_signal) kill(child, g_signal);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+  int exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  call(s, "DELETE", target, json{{"exit_status", exit_code}}.dump(), 10000, code);
+  return exit_code;
+}
+
+int cmd_leases(const CommonOptions& opts, bool as_json) {
+  auto config = load_cli_config(opts);
+  if (!config) {
+    std::cerr << config.error() << "\n";
+    return kExitFailure;
+  }
+  Session s{daemon_address(opts, *config), config->daemon.token};
+  int code = 0;
+  auto body = call(s, "GET", "/v1/leases", "", 10000, code);
+  if (!body) return code;
+  if (as_json) {
+    std::cout << body->dump(2) << "\n";
+    return kExitOk;
+  }
+  if ((*body)["leases"].empty()) {
+    std::cout << "no leases\n";
+    return kExitOk;
+  }
+  std::cout << fmt::format("{:>5}  {:<20} {:<8} {:>4} {:>10} {:>10}  {}\n", "ID", "OWNER", "STATE", "GPU",
+                           "LEASED", "HELD", "WHY / SINCE");
+  for (const auto& l : (*body)["leases"]) {
+    std::string gpu = l["gpu"].is_number() ? std::to_string(l["gpu"].get<unsigned>()) : "any";
+    std::string why = l["state"] == "queued" ? reason_text(l) : l["granted_at"].get<std::string>();
+    std::cout << fmt::format("{:>5}  {:<20} {:<8} {:>4} {:>10} {:>10}  {}\n", l["id"].get<uint64_t>(),
+                             l["owner"].get<std::string>(), l["state"].get<std::string>(), gpu,
+                             format_size(l["vram_bytes"].get<Bytes>()),
+                             format_size(l["held_bytes"].get<Bytes>()), why);
+  }
+  return kExitOk;
+}
+
+int cmd_jobs(const CommonOptions& opts, const std::string& stats_label, size_t limit, bool as_json) {
+  auto config = load_cli_config(opts);
+  if (!config) {
+    std::cerr << config.error() << "\n";
+    return kExitFailure;
+  }
+  Session s{daemon_address(opts, *config), config->daemon.token};
+  int code = 0;
+  auto ms = [](const json& v) {
+    return v.is_number() ? format_duration(Duration(v.get<int64_t>())) : std::string("-");
+  };
+  if (!stats_label.empty()) {
+    std::string label;
+    for (char c : stats_label) label += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ? std::string(1, c) : fmt::format("%{:02X}", static_cast<unsigned char>(c));
+    auto body = call(s, "GET", "/v1/jobs/stats?label=" + label, "", 10000, code);
+    if (!body) return code;
+    if (as_json) {
+      std::cout << body->dump(2) << "\n";
+      return kExitOk;
+    }
+    const json& b = *body;
+    std::cout << fmt::format("{}: {} jobs ({} ran, {} failed)\n", stats_label, b["count"].get<size_t>(),
+                             b["ran"].get<size_t>(), b["failed"].get<size_t>());
+    std::cout << fmt::format("  wait  p50 {:>8}  p95 {:>8}\n", ms(b["wait_ms"]["p50"]), ms(b["wait_ms"]["p95"]));
+    std::cout << fmt::format("  run   p50 {:>8}  p95 {:>8}\n", ms(b["run_ms"]["p50"]), ms(b["run_ms"]["p95"]));
+    auto size = [](const json& v) { return v.is_number() ? format_size(v.get<Bytes>()) : std::string("-"); };
+    std::cout << fmt::format("  peak  p50 {:>8}  max {:>8}\n", size(b["peak_bytes"]["p50"]), size(b["peak_bytes"]["max"]));
+    return kExitOk;
+  }
+  auto body = call(s, "GET", fmt::format("/v1/jobs?limit={}", limit), "", 10000, code);
+  if (!body) return code;
+  if (as_json) {
+    std::cout << body->dump(2) << "\n";
+    return kExitOk;
+  }
+  if ((*body)["jobs"].empty()) {
+    std::cout << "no jobs yet\n";
+    return kExitOk;
+  }
+  std::cout << fmt::format("{:>5}  {:<16} {:<10} {:>4} {:>10} {:>9} {:>9} {:>10} {:>5}\n", "ID", "LABEL", "STATE",
+                           "GPU", "LEASED", "WAIT", "RUN", "PEAK", "EXIT");
+  for (const auto& j : (*body)["jobs"])
+    std::cout << fmt::format("{:>5}  {:<16} {:<10} {:>4} {:>10} {:>9} {:>9} {:>10} {:>5}\n", j["id"].get<uint64_t>(),
+                             j["label"].get<std::string>(), j["state"].get<std::string>(),
+                             j["gpu"].is_number() ? std::to_string(j["gpu"].get<unsigned>()) : "-",
+                             format_size(j["vram_bytes"].get<Bytes>()), ms(j["wait_ms"]), ms(j["run_ms"]),
+                             format_size(j["peak_bytes"].get<Bytes>()),
+                             j["exit_status"].is_number() ? std::to_string(j["exit_status"].get<int>()) : "-");
+  return kExitOk;
+}
+
+}  // namespace vramd
