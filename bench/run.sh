@@ -24,7 +24,7 @@ trap 'rm -rf "$TMP"' EXIT
 echo "== machine: $(nproc) cores, $(uname -r); commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $(date -u +%Y-%m-%dT%H:%MZ)"
 echo
 echo "== sample_bench: one sample (fake NVML + /proc scan + attribution), 2,000 processes; target < 2 ms"
-"$BENCH" --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
+"$BENCH" --benchmark_filter=-BM_Lease --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
   --benchmark_out="$TMP/sample.json" --benchmark_out_format=json || exit 1
 echo
 python3 - "$TMP/sample.json" <<'EOF'
@@ -80,6 +80,28 @@ ratio("attribution share of the full sample now", parts[2], full)
 if full and all(parts): ratio("(nvml + scan + attribute) / full sample now", sum(parts), full)
 ratio("real /proc / fake /proc, per process (all)", real, fake)
 if full: print("  %-46s= %.2f" % ("full sample now x 3600 (CPU s/hour at 1 s)", full * 3600 / 1e6))
+EOF
+echo
+echo "== lease_bench: Arbiter::handle, 10,000 queued leases, 64 services; target < 1 ms per event"
+"$BENCH" --benchmark_filter=BM_Lease --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
+  --benchmark_out="$TMP/lease.json" --benchmark_out_format=json >/dev/null || exit 1
+python3 - "$TMP/lease.json" <<'EOF'
+import json, sys
+scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+med = {b["run_name"]: b["cpu_time"] * scale[b["time_unit"]] for b in json.load(open(sys.argv[1]))["benchmarks"]
+       if b.get("aggregate_name") == "median" and not b.get("error_occurred")}
+for b in json.load(open(sys.argv[1]))["benchmarks"]:
+    if b.get("error_occurred"): print("  skipped: %s: %s" % (b["name"], b.get("error_message")))
+cases = ["Sample", "Tick", "Probe", "RequestQueues", "RequestGranted", "ReleaseGranted", "CancelQueued"]
+worlds = [("8 GPUs", "gpus:8/queued:{}/idle_gpu:0"), ("1 GPU", "gpus:1/queued:{}/idle_gpu:0"),
+          ("8 GPUs, GPU 7 idle", "gpus:8/queued:{}/idle_gpu:1")]
+print("  median CPU us per event (/ 1 ms target), and 10,000 / 100 queued")
+for wname, args in worlds:
+    print("  %-20s %22s %12s %10s" % (wname, "10,000 queued", "100 queued", "10k/100"))
+    for c in cases:
+        big, small = (med.get("BM_Lease%s/%s" % (c, args.format(n))) for n in (10000, 100))
+        print("    %-18s %22s %12s %10s" % (c, "%.0f (%.2f)" % (big, big / 1000) if big else "-",
+              "%.0f" % small if small else "-", "%.1f" % (big / small) if big and small else "-"))
 EOF
 echo
 echo "== serve_cost: vramd serve at 1 s sampling; targets < 2 CPU s/hour, RSS < 16 MiB"
