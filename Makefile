@@ -55,3 +55,31 @@ format-check:
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+# `make install`: the binary, the systemd unit and, unless one exists, the example config.
+# DESTDIR stages everything under another root (packages, tests: no root needed). The unit goes to
+# /etc/systemd/system, which systemd reads whatever PREFIX is; its ExecStart follows BINDIR.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+UNITDIR ?= /etc/systemd/system
+
+install: build
+	install -D -s -m 0755 $(BUILD)/vramd $(DESTDIR)$(BINDIR)/vramd
+	sed -e 's|/usr/local/bin/vramd|$(BINDIR)/vramd|g' -e 's|/etc/vramd/|$(SYSCONFDIR)/vramd/|g' \
+	  packaging/vramd.service > $(BUILD)/vramd.service
+	install -D -m 0644 $(BUILD)/vramd.service $(DESTDIR)$(UNITDIR)/vramd.service
+	@if [ -e "$(DESTDIR)$(SYSCONFDIR)/vramd/vramd.toml" ]; then \
+	  echo "kept the existing $(DESTDIR)$(SYSCONFDIR)/vramd/vramd.toml (example: packaging/vramd.toml)"; \
+	else \
+	  echo "install -D -m 0644 packaging/vramd.toml $(DESTDIR)$(SYSCONFDIR)/vramd/vramd.toml"; \
+	  install -D -m 0644 packaging/vramd.toml "$(DESTDIR)$(SYSCONFDIR)/vramd/vramd.toml"; \
+	fi
+	@echo "Now: edit $(SYSCONFDIR)/vramd/vramd.toml, then: systemctl daemon-reload && systemctl enable --now vramd"
+
+# Removes the binary and the unit; the config and the state directory (/var/lib/vramd) stay.
+.PHONY: uninstall
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/vramd $(DESTDIR)$(UNITDIR)/vramd.service
+	@echo "Kept $(SYSCONFDIR)/vramd and /var/lib/vramd. Run 'systemctl disable --now vramd' first" \
+	  "if it was enabled, and 'systemctl daemon-reload' after."

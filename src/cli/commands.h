@@ -50,6 +50,12 @@ int cmd_leases(const CommonOptions& opts, bool json);
 // Finished leases; with stats_label, count and p50/p95 wait, run and peak memory of that label.
 int cmd_jobs(const CommonOptions& opts, const std::string& stats_label, size_t limit, bool json);
 
+// start | stop | restart; with wait, until the service is up (or stopped, memory checked).
+int cmd_lifecycle(const CommonOptions& opts, const std::string& action, const std::string& service, bool wait);
+int cmd_logs(const CommonOptions& opts, const std::string& service, bool follow, size_t lines);
+// Crashes grouped by signature, with the evidence and the suggested fix.
+int cmd_doctor(const CommonOptions& opts, const std::string& service, bool json);
+
 struct DemoOptions {
   std::string listen = "127.0.0.1:7100";
   double duration_s = 0;  // 0: until interrupted

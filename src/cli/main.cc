@@ -70,6 +70,30 @@ int main(int argc, char** argv) {
   jobs->add_option("stats", jobs_args, "stats LABEL");
   jobs->add_option("-n,--limit", jobs_limit, "how many jobs to list (default 20)")->check(CLI::PositiveNumber);
   jobs->add_flag("--json", json, "print the API's JSON");
+  std::string life_name;
+  bool life_wait = false;
+  std::vector<std::pair<std::string, CLI::App*>> life_cmds;
+  for (const char* action : {"start", "stop", "restart"}) {
+    auto* c = app.add_subcommand(action, std::string(action) + " a service vramd runs (or its container or unit)");
+    add_common(c);
+    c->add_option("service", life_name, "the service")->required();
+    c->add_flag("--wait", life_wait, action == std::string("stop") ? "until it stopped and its GPU memory is gone"
+                                                                    : "until it answers its health check");
+    life_cmds.emplace_back(action, c);
+  }
+  std::string logs_name;
+  bool logs_follow = false;
+  size_t logs_lines = 50;
+  auto* logs = app.add_subcommand("logs", "the output of a service vramd runs");
+  add_common(logs);
+  logs->add_option("service", logs_name, "the service")->required();
+  logs->add_flag("-f,--follow", logs_follow, "keep printing new lines");
+  logs->add_option("-n,--lines", logs_lines, "how many lines (default 50)")->check(CLI::PositiveNumber);
+  std::string doctor_name;
+  auto* doctor = app.add_subcommand("doctor", "why services crashed: signatures, evidence, suggested fixes");
+  add_common(doctor);
+  doctor->add_option("service", doctor_name, "only this service");
+  doctor->add_flag("--json", json, "print the API's JSON");
   vramd::DemoOptions demo_opts;
   auto* demo = app.add_subcommand(
       "demo", "run the daemon on a simulated 24 GiB GPU with stand-in services (no GPU needed)");
@@ -95,6 +119,10 @@ int main(int argc, char** argv) {
   if (*free_cmd) return vramd::cmd_free(common, free_name, free_idle, free_force, json);
   if (*events) return vramd::cmd_events(common, follow, since, json);
   if (*run) return vramd::cmd_run(common, run_opts);
+  for (const auto& [action, c] : life_cmds)
+    if (*c) return vramd::cmd_lifecycle(common, action, life_name, life_wait);
+  if (*logs) return vramd::cmd_logs(common, logs_name, logs_follow, logs_lines);
+  if (*doctor) return vramd::cmd_doctor(common, doctor_name, json);
   if (*leases) return vramd::cmd_leases(common, json);
   if (*jobs) {
     if (jobs_args.empty()) return vramd::cmd_jobs(common, "", jobs_limit, json);

@@ -16,7 +16,9 @@ Arbiter::Arbiter(Config config) : config_(std::move(config)), resolver_(config_.
     st.url = svc.url;
     st.unload_after_idle = svc.unload_after_idle;
     st.reload_cost = default_reload_cost(svc.kind);
-    if (!svc.match.container.empty()) st.can_restart = "container";
+    if (!svc.start.empty()) st.managed = ManagedState{};
+    if (!svc.start.empty()) st.can_restart = "managed";
+    else if (!svc.match.container.empty()) st.can_restart = "container";
     else if (!svc.match.unit.empty()) st.can_restart = "unit";
     services_[svc.name] = std::move(st);
   }
@@ -49,9 +51,16 @@ std::vector<Action> Arbiter::handle(const Event& event, TimePoint now) {
                  [&](const LeaseRequested& e) { return on_lease_requested(e, now); },
                  [&](const LeaseReleased& e) { return on_lease_released(e, now); },
                  [&](const LeaseHeartbeat& e) { return on_lease_heartbeat(e, now); },
-                 [&](const HolderExited& e) { return on_holder_exited(e, now); }},
+                 [&](const HolderExited& e) { return on_holder_exited(e, now); },
+                 [&](const ServiceCommand& e) { return on_service_command(e, now); },
+                 [&](const ChildStarted& e) { return on_child_started(e, now); },
+                 [&](const ChildExited& e) { return on_child_exited(e, now); },
+                 [&](const HealthChecked& e) { return on_health_checked(e, now); }},
       event);
-  if (std::holds_alternative<Tick>(event)) check_lease_deadlines(now, actions);
+  if (std::holds_alternative<Tick>(event)) {
+    check_lease_deadlines(now, actions);
+    supervise_tick(now, actions);
+  }
   // Admission after anything that may change what fits (a heartbeat changes nothing).
   if (!std::holds_alternative<LeaseHeartbeat>(event) && (!queue_.empty() || !evicting_for_.empty()))
     admit(now, actions);
@@ -84,9 +93,11 @@ std::vector<Action> Arbiter::on_sample(const SampleTaken& s, TimePoint now) {
   if (s.gpus.error.empty() && !status_.error.empty())
     emit("gpu.recovered", std::nullopt, "", "GPU backend reads again");
 
-  OwnerHints hints;  // managed services come with the supervisor
-  for (const auto& [id, l] : leases_)
-    if (l.request.pid) hints.lease_pids.emplace_back(l.owner_name(), *l.request.pid);
+  OwnerHints hints;
+  for (const auto& [name, st] : services_)
+    if (st.managed && st.managed->pid) hints.managed.emplace_back(name, *st.managed->pid);
+  for (uint64_t id : granted_)  // a queued holder's memory is its own until granted
+    if (const Lease& l = leases_.at(id); l.request.pid) hints.lease_pids.emplace_back(l.owner_name(), *l.request.pid);
   mem_available_ = s.host.mem_available;
   auto owners = resolver_.resolve(s.host, hints);
   auto reports = self_reports();
@@ -197,6 +208,7 @@ std::vector<Action> Arbiter::on_sample(const SampleTaken& s, TimePoint now) {
   last_owners_ = std::move(owners);
   update_service_holdings(now, actions);
   learn_reload_costs(now);
+  verify_stops(now, actions);
   update_lease_holdings(now, actions);
   advance_unloads(now, actions);
   check_idle_ttl(now, actions);

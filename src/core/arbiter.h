@@ -76,8 +76,38 @@ struct LeaseHeartbeat {
 struct HolderExited {
   uint64_t id = 0;
 };
+// Someone asks to start, stop or restart a service. request_id (non-zero) is echoed in
+// CommandFinished.
+struct ServiceCommand {
+  std::string service;
+  std::string action;  // "start" | "stop" | "restart"
+  uint64_t request_id = 0;
+};
+// The shell started (or failed to start, or re-adopted after a restart of vramd) a managed child.
+struct ChildStarted {
+  std::string service;
+  bool ok = false;
+  int pid = 0;
+  uint64_t start_ticks = 0;
+  std::string error;  // why it could not start ("port 8188 is taken by python3[812]")
+  bool adopted = false;
+};
+// A managed child exited. Adopted children are not ours to wait for: no status then.
+struct ChildExited {
+  std::string service;
+  int pid = 0;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+};
+// A health check that CheckHealth asked for has its answer.
+struct HealthChecked {
+  std::string service;
+  bool ok = false;
+  std::string message;
+};
 using Event = std::variant<SampleTaken, ProbeDone, UnloadRequested, UnloadCallDone, LifecycleDone,
-                           Tick, LeaseRequested, LeaseReleased, LeaseHeartbeat, HolderExited>;
+                           Tick, LeaseRequested, LeaseReleased, LeaseHeartbeat, HolderExited,
+                           ServiceCommand, ChildStarted, ChildExited, HealthChecked>;
 
 // ---- Actions: what the shell must do ----
 
@@ -120,8 +150,71 @@ struct Lifecycle {
 struct LeaseChanged {
   Lease lease;
 };
-using Action =
-    std::variant<EmitEvent, CallUnload, SetFastSampling, UnloadFinished, Lifecycle, LeaseChanged>;
+// Start the service's `start` command (own process group and session, output to its log);
+// answer with ChildStarted.
+struct SpawnService {
+  std::string service;
+};
+// Send a signal to a managed child's process group.
+struct SignalService {
+  std::string service;
+  int pid = 0;
+  int signal = 0;
+};
+// Run the service's health check; answer with HealthChecked.
+struct CheckHealth {
+  std::string service;
+};
+// A managed child died unexpectedly: keep its log tail and diagnose it (the shell reads the log).
+struct RecordCrash {
+  std::string service;
+  int pid = 0;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  TimePoint at{};
+  std::string reason;  // vramd's own cause when it has one ("start timed out after 2m")
+  std::vector<std::pair<std::string, Bytes>> gpu_holders;  // who held GPU memory then, largest first
+};
+// A start/stop/restart request has its outcome.
+struct CommandFinished {
+  uint64_t request_id = 0;
+  bool ok = false;
+  std::string message;
+};
+using Action = std::variant<EmitEvent, CallUnload, SetFastSampling, UnloadFinished, Lifecycle,
+                            LeaseChanged, SpawnService, SignalService, CheckHealth, RecordCrash,
+                            CommandFinished>;
+
+// A service whose process vramd runs (it has `start`).
+struct ManagedState {
+  // "stopped" | "starting" | "running" | "stopping" | "backoff" (waiting to restart) | "failed"
+  std::string state = "stopped";
+  std::optional<int> pid;
+  uint64_t start_ticks = 0;
+  bool adopted = false;
+  std::optional<TimePoint> started_at;
+  std::optional<TimePoint> healthy_since;
+  std::optional<TimePoint> stop_sent_at;
+  bool kill_sent = false;
+  std::optional<TimePoint> next_health;
+  bool health_in_flight = false;
+  int health_failures = 0;
+  std::string last_health;  // the last check's message
+  std::deque<TimePoint> restarts;  // within restart_window
+  Duration backoff{0};
+  std::optional<TimePoint> restart_at;
+  bool restart_after_stop = false;
+  std::string crash_on_exit;  // set when vramd ends it for a failure (start timeout, health)
+  std::string reason;         // why it failed, or the last thing that happened
+  std::optional<int> last_exit_code, last_signal;
+  std::optional<TimePoint> last_exit_at;
+  int restart_count = 0;  // since vramd started
+  // Stop verification: the GPU holdings must go.
+  std::optional<TimePoint> verify_until;
+  TimePoint stop_requested_at{};
+  Bytes bytes_at_stop = 0;
+  std::vector<std::pair<uint64_t, std::string>> waiting;  // (request id, "start"|"stop")
+};
 
 // What vramd knows about a configured service right now.
 struct ServiceStatus {
@@ -148,6 +241,7 @@ struct ServiceStatus {
   Duration reload_cost{0};  // how long a load took (measured), or the kind's default
   std::optional<TimePoint> load_started;  // its memory is growing from (almost) nothing
   bool reload_measured = false;
+  std::optional<ManagedState> managed;  // services with `start`
 };
 
 // ---- Snapshots ----
@@ -218,6 +312,10 @@ class Arbiter {
   std::vector<Action> on_lease_released(const LeaseReleased& e, TimePoint now);
   std::vector<Action> on_lease_heartbeat(const LeaseHeartbeat& e, TimePoint now);
   std::vector<Action> on_holder_exited(const HolderExited& e, TimePoint now);
+  std::vector<Action> on_service_command(const ServiceCommand& e, TimePoint now);
+  std::vector<Action> on_child_started(const ChildStarted& e, TimePoint now);
+  std::vector<Action> on_child_exited(const ChildExited& e, TimePoint now);
+  std::vector<Action> on_health_checked(const HealthChecked& e, TimePoint now);
 
   // An unload in progress: from the call to the verdict.
   struct UnloadRun {
@@ -241,6 +339,16 @@ class Arbiter {
                     TimePoint now, std::vector<Action>& actions);
   std::map<Owner, Bytes> self_reports() const;
 
+  // Supervision (arbiter_supervisor.cc).
+  void command(const std::string& service, const std::string& action, uint64_t request_id,
+               TimePoint now, std::vector<Action>& actions);
+  void spawn(ServiceStatus& st, TimePoint now, std::vector<Action>& actions);
+  void stop_child(ServiceStatus& st, TimePoint now, std::vector<Action>& actions);
+  void finish_waiters(ManagedState& m, const std::string& kind, bool ok, const std::string& message,
+                      std::vector<Action>& actions);
+  void supervise_tick(TimePoint now, std::vector<Action>& actions);
+  void verify_stops(TimePoint now, std::vector<Action>& actions);
+
   // Leases (arbiter_leases.cc).
   using QueueKey = std::tuple<int, uint64_t, uint64_t>;  // (-priority, seq, id)
   static QueueKey queue_key(const Lease& l) { return {-l.request.priority, l.seq, l.id}; }
@@ -256,6 +364,9 @@ class Arbiter {
 
   std::map<uint64_t, Lease> leases_;  // active, by id
   std::set<QueueKey> queue_;          // queued ones, in admission order
+  std::set<uint64_t> granted_;        // granted ones
+  std::map<std::optional<unsigned>, size_t> queued_for_;  // queued leases per GPU asked (nullopt: any)
+  TimePoint last_deadline_check_{};
   std::deque<Lease> ended_;           // the last ones that ended, newest last
   uint64_t next_seq_ = 1;
   std::map<std::string, uint64_t> evicting_for_;  // service being unloaded -> lease id

@@ -30,9 +30,10 @@ std::string Arbiter::group_of(const LeaseRequest& r) const {
 
 Bytes Arbiter::budget(const GpuStatus& g) const {
   Bytes promised = 0;
-  for (const auto& [id, l] : leases_)
-    if (l.state == LeaseState::granted && l.gpu == g.sample.index && l.request.vram > l.held)
-      promised += l.request.vram - l.held;
+  for (uint64_t id : granted_) {  // few; the queue may hold thousands
+    const Lease& l = leases_.at(id);
+    if (l.gpu == g.sample.index && l.request.vram > l.held) promised += l.request.vram - l.held;
+  }
   Bytes taken = g.sample.used + config_.gpu.reserve + promised;
   return g.sample.total > taken ? g.sample.total - taken : 0;
 }
@@ -40,16 +41,15 @@ Bytes Arbiter::budget(const GpuStatus& g) const {
 std::optional<Bytes> Arbiter::ram_available() const {
   if (!mem_available_) return std::nullopt;
   Bytes promised = 0;
-  for (const auto& [id, l] : leases_)
-    if (l.state == LeaseState::granted && l.request.ram) promised += *l.request.ram;
+  for (uint64_t id : granted_)
+    if (const Lease& l = leases_.at(id); l.request.ram) promised += *l.request.ram;
   return *mem_available_ > promised ? *mem_available_ - promised : 0;
 }
 
 std::vector<Lease> Arbiter::leases() const {
   std::vector<Lease> out;
   for (const auto& key : queue_) out.push_back(leases_.at(std::get<2>(key)));
-  for (const auto& [id, l] : leases_)
-    if (l.state == LeaseState::granted) out.push_back(l);
+  for (uint64_t id : granted_) out.push_back(leases_.at(id));
   return out;
 }
 
@@ -95,6 +95,7 @@ std::vector<Action> Arbiter::on_lease_requested(const LeaseRequested& e, TimePoi
   l.reason.text = fmt::format("needs {} on {}; not yet considered", format_size(l.request.vram),
                               gpu_text(l.request.gpu));
   queue_.insert(queue_key(l));
+  ++queued_for_[l.request.gpu];
   actions.push_back(EmitEvent{{now, "lease.queued", l.request.gpu, l.owner_name(),
                                fmt::format("lease #{} ({}) asks for {} on {}", l.id, l.owner_name(),
                                            format_size(l.request.vram), gpu_text(l.request.gpu))}});
@@ -139,7 +140,12 @@ std::vector<Action> Arbiter::restore_leases(std::vector<Lease> kept,
     uint64_t id = l.id;
     bool holder_alive =
         !l.request.pid || std::find(alive.begin(), alive.end(), id) != alive.end();
-    if (l.state == LeaseState::queued) queue_.insert(queue_key(l));
+    if (l.state == LeaseState::queued) {
+      queue_.insert(queue_key(l));
+      ++queued_for_[l.request.gpu];
+    } else {
+      granted_.insert(id);
+    }
     leases_.emplace(id, std::move(l));
     if (!holder_alive)
       end_lease(id, LeaseState::expired, "holder exited while vramd was down", now, actions);
@@ -153,7 +159,8 @@ void Arbiter::end_lease(uint64_t id, LeaseState state, const std::string& why, T
   if (it == leases_.end()) return;
   Lease l = std::move(it->second);
   leases_.erase(it);
-  queue_.erase(queue_key(l));
+  if (queue_.erase(queue_key(l)) && --queued_for_[l.request.gpu] == 0) queued_for_.erase(l.request.gpu);
+  granted_.erase(l.id);
   l.state = state;
   l.ended_at = now;
   l.end_reason = why;
@@ -174,6 +181,9 @@ void Arbiter::end_lease(uint64_t id, LeaseState state, const std::string& why, T
 }
 
 void Arbiter::check_lease_deadlines(TimePoint now, std::vector<Action>& actions) {
+  // Deadlines are seconds apart: one walk over the leases a second is enough.
+  if (now - last_deadline_check_ < std::chrono::seconds(1)) return;
+  last_deadline_check_ = now;
   std::vector<std::pair<uint64_t, std::pair<LeaseState, std::string>>> ending;
   for (const auto& [id, l] : leases_) {
     if (!l.request.pid && now - l.last_heartbeat > config_.daemon.lease_heartbeat)
@@ -189,9 +199,9 @@ void Arbiter::check_lease_deadlines(TimePoint now, std::vector<Action>& actions)
 }
 
 void Arbiter::update_lease_holdings(TimePoint now, std::vector<Action>& actions) {
-  if (leases_.empty()) return;
-  for (auto& [id, l] : leases_) {
-    if (l.state != LeaseState::granted || !l.gpu) continue;
+  for (uint64_t id : granted_) {
+    Lease& l = leases_.at(id);
+    if (!l.gpu) continue;
     Owner me{OwnerKind::lease, l.owner_name()};
     Bytes held = 0;
     for (const auto& g : status_.gpus) {
@@ -251,15 +261,22 @@ void Arbiter::admit(TimePoint now, std::vector<Action>& actions) {
   }
   std::optional<Bytes> ram = ram_available();
   std::set<std::string> groups_granted;
-  for (const auto& [id, l] : leases_)
-    if (l.state == LeaseState::granted)
-      if (auto g = group_of(l.request); !g.empty()) groups_granted.insert(g);
+  for (uint64_t id : granted_)
+    if (auto g = group_of(leases_.at(id).request); !g.empty()) groups_granted.insert(g);
+  // GPUs someone waits for: once each has its head, the rest of the queue waits behind them.
+  size_t gpus_wanted = 0;
+  if (queued_for_.count(std::nullopt)) {
+    gpus_wanted = gpus.size();
+  } else {
+    for (const auto& [gpu, n] : queued_for_)
+      if (gpu && gpus.count(*gpu)) ++gpus_wanted;
+  }
 
   std::map<unsigned, uint64_t>& head = heads_;  // GPU -> the lease that holds the line there
   head.clear();
   std::vector<uint64_t> granted;
   for (const auto& key : queue_) {
-    if (head.size() >= gpus.size() && !gpus.empty()) break;  // every GPU has its head
+    if (head.size() >= gpus_wanted) break;  // every GPU someone waits for has its head
     uint64_t id = std::get<2>(key);
     Lease& l = leases_.at(id);
     std::vector<unsigned> choices;
@@ -309,6 +326,7 @@ void Arbiter::admit(TimePoint now, std::vector<Action>& actions) {
       if (l.request.ram && ram) *ram -= std::min(*ram, *l.request.ram);
       if (!group.empty()) groups_granted.insert(group);
       granted.push_back(id);
+      granted_.insert(id);
       actions.push_back(EmitEvent{{now, "lease.granted", l.gpu, l.owner_name(),
                                    fmt::format("lease #{} ({}) granted {} on GPU {} after {}", l.id,
                                                l.owner_name(), format_size(l.request.vram), *fit,
@@ -354,10 +372,10 @@ void Arbiter::admit(TimePoint now, std::vector<Action>& actions) {
                     (!p.pick && !best->pick && free[idx] > free[best->gpu]);
       if (better) best = std::move(p);
     }
+    // An `any` lease holds the line only where it means to go: the other GPUs go on admitting
+    // their own leases, and on each pass it takes the first GPU where it fits.
     unsigned target = best->gpu;
     head[target] = id;
-    if (!l.request.gpu)
-      for (unsigned idx : choices) head.emplace(idx, id);  // `any` waits for the first of them
     reason.gpu = target;
     reason.free = free[target];
 
@@ -455,7 +473,11 @@ void Arbiter::admit(TimePoint now, std::vector<Action>& actions) {
     reason.blockers = std::move(blockers);
     l.reason = std::move(reason);
   }
-  for (uint64_t id : granted) queue_.erase(queue_key(leases_.at(id)));
+  for (uint64_t id : granted) {
+    const Lease& l = leases_.at(id);
+    queue_.erase(queue_key(l));
+    if (--queued_for_[l.request.gpu] == 0) queued_for_.erase(l.request.gpu);
+  }
 }
 
 }  // namespace vramd

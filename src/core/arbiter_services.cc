@@ -259,7 +259,10 @@ void Arbiter::finish_unload(UnloadRun& run, UnloadOutcome outcome, const std::st
     std::string want = escalate;
     if (want.empty() && outcome != UnloadOutcome::failed && cfg) want = cfg->on_ineffective_unload;
     if (want == "restart" || want == "stop") {
-      if (!st.can_restart.empty() && cfg) {
+      if (st.can_restart == "managed") {
+        v.escalation = want;
+        command(run.service, want, 0, now, actions);
+      } else if (!st.can_restart.empty() && cfg) {
         v.escalation = want;
         actions.push_back(Lifecycle{run.service, want, st.can_restart,
                                     st.can_restart == "container" ? cfg->match.container
@@ -267,8 +270,8 @@ void Arbiter::finish_unload(UnloadRun& run, UnloadOutcome outcome, const std::st
       } else {
         v.escalation = "report";
         v.message += fmt::format(
-            "; vramd would {} {} but cannot: it is not a container or unit vramd knows "
-            "(match.container or match.unit)",
+            "; vramd would {} {} but cannot: vramd neither starts it (start) nor knows its "
+            "container or unit (match.container, match.unit)",
             want, run.service);
       }
     } else {

@@ -145,7 +145,11 @@ Result<HostPort> parse_authority(std::string_view text, bool port_required) {
 constexpr std::string_view kDurationHint = "a duration like \"1s\" or \"300ms\"";
 constexpr std::string_view kSizeHint = "a size like \"16GiB\" or \"512MiB\"";
 
-const std::vector<std::string> kTopKeys = {"daemon", "gpu", "services"};
+const std::vector<std::string> kTopKeys = {"daemon", "gpu", "services", "crash_rules"};
+const std::vector<std::string> kCrashRuleKeys = {"signature", "title", "pattern", "requires",
+                                                 "explanation", "suggestion"};
+const std::vector<std::string> kRestartPolicies = {"on-failure", "always", "never"};
+const std::vector<std::string> kShutdownActions = {"leave", "stop"};
 const std::vector<std::string> kDaemonKeys = {
     "listen",     "state_dir",     "sample_interval", "token",
     "token_file", "docker_socket", "probe_interval",  "events_retention", "lease_heartbeat"};
@@ -154,6 +158,8 @@ const std::vector<std::string> kBackends = {"auto", "nvml", "nvidia-smi"};
 const std::vector<std::string> kServiceKeys = {
     "kind",  "url", "match", "unload_after_idle", "min_idle", "on_ineffective_unload", "group",        "pinned",
     "start", "cwd", "env",   "start_timeout",     "health_failures",       "vram_estimate",
+    "env_file", "user", "stop_timeout", "health_interval", "restart", "max_restarts",
+    "restart_window", "reclaim_port", "on_shutdown",
     "api_key", "api_key_env", "probe_timeout", "connect_timeout", "unload_timeout",
     "unload_backoff", "sleep_level", "router", "models", "busy_url", "busy_json_pointer",
     "busy_metric", "unload_method", "unload_url", "unload_body", "health_url"};
@@ -217,6 +223,8 @@ class ConfigParser {
         if (const toml::table* t = table_or_error(node, "gpu")) parse_gpu(*t, config.gpu);
       } else if (k == "services") {
         if (const toml::table* t = table_or_error(node, "services")) parse_services(*t, config);
+      } else if (k == "crash_rules") {
+        parse_crash_rules(node, config);
       } else {
         std::string s = suggest(k, kTopKeys);
         if (node.is_table()) {
@@ -402,6 +410,59 @@ class ConfigParser {
     }
   }
 
+  void parse_crash_rules(const toml::node& node, Config& config) {
+    const toml::array* arr = node.as_array();
+    if (!arr) {
+      wrong_type(node, "crash_rules", "[[crash_rules]] tables");
+      return;
+    }
+    for (size_t i = 0; i < arr->size(); ++i) {
+      const toml::table* t = (*arr)[i].as_table();
+      std::string where = "crash_rules[" + std::to_string(i) + "]";
+      if (!t) {
+        wrong_type((*arr)[i], where, "a table with pattern and title");
+        continue;
+      }
+      CrashRuleConfig r;
+      for (auto&& [key, value] : *t) {
+        std::string k(key.str());
+        std::string field = where + "." + k;
+        if (std::find(kCrashRuleKeys.begin(), kCrashRuleKeys.end(), k) == kCrashRuleKeys.end()) {
+          unknown_key(key, "[[crash_rules]]", kCrashRuleKeys);
+          continue;
+        }
+        auto v = string_value(value, field, /*allow_empty=*/false);
+        if (!v) continue;
+        if ((k == "pattern" || k == "requires")) {
+          try {
+            std::regex re(*v, std::regex::ECMAScript);
+          } catch (const std::regex_error& e) {
+            error(value.source().begin, field + ": not a valid regular expression: " + e.what());
+            continue;
+          }
+        }
+        (k == "signature"     ? r.signature
+         : k == "title"       ? r.title
+         : k == "pattern"     ? r.pattern
+         : k == "requires"    ? r.requires_pattern
+         : k == "explanation" ? r.explanation
+                              : r.suggestion) = *v;
+      }
+      if (r.pattern.empty() || r.title.empty()) {
+        error(t->source().begin, where + ": needs pattern and title");
+        continue;
+      }
+      if (r.signature.empty()) {  // "Flux #7: OOM!!" -> "flux-7-oom"
+        for (char c : r.title) {
+          if (std::isalnum(static_cast<unsigned char>(c))) r.signature += static_cast<char>(std::tolower(c));
+          else if (!r.signature.empty() && r.signature.back() != '-') r.signature += '-';
+        }
+        while (!r.signature.empty() && r.signature.back() == '-') r.signature.pop_back();
+      }
+      config.crash_rules.push_back(std::move(r));
+    }
+  }
+
   void parse_gpu(const toml::table& t, GpuConfig& out) {
     for (auto&& [key, node] : t) {
       std::string k(key.str());
@@ -494,6 +555,28 @@ class ConfigParser {
         parse_env(node, field, svc.env);
       } else if (k == "start_timeout") {
         if (auto d = positive_duration(node, field)) svc.start_timeout = *d;
+      } else if (k == "stop_timeout") {
+        if (auto d = positive_duration(node, field)) svc.stop_timeout = *d;
+      } else if (k == "health_interval") {
+        if (auto d = positive_duration(node, field)) svc.health_interval = *d;
+      } else if (k == "restart_window") {
+        if (auto d = positive_duration(node, field)) svc.restart_window = *d;
+      } else if (k == "restart") {
+        if (auto e = enum_value(node, field, "restart policy", kRestartPolicies)) svc.restart = *e;
+      } else if (k == "on_shutdown") {
+        if (auto e = enum_value(node, field, "action", kShutdownActions)) svc.on_shutdown = *e;
+      } else if (k == "reclaim_port") {
+        if (auto b = bool_value(node, field)) svc.reclaim_port = *b;
+      } else if (k == "env_file" || k == "user") {
+        if (auto v = string_value(node, field, /*allow_empty=*/false))
+          (k == "user" ? svc.user : svc.env_file) = *v;
+      } else if (k == "max_restarts") {
+        const toml::value<int64_t>* v = node.as_integer();
+        if (!v || v->get() < 0 || v->get() > 1000000) {
+          wrong_type(node, field, "a whole number, at least 0");
+        } else {
+          svc.max_restarts = static_cast<int>(v->get());
+        }
       } else if (k == "health_failures") {
         const toml::value<int64_t>* v = node.as_integer();
         if (!v || v->get() < 1 || v->get() > 1000000) {

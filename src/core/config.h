@@ -42,8 +42,17 @@ struct ServiceConfig {
   std::vector<std::string> start;  // argv, no shell
   std::string cwd;
   std::map<std::string, std::string> env;
+  std::string env_file;  // KEY=VALUE lines added to env (env wins)
+  std::string user;      // run `start` as this user (vramd running as root)
   Duration start_timeout = std::chrono::minutes(2);
+  Duration stop_timeout = std::chrono::seconds(20);   // SIGTERM, then SIGKILL after this
+  Duration health_interval = std::chrono::seconds(5);
   int health_failures = 5;
+  std::string restart = "on-failure";  // on-failure | always | never
+  int max_restarts = 5;                // more than this within restart_window -> failed
+  Duration restart_window = std::chrono::minutes(10);
+  bool reclaim_port = false;  // end a stray process of the same user on the port before a start
+  std::string on_shutdown = "leave";  // leave | stop (managed children when vramd stops)
   std::optional<Bytes> vram_estimate;
 
   // How vramd talks to the service's API (docs/adapters.md).
@@ -89,11 +98,22 @@ struct GpuConfig {
   Bytes reserve = 0;  // kept free on every GPU, never leased
 };
 
+// A [[crash_rules]] entry: a regex over a crashed service's log, and what it means.
+struct CrashRuleConfig {
+  std::string signature;  // defaults to the title, lower-cased with dashes
+  std::string title;
+  std::string pattern;           // ECMAScript regex searched in each line of the log's tail
+  std::string requires_pattern;  // optional: must also match somewhere in the log since start
+  std::string explanation;
+  std::string suggestion;
+};
+
 struct Config {
   std::string path;  // where it was read from; empty for built-in defaults
   DaemonConfig daemon;
   GpuConfig gpu;
   std::vector<ServiceConfig> services;  // in file order
+  std::vector<CrashRuleConfig> crash_rules;
 
   const ServiceConfig* find_service(std::string_view name) const;
 };

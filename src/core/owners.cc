@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -99,11 +100,32 @@ std::unordered_map<int, ResolvedOwner> OwnerResolver::resolve(const HostSnapshot
   for (const auto& [lease, pid] : hints.lease_pids)
     name_pid(pid, 2, {OwnerKind::lease, lease}, "lease holder");
 
-  for (const auto& r : rules_) {
+  // Regex matches are cached per process (pid and start time): a sample sees the same
+  // processes again and again, and 64 rules x 64 processes of regex_search cost ~1.4 ms.
+  std::map<std::pair<int, unsigned long long>, std::vector<char>> matches;
+  auto matched = [&](const ProcessInfo& p, size_t rule) {
+    auto key = std::pair{p.pid, p.start_ticks};
+    auto it = matches.find(key);
+    if (it == matches.end()) {
+      auto old = cmdline_cache_.find(key);
+      if (old != cmdline_cache_.end()) {
+        it = matches.emplace(key, std::move(old->second)).first;
+      } else {
+        std::vector<char> v(rules_.size(), 0);
+        for (size_t i = 0; i < rules_.size(); ++i)
+          if (rules_[i].cmdline && !p.cmdline.empty())
+            v[i] = std::regex_search(p.cmdline, *rules_[i].cmdline) ? 1 : 0;
+        it = matches.emplace(key, std::move(v)).first;
+      }
+    }
+    return it->second[rule] != 0;
+  };
+  for (size_t ri = 0; ri < rules_.size(); ++ri) {
+    const Rule& r = rules_[ri];
     Owner svc{OwnerKind::service, r.service};
     if (r.cmdline) {
       for (const auto& p : host.processes)
-        if (!p.cmdline.empty() && std::regex_search(p.cmdline, *r.cmdline))
+        if (!p.cmdline.empty() && matched(p, ri))
           name_pid(p.pid, 1, svc, "cmdline matches " + r.match.cmdline);
     } else if (!r.match.container.empty()) {
       for (const auto& p : host.processes)
@@ -166,6 +188,7 @@ std::unordered_map<int, ResolvedOwner> OwnerResolver::resolve(const HostSnapshot
                         : "process"};
     }
   }
+  cmdline_cache_ = std::move(matches);
   return out;
 }
 

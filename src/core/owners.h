@@ -3,6 +3,7 @@
 // a lease holder's pid → container (cgroup) → systemd unit → the process itself.
 #pragma once
 
+#include <map>
 #include <regex>
 #include <string>
 #include <unordered_map>
@@ -46,6 +47,8 @@ class OwnerResolver {
     int port = 0;  // from url, used when match is empty
   };
   std::vector<Rule> rules_;
+  // (pid, start ticks) -> does each rule's cmdline regex match; the last resolve's processes.
+  mutable std::map<std::pair<int, unsigned long long>, std::vector<char>> cmdline_cache_;
 };
 
 // Port of an http(s) URL ("http://127.0.0.1:8188/x" → 8188; default 80/443), 0 when none.

@@ -1,5 +1,6 @@
 #include "daemon/daemon.h"
 
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/sampler.h"
+#include "daemon/sd_notify.h"
 #include "host/docker.h"
 #include "host/proc_table.h"
 #include "server/json_view.h"
@@ -33,6 +35,8 @@ std::pair<bool, std::string> run_systemctl(const std::string& action, const std:
   pid_t pid = fork();
   if (pid < 0) return {false, "fork failed"};
   if (pid == 0) {
+    if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)  // none of vramd's sockets and files
+      for (int fd = 3; fd < 65536; ++fd) close(fd);
     execlp("systemctl", "systemctl", action.c_str(), unit.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -91,6 +95,9 @@ Status Daemon::start() {
   if (!leases) return make_error(leases.error());
   lease_store_ = std::move(*leases);
   if (auto s = restore_leases(); !s) return s;
+  auto crashes = CrashStore::open((std::filesystem::path(cfg.daemon.state_dir) / "vramd.db").string());
+  if (!crashes) return make_error(crashes.error());
+  crash_store_ = std::move(*crashes);
   for (const auto& svc : cfg.services) {
     auto adapter = make_adapter(svc, io_.get_executor());
     if (!adapter) return make_error(fmt::format("service {}: {}", svc.name, adapter.error()));
@@ -101,18 +108,29 @@ Status Daemon::start() {
   asio::co_spawn(io_, sample_loop(), asio::detached);
   asio::co_spawn(io_, tick_loop(), asio::detached);
   for (const auto& svc : cfg.services) asio::co_spawn(io_, probe_loop(svc.name), asio::detached);
+  adopt_children();
+  sd_notify("READY=1\nSTATUS=sampling GPUs; API on " + cfg.daemon.listen);  // Type=notify
   return Ok{};
 }
 
 void Daemon::stop() {
   if (stopping_) return;
   stopping_ = true;
+  sd_notify("STOPPING=1");
   sample_timer_.cancel();
   tick_timer_.cancel();
   for (auto& t : probe_timers_) t.cancel();
   for (auto& [id, w] : waiters_) w->timer.cancel();
   for (auto& s : subscribers_) s->wake.cancel();
   for (auto& [id, t] : lease_waiters_) t->cancel();
+  for (auto& [id, w] : command_waiters_) w->timer.cancel();
+  // Managed children outlive vramd unless on_shutdown = "stop" (they are adopted again).
+  for (const auto& st : arbiter_.services(now())) {
+    const ServiceConfig* cfg = arbiter_.config().find_service(st.name);
+    if (cfg && cfg->on_shutdown == "stop" && st.managed && st.managed->pid)
+      ::kill(-*st.managed->pid, SIGTERM);
+  }
+  for (auto& [name, w] : child_watches_) w->cancel();
   http_.close();
 }
 
@@ -151,6 +169,23 @@ void Daemon::apply(std::vector<Action> actions) {
       run_lifecycle(*l);
     } else if (auto* lc = std::get_if<LeaseChanged>(&a)) {
       save_lease(lc->lease);
+    } else if (auto* sp = std::get_if<SpawnService>(&a)) {
+      // After this batch: spawning feeds the Arbiter (not from inside apply()).
+      asio::post(io_, [this, name = sp->service] {
+        if (!stopping_) spawn_child(name);
+      });
+    } else if (auto* sig = std::get_if<SignalService>(&a)) {
+      signal_child(*sig);
+    } else if (auto* ch = std::get_if<CheckHealth>(&a)) {
+      check_health(ch->service);
+    } else if (auto* rc = std::get_if<RecordCrash>(&a)) {
+      record_crash(*rc);
+    } else if (auto* cf = std::get_if<CommandFinished>(&a)) {
+      auto it = command_waiters_.find(cf->request_id);
+      if (it != command_waiters_.end()) {
+        it->second->result = *cf;
+        it->second->timer.cancel();
+      }
     }
   }
 }
@@ -182,7 +217,11 @@ asio::awaitable<void> Daemon::call_unload(CallUnload call) {
   auto t0 = std::chrono::steady_clock::now();
   if (it != adapters_.end()) done.call = co_await it->second->unload();
   done.took = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - t0);
-  if (!stopping_) feed(done);
+  if (stopping_) co_return;
+  feed(done);
+  // Verification counts samples taken after the call returned: take the first one now rather
+  // than up to 250 ms later (bench/RESULTS.md, unload_verdict).
+  sample_timer_.cancel();
 }
 
 asio::awaitable<void> Daemon::probe_loop(std::string service) {
@@ -207,7 +246,13 @@ asio::awaitable<void> Daemon::tick_loop() {
     co_await tick_timer_.async_wait(asio::redirect_error(use_awaitable, ec));
     if (stopping_) break;
     // Nothing has a deadline: no unload being verified, nobody waiting, no lease.
-    if (!arbiter_.fast_sampling() && waiters_.empty() && !arbiter_.has_leases()) continue;
+    bool managed = false;
+    for (const auto& svc : arbiter_.config().services) managed |= !svc.start.empty();
+    if (managed && std::chrono::steady_clock::now() - last_rotation_ > std::chrono::seconds(10)) {
+      last_rotation_ = std::chrono::steady_clock::now();
+      rotate_logs();
+    }
+    if (!arbiter_.fast_sampling() && waiters_.empty() && !arbiter_.has_leases() && !managed) continue;
     feed(Tick{});
   }
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <deque>
@@ -20,6 +21,7 @@
 #include "server/http_server.h"
 #include "services/adapter.h"
 #include "store/event_store.h"
+#include "store/crash_store.h"
 #include "store/lease_store.h"
 
 namespace vramd {
@@ -53,6 +55,11 @@ class Daemon : public DaemonControl {
   boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max) override;
   boost::asio::awaitable<Result<std::vector<JobRecord>>> jobs(std::string label,
                                                               size_t limit) override;
+  uint64_t service_command(const std::string& service, const std::string& action) override;
+  boost::asio::awaitable<CommandFinished> wait_command(uint64_t request_id, Duration max) override;
+  boost::asio::awaitable<Result<std::vector<CrashRecord>>> crashes(std::string service,
+                                                                   size_t limit) override;
+  std::string log_path(const std::string& service) const override;
 
  private:
   boost::asio::awaitable<void> sample_loop();
@@ -66,6 +73,15 @@ class Daemon : public DaemonControl {
   void wake_lease_waiters(uint64_t id);
   Status restore_leases();
   void check_lease_holders();
+  // Supervision (daemon_children.cc).
+  void spawn_child(const std::string& service);
+  void watch_child(const std::string& service, int pid, bool ours);
+  void signal_child(const SignalService& s);
+  void check_health(const std::string& service);
+  void record_crash(RecordCrash crash);
+  void adopt_children();
+  void rotate_logs();
+  std::string pid_file(const std::string& service) const;
 
   struct UnloadWaiter {
     explicit UnloadWaiter(boost::asio::io_context& io) : timer(io) {}
@@ -87,6 +103,17 @@ class Daemon : public DaemonControl {
   std::map<std::string, std::unique_ptr<Adapter>> adapters_;
   std::shared_ptr<EventStore> store_;
   std::shared_ptr<LeaseStore> lease_store_;
+  std::shared_ptr<CrashStore> crash_store_;
+  std::map<std::string, std::shared_ptr<boost::asio::posix::stream_descriptor>> child_watches_;
+  struct CommandWaiter {
+    explicit CommandWaiter(boost::asio::io_context& io) : timer(io) {}
+    boost::asio::steady_timer timer;
+    std::optional<CommandFinished> result;
+  };
+  std::map<uint64_t, std::unique_ptr<CommandWaiter>> command_waiters_;
+  uint64_t next_command_ = 1;
+  std::chrono::steady_clock::time_point last_rotation_{};
+  std::chrono::steady_clock::time_point last_watchdog_{};
   uint64_t next_lease_id_ = 1;
   std::map<uint64_t, int> lease_writes_pending_;                  // lease id -> writes in flight
   std::multimap<uint64_t, boost::asio::steady_timer*> lease_waiters_;  // woken on changes

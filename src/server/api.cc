@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <map>
 
 #include <fmt/format.h>
 
+#include "daemon/children.h"
 #include "server/json_view.h"
 
 namespace vramd {
@@ -336,6 +339,136 @@ boost::asio::awaitable<HttpResponse> Api::jobs(const HttpRequest& req) {
   co_return json_response(200, out.dump());
 }
 
+boost::asio::awaitable<HttpResponse> Api::lifecycle(const std::string& service,
+                                                    const std::string& action, const Target& t) {
+  if (!daemon_.arbiter().service(service))
+    co_return error(404, "not_found", fmt::format("no service named '{}'", service));
+  bool wait = t.flag("wait");
+  uint64_t id = daemon_.service_command(service, action);
+  // A first model load can take minutes: --wait waits up to 15 min.
+  CommandFinished f = co_await daemon_.wait_command(id, wait ? Duration(std::chrono::minutes(15)) : Duration(0));
+  const ServiceStatus* st = daemon_.arbiter().service(service);
+  json body = {{"service", service},
+               {"action", action},
+               {"done", !f.message.empty() || f.ok},
+               {"ok", f.ok},
+               {"message", f.message},
+               {"state", st && st->managed ? json(st->managed->state) : json(nullptr)}};
+  if (f.message.empty() && !f.ok) co_return json_response(202, body.dump());  // under way
+  if (!f.ok) {
+    body["error"] = {{"code", "failed"}, {"message", f.message}};
+    co_return json_response(409, body.dump());
+  }
+  co_return json_response(200, body.dump());
+}
+
+boost::asio::awaitable<HttpResponse> Api::logs(const std::string& service, const Target& t) {
+  if (!daemon_.arbiter().service(service))
+    co_return error(404, "not_found", fmt::format("no service named '{}'", service));
+  std::string path = daemon_.log_path(service);
+  size_t lines = 100;
+  if (const auto* n = t.param("lines")) {
+    if (n->empty() || n->size() > 6 || n->find_first_not_of("0123456789") != std::string::npos)
+      co_return error(400, "bad_request", fmt::format("lines: expected a number, got '{}'", *n));
+    lines = std::clamp<size_t>(std::stoul(*n), 1, 100000);
+  }
+  json out;
+  if (const auto* a = t.param("after")) {
+    if (a->empty() || a->size() > 18 || a->find_first_not_of("0123456789") != std::string::npos)
+      co_return error(400, "bad_request", fmt::format("after: expected a byte offset, got '{}'", *a));
+    auto [got, offset] = log_since(path, std::stoull(*a));
+    out = {{"lines", got}, {"offset", offset}};
+  } else {
+    auto tail = log_tail(path, lines);
+    auto [ignored, offset] = log_since(path, std::numeric_limits<uint64_t>::max() / 2);
+    (void)ignored;
+    out = {{"lines", tail}, {"offset", offset}};
+  }
+  out["path"] = path;
+  co_return json_response(200, out.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+namespace {
+json crash_json(const CrashRecord& c, bool with_log) {
+  json holders = json::array();
+  for (const auto& [o, b] : c.gpu_holders) holders.push_back({{"owner", o}, {"bytes", b}});
+  json j = {{"id", c.id},
+            {"service", c.service},
+            {"at", format_rfc3339(c.at)},
+            {"pid", c.pid},
+            {"exit_code", c.exit_code ? json(*c.exit_code) : json(nullptr)},
+            {"signal", c.signal ? json(*c.signal) : json(nullptr)},
+            {"reason", c.reason.empty() ? json(nullptr) : json(c.reason)},
+            {"signature", c.signature},
+            {"title", c.title},
+            {"explanation", c.explanation},
+            {"suggestion", c.suggestion},
+            {"evidence", c.evidence},
+            {"gpu_holders", holders}};
+  if (with_log) j["log_tail"] = c.log_tail;
+  return j;
+}
+}  // namespace
+
+boost::asio::awaitable<HttpResponse> Api::crashes(const std::string& service, const Target& t) {
+  if (!daemon_.arbiter().service(service))
+    co_return error(404, "not_found", fmt::format("no service named '{}'", service));
+  size_t limit = 20;
+  if (const auto* l = t.param("limit")) {
+    if (l->empty() || l->size() > 4 || l->find_first_not_of("0123456789") != std::string::npos)
+      co_return error(400, "bad_request", fmt::format("limit: expected a number, got '{}'", *l));
+    limit = std::clamp<size_t>(std::stoul(*l), 1, 1000);
+  }
+  auto list = co_await daemon_.crashes(service, limit);
+  if (!list) co_return error(500, "store", list.error());
+  json out = json::array();
+  for (const auto& c : *list) out.push_back(crash_json(c, true));
+  co_return json_response(200, json{{"crashes", out}}.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+boost::asio::awaitable<HttpResponse> Api::doctor(const Target& t) {
+  std::string only;
+  if (const auto* s = t.param("service")) {
+    only = *s;
+    if (!daemon_.arbiter().service(only))
+      co_return error(404, "not_found", fmt::format("no service named '{}'", only));
+  }
+  auto list = co_await daemon_.crashes(only, 5000);
+  if (!list) co_return error(500, "store", list.error());
+  json services = json::array();
+  for (const auto& st : daemon_.arbiter().services(daemon_.now())) {
+    if (!only.empty() && st.name != only) continue;
+    // Crashes grouped by signature, most frequent first.
+    std::map<std::string, json> groups;
+    for (const auto& c : *list) {  // newest first
+      if (c.service != st.name) continue;
+      json& g = groups[c.signature];
+      if (g.is_null()) {
+        g = {{"signature", c.signature}, {"title", c.title}, {"count", 0}, {"last_seen", format_rfc3339(c.at)},
+             {"explanation", c.explanation}, {"suggestion", c.suggestion}, {"evidence", c.evidence},
+             {"last_exit", c.signal ? fmt::format("signal {}", *c.signal)
+                                    : c.exit_code ? fmt::format("status {}", *c.exit_code) : "unknown"},
+             {"gpu_holders", crash_json(c, false)["gpu_holders"]}};
+      }
+      g["count"] = g["count"].get<int>() + 1;
+      g["first_seen"] = format_rfc3339(c.at);
+    }
+    std::vector<json> sorted;
+    for (auto& [sig, g] : groups) sorted.push_back(std::move(g));
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [](const json& a, const json& b) { return a["count"].get<int>() > b["count"].get<int>(); });
+    if (sorted.empty() && !st.managed && only.empty()) continue;
+    json entry = {{"service", st.name}, {"crashes", sorted}};
+    if (st.managed) {
+      entry["state"] = st.managed->state;
+      entry["reason"] = st.managed->reason.empty() ? json(nullptr) : json(st.managed->reason);
+      entry["restarts"] = st.managed->restart_count;
+    }
+    services.push_back(std::move(entry));
+  }
+  co_return json_response(200, json{{"services", services}}.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
 boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& stream) {
   Target t = parse_target(req.target());
   bool get = req.method() == http::verb::get || req.method() == http::verb::head;
@@ -368,6 +501,18 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
     if (action == "unload") {
       if (!post) co_return only("POST");
       co_return co_await unload(name, t.flag("force"));
+    }
+    if (action == "start" || action == "stop" || action == "restart") {
+      if (!post) co_return only("POST");
+      co_return co_await lifecycle(name, action, t);
+    }
+    if (action == "logs") {
+      if (!get) co_return only("GET");
+      co_return co_await logs(name, t);
+    }
+    if (action == "crashes") {
+      if (!get) co_return only("GET");
+      co_return co_await crashes(name, t);
     }
     co_return error(404, "not_found", fmt::format("no such endpoint: {} {}", std::string(req.method_string()), t.path));
   }
@@ -410,6 +555,10 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
   if (t.path == "/v1/jobs" || t.path == "/v1/jobs/stats") {
     if (!get) co_return only("GET");
     co_return co_await jobs(req);
+  }
+  if (t.path == "/v1/doctor") {
+    if (!get) co_return only("GET");
+    co_return co_await doctor(t);
   }
   if (t.path == "/v1/version") {
     if (!get) co_return only("GET");

@@ -6,6 +6,7 @@
 #include "core/arbiter.h"
 #include "server/http_server.h"
 #include "store/event_store.h"
+#include "store/crash_store.h"
 #include "store/lease_store.h"
 
 namespace vramd {
@@ -33,7 +34,17 @@ class DaemonControl {
   virtual boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max) = 0;
   virtual boost::asio::awaitable<Result<std::vector<JobRecord>>> jobs(std::string label,
                                                                       size_t limit) = 0;
+
+  // start | stop | restart a service; the id is then awaited with wait_command.
+  virtual uint64_t service_command(const std::string& service, const std::string& action) = 0;
+  virtual boost::asio::awaitable<CommandFinished> wait_command(uint64_t request_id, Duration max) = 0;
+  virtual boost::asio::awaitable<Result<std::vector<CrashRecord>>> crashes(std::string service,
+                                                                           size_t limit) = 0;
+  // state_dir/logs/NAME.log
+  virtual std::string log_path(const std::string& service) const = 0;
 };
+
+struct Target;
 
 class Api {
  public:
@@ -46,6 +57,11 @@ class Api {
   boost::asio::awaitable<HttpResponse> events(const HttpRequest& req, HttpStream& stream);
   boost::asio::awaitable<HttpResponse> leases(const HttpRequest& req, HttpStream& stream);
   boost::asio::awaitable<HttpResponse> jobs(const HttpRequest& req);
+  boost::asio::awaitable<HttpResponse> lifecycle(const std::string& service, const std::string& action,
+                                                 const Target& t);
+  boost::asio::awaitable<HttpResponse> logs(const std::string& service, const Target& t);
+  boost::asio::awaitable<HttpResponse> crashes(const std::string& service, const Target& t);
+  boost::asio::awaitable<HttpResponse> doctor(const Target& t);
 
   DaemonControl& daemon_;
 };

@@ -128,7 +128,20 @@ json to_json(const ServiceStatus& s, TimePoint now) {
           {"backoff_until", time(s.backoff_until)},
           {"can_restart", s.can_restart.empty() ? json(nullptr) : json(s.can_restart)},
           {"reload_cost_seconds", s.reload_cost.count() / 1000.0},
-          {"reload_cost_measured", s.reload_measured}};
+          {"reload_cost_measured", s.reload_measured},
+          {"process", s.managed ? json{{"state", s.managed->state},
+                                       {"pid", opt(s.managed->pid)},
+                                       {"adopted", s.managed->adopted},
+                                       {"started_at", time(s.managed->started_at)},
+                                       {"healthy_since", time(s.managed->healthy_since)},
+                                       {"health_failures", s.managed->health_failures},
+                                       {"last_health", s.managed->last_health},
+                                       {"restarts", s.managed->restart_count},
+                                       {"reason", s.managed->reason.empty() ? json(nullptr) : json(s.managed->reason)},
+                                       {"last_exit_code", opt(s.managed->last_exit_code)},
+                                       {"last_signal", opt(s.managed->last_signal)},
+                                       {"restart_at", time(s.managed->restart_at)}}
+                                : json(nullptr)}};
 }
 
 json to_json(const Lease& l, const Arbiter& arbiter) {

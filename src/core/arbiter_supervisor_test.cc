@@ -1,0 +1,248 @@
+// Supervision in the Arbiter on a virtual clock: start and health, start timeout, restarts after
+// failed health checks, crash-loop backoff and the failed state, stop with SIGKILL after the
+// timeout and the check that the memory went, exclusive groups, escalation to a restart.
+#include <csignal>
+
+#include <gtest/gtest.h>
+
+#include "core/arbiter.h"
+
+namespace vramd {
+namespace {
+
+using namespace std::chrono_literals;
+
+class World {
+ public:
+  explicit World(std::vector<ServiceConfig> services) {
+    Config c;
+    c.gpu.baseline = 0;
+    c.services = std::move(services);
+    arbiter_ = std::make_unique<Arbiter>(c);
+  }
+  std::vector<Action> feed(const Event& e) {
+    auto actions = arbiter_->handle(e, now_);
+    for (auto& a : actions) {
+      if (auto* s = std::get_if<SpawnService>(&a)) spawns.push_back(s->service);
+      if (auto* s = std::get_if<SignalService>(&a)) signals.push_back({s->service, s->signal});
+      if (auto* s = std::get_if<CheckHealth>(&a)) checks.push_back(s->service);
+      if (auto* s = std::get_if<RecordCrash>(&a)) crashes.push_back(*s);
+      if (auto* s = std::get_if<CommandFinished>(&a)) finished.push_back(*s);
+      if (auto* s = std::get_if<EmitEvent>(&a)) events.push_back(s->event);
+    }
+    return actions;
+  }
+  // A sample where `pid` (if any) holds `bytes` on GPU 0.
+  void sample(int pid = 0, Bytes bytes = 0) {
+    SampleTaken s;
+    GpuSample g;
+    g.index = 0;
+    g.total = 24 * GiB;
+    if (pid) {
+      g.processes.push_back({pid, bytes, ""});
+      g.used = bytes;
+      ProcessInfo p;
+      p.pid = pid;
+      p.ppid = 1;
+      p.comm = "python3";
+      s.host.processes.push_back(p);
+    }
+    s.gpus.gpus.push_back(g);
+    feed(s);
+  }
+  void tick(Duration d) {
+    for (Duration t{0}; t < d; t += 250ms) {
+      now_ += 250ms;
+      feed(Tick{});
+    }
+  }
+  const ManagedState& m(const std::string& name) { return *arbiter_->service(name)->managed; }
+  bool has_event(const std::string& type) const {
+    for (const auto& e : events)
+      if (e.type == type) return true;
+    return false;
+  }
+  const EventRecord* event(const std::string& type) const {
+    for (const auto& e : events)
+      if (e.type == type) return &e;
+    return nullptr;
+  }
+
+  std::vector<std::string> spawns, checks;
+  std::vector<std::pair<std::string, int>> signals;
+  std::vector<RecordCrash> crashes;
+  std::vector<CommandFinished> finished;
+  std::vector<EventRecord> events;
+
+ private:
+  std::unique_ptr<Arbiter> arbiter_;
+  TimePoint now_{Duration(1'800'000'000'000)};
+};
+
+ServiceConfig managed(std::string name, std::string group = "") {
+  ServiceConfig s;
+  s.name = std::move(name);
+  s.kind = "comfyui";
+  s.url = "http://127.0.0.1:8188";
+  s.start = {"python3", "main.py"};
+  s.start_timeout = 10s;
+  s.stop_timeout = 5s;
+  s.health_interval = 2s;
+  s.max_restarts = 3;
+  s.group = std::move(group);
+  return s;
+}
+
+// Starts `name` as pid `pid` and answers its first health check.
+void start_healthy(World& w, const std::string& name, int pid) {
+  w.feed(ServiceCommand{name, "start", 1});
+  w.feed(ChildStarted{name, true, pid, 99, "", false});
+  w.tick(1s);
+  w.feed(HealthChecked{name, true, "GET /system_stats → 200"});
+}
+
+TEST(ArbiterSupervisor, StartThenHealthyIsRunningAndAnswersTheRequest) {
+  World w({managed("comfy")});
+  w.feed(ServiceCommand{"comfy", "start", 7});
+  EXPECT_EQ(w.spawns, std::vector<std::string>{"comfy"});
+  w.feed(ChildStarted{"comfy", true, 500, 99, "", false});
+  EXPECT_EQ(w.m("comfy").state, "starting");
+  w.tick(1s);
+  ASSERT_EQ(w.checks.size(), 1u);
+  w.feed(HealthChecked{"comfy", false, "connect: refused"});
+  EXPECT_EQ(w.m("comfy").state, "starting");  // not yet
+  EXPECT_TRUE(w.finished.empty());
+  w.tick(1s);
+  w.feed(HealthChecked{"comfy", true, "200"});
+  EXPECT_EQ(w.m("comfy").state, "running");
+  ASSERT_EQ(w.finished.size(), 1u);
+  EXPECT_EQ(w.finished[0].request_id, 7u);
+  EXPECT_TRUE(w.finished[0].ok);
+  // Its processes are the service's: the managed pid names the owner.
+  w.sample(500, 4 * GiB);
+  EXPECT_EQ(w.m("comfy").pid, 500);
+}
+
+TEST(ArbiterSupervisor, StartTimeoutEndsItAsACrashAndBacksOff) {
+  World w({managed("comfy")});
+  w.feed(ServiceCommand{"comfy", "start", 1});
+  w.feed(ChildStarted{"comfy", true, 500, 99, "", false});
+  for (int i = 0; i < 12; ++i) {
+    w.tick(1s);
+    w.feed(HealthChecked{"comfy", false, "503 Loading model"});
+  }
+  ASSERT_TRUE(w.has_event("service.start_timeout"));
+  ASSERT_FALSE(w.signals.empty());
+  EXPECT_EQ(w.signals[0], (std::pair<std::string, int>{"comfy", SIGTERM}));
+  w.feed(ChildExited{"comfy", 500, std::nullopt, SIGTERM});
+  ASSERT_EQ(w.crashes.size(), 1u);
+  EXPECT_NE(w.crashes[0].reason.find("start_timeout 10s"), std::string::npos) << w.crashes[0].reason;
+  EXPECT_EQ(w.m("comfy").state, "backoff");
+}
+
+TEST(ArbiterSupervisor, FailedHealthChecksRestartIt) {
+  auto svc = managed("comfy");
+  svc.health_failures = 5;
+  World w({svc});
+  start_healthy(w, "comfy", 500);
+  for (int i = 0; i < 4; ++i) {
+    w.tick(2s);
+    w.feed(HealthChecked{"comfy", false, "timeout"});
+  }
+  EXPECT_TRUE(w.signals.empty());
+  EXPECT_TRUE(w.has_event("service.unhealthy"));
+  w.tick(2s);
+  w.feed(HealthChecked{"comfy", false, "timeout"});
+  ASSERT_EQ(w.signals.size(), 1u);
+  EXPECT_NE(w.event("service.restart")->message.find("failed 5 health checks"), std::string::npos);
+  w.feed(ChildExited{"comfy", 500, 0, std::nullopt});
+  w.tick(1s);
+  EXPECT_EQ(w.spawns.size(), 2u);  // started again after the first backoff (1 s)
+}
+
+TEST(ArbiterSupervisor, CrashLoopBacksOffExponentiallyThenFails) {
+  World w({managed("comfy")});
+  start_healthy(w, "comfy", 500);
+  int pid = 500;
+  std::vector<Duration> waits;
+  for (int crash = 0; crash < 3; ++crash) {
+    w.feed(ChildExited{"comfy", pid, 1, std::nullopt});
+    EXPECT_EQ(w.m("comfy").state, "backoff");
+    size_t spawns = w.spawns.size();
+    Duration waited{0};
+    while (w.spawns.size() == spawns) {
+      w.tick(250ms);
+      waited += 250ms;
+    }
+    waits.push_back(waited);
+    w.feed(ChildStarted{"comfy", true, ++pid, 99, "", false});
+  }
+  EXPECT_EQ(waits, (std::vector<Duration>{1s, 2s, 4s}));
+  w.feed(ChildExited{"comfy", pid, 1, std::nullopt});  // a 4th within the window: > max_restarts 3
+  EXPECT_EQ(w.m("comfy").state, "failed");
+  EXPECT_NE(w.m("comfy").reason.find("4 times in"), std::string::npos) << w.m("comfy").reason;
+  EXPECT_EQ(w.crashes.size(), 4u);
+  w.tick(10min);
+  EXPECT_EQ(w.m("comfy").state, "failed");  // until a start by hand
+  w.feed(ServiceCommand{"comfy", "start", 2});
+  EXPECT_EQ(w.m("comfy").state, "starting");
+}
+
+TEST(ArbiterSupervisor, StopKillsAfterTheTimeoutAndChecksTheMemoryWent) {
+  World w({managed("comfy")});
+  start_healthy(w, "comfy", 500);
+  w.sample(500, 16 * GiB);
+  w.feed(ServiceCommand{"comfy", "stop", 9});
+  ASSERT_EQ(w.signals.back(), (std::pair<std::string, int>{"comfy", SIGTERM}));
+  w.tick(5s);
+  ASSERT_EQ(w.signals.back(), (std::pair<std::string, int>{"comfy", SIGKILL}));
+  w.feed(ChildExited{"comfy", 500, std::nullopt, SIGKILL});
+  EXPECT_EQ(w.m("comfy").state, "stopped");
+  EXPECT_TRUE(w.crashes.empty());  // asked for: not a crash
+  EXPECT_TRUE(w.finished.size() == 1u);  // the start's answer only: the stop waits for the memory
+  w.sample();
+  ASSERT_TRUE(w.has_event("service.stopped"));
+  EXPECT_NE(w.event("service.stopped")->message.find("stopped comfy: 16.0 GiB → 0 B in 5.0 s"),
+            std::string::npos)
+      << w.event("service.stopped")->message;
+  EXPECT_EQ(w.finished.back().request_id, 9u);
+  EXPECT_TRUE(w.finished.back().ok);
+}
+
+TEST(ArbiterSupervisor, StartingAGroupMemberStopsTheOthers) {
+  World w({managed("a", "heavy"), managed("b", "heavy")});
+  start_healthy(w, "a", 500);
+  w.feed(ServiceCommand{"b", "start", 3});
+  ASSERT_EQ(w.signals.size(), 1u);
+  EXPECT_EQ(w.signals[0], (std::pair<std::string, int>{"a", SIGTERM}));
+  EXPECT_EQ(w.spawns.back(), "b");
+  EXPECT_TRUE(w.has_event("service.group_stop"));
+}
+
+TEST(ArbiterSupervisor, RestartStopsThenStartsAndAPortConflictFailsTheStart) {
+  World w({managed("comfy")});
+  start_healthy(w, "comfy", 500);
+  w.feed(ServiceCommand{"comfy", "restart", 4});
+  EXPECT_EQ(w.signals.back().second, SIGTERM);
+  w.feed(ChildExited{"comfy", 500, 0, std::nullopt});
+  EXPECT_EQ(w.spawns.size(), 2u);
+  w.feed(ChildStarted{"comfy", false, 0, 0, "port 8188 is taken by python3[812]", false});
+  EXPECT_EQ(w.m("comfy").state, "failed");
+  EXPECT_FALSE(w.finished.back().ok);
+  EXPECT_EQ(w.finished.back().message, "port 8188 is taken by python3[812]");
+}
+
+TEST(ArbiterSupervisor, ServicesWithoutStartCannotBeStarted) {
+  ServiceConfig plain;
+  plain.name = "ollama";
+  plain.kind = "ollama";
+  plain.url = "http://127.0.0.1:11434";
+  World w({plain});
+  w.feed(ServiceCommand{"ollama", "start", 5});
+  ASSERT_EQ(w.finished.size(), 1u);
+  EXPECT_FALSE(w.finished[0].ok);
+  EXPECT_NE(w.finished[0].message.find("no start command, container or unit"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vramd
