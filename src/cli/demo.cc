@@ -162,7 +162,21 @@ int cmd_demo(const DemoOptions& opts) {
   ollama_svc.name = "ollama";
   ollama_svc.kind = "ollama";
   ollama_svc.url = fmt::format("http://127.0.0.1:{}", ollama_port);
-  config.services = {comfy_svc, ollama_svc};
+  // A service vramd runs itself, which crashes now and then (a CUDA OOM after 20 s), so that
+  // restarts and `vramd doctor` have something to show.
+  ServiceConfig flaky_svc;
+  flaky_svc.name = "whisper";
+  flaky_svc.kind = "process";
+  flaky_svc.start = {
+      "/bin/sh", "-c",
+      "echo 'Loading faster-whisper large-v3 on cuda:0'; sleep 20; "
+      "echo 'Traceback (most recent call last):'; "
+      "echo '  File \"/opt/whisper/server.py\", line 88, in transcribe'; "
+      "echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+      "total capacity of 24.00 GiB of which 1.12 GiB is free.'; exit 1"};
+  flaky_svc.max_restarts = 1000;
+  flaky_svc.restart_window = std::chrono::hours(1);
+  config.services = {comfy_svc, ollama_svc, flaky_svc};
 
   setenv("VRAMD_NVML_LIBRARY", lib.c_str(), 1);
   setenv("FAKE_NVML_STATE", state.c_str(), 1);
@@ -184,6 +198,7 @@ int cmd_demo(const DemoOptions& opts) {
     for (pid_t c : children) kill(c, SIGTERM);
     return kExitFailure;
   }
+  daemon.service_command("whisper", "start");
   std::string url = fmt::format("http://127.0.0.1:{}", daemon.tcp_port());
   std::cout << "vramd demo: a simulated 24 GiB GPU with stand-ins for ComfyUI, Ollama and a batch job.\n"
             << "  API:       " << url << "/v1/status\n"
@@ -192,6 +207,7 @@ int cmd_demo(const DemoOptions& opts) {
             << "  Free now:  vramd free comfyui --url " << url
             << "  (or wait: comfyui unloads after 60 s idle)\n"
             << "  Events:    vramd events -f --url " << url << "\n"
+            << "  Crashes:   vramd doctor --url " << url << "  (whisper, run by vramd, crashes every ~20 s)\n"
             << "Press Ctrl-C to stop.\n\n"
             << std::flush;
 
