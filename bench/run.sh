@@ -117,3 +117,7 @@ else
   echo
   echo "== unload_verdict: skipped ($UNLOAD_BENCH missing; build it: ninja -C $BUILD_DIR vramd_unload_bench)"
 fi
+
+echo
+echo "== lease_load: reclaim overhead (target < 50 ms) and 1,000 concurrent long-polling clients"
+(ulimit -n 8192 2>/dev/null; timeout 300 python3 bench/lease_load.py "$BUILD_DIR")

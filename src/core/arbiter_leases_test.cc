@@ -229,9 +229,11 @@ TEST(ArbiterLeases, EvictsTheCheapestIdleSetNeverBusyOrPinned) {
   EXPECT_EQ(w.unload_calls, (std::vector<std::string>{"comfy", "ollama"}));
   w.run(3s);
   EXPECT_EQ(w.state(id), LeaseState::granted) << w.lease(id).reason.text;
-  for (const auto& e : w.all<EmitEvent>())
-    if (e.event.type.starts_with("unload.") && e.event.verdict)
+  for (const auto& e : w.all<EmitEvent>()) {
+    if (e.event.type.starts_with("unload.") && e.event.verdict) {
       EXPECT_EQ(e.event.verdict->reason, "eviction");
+    }
+  }
 }
 
 TEST(ArbiterLeases, ReasonNamesWhoIsInTheWayWhenNothingCanBeEvicted) {

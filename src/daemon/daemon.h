@@ -130,6 +130,7 @@ class Daemon : public DaemonControl {
   std::list<std::shared_ptr<Subscriber>> subscribers_;
   int64_t next_stream_id_ = 1;
   bool fast_sampling_ = false;
+  bool sample_soon_ = false;  // take the next sample without waiting
   bool stopping_ = false;
   uint64_t samples_ = 0;
 };
