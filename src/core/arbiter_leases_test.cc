@@ -409,6 +409,24 @@ TEST(ArbiterLeases, RestoreKeepsOrderAndEndsLeasesWhoseHoldersDied) {
   EXPECT_EQ(w.state(3), LeaseState::queued);  // 8 GiB does not fit in 3 + 1 free
 }
 
+TEST(ArbiterLeases, HostRamLeasesCountAgainstMemAvailable) {
+  World w({});
+  w.sample();  // MemAvailable 64 GiB
+  LeaseRequest big = req(1 * GiB);
+  big.ram = 60 * GiB;
+  uint64_t a = w.request(big);
+  EXPECT_EQ(w.state(a), LeaseState::granted);
+  EXPECT_EQ(*w.arbiter().ram_available(), 4 * GiB);
+  LeaseRequest more = req(1 * GiB);
+  more.ram = 8 * GiB;
+  uint64_t b = w.request(more);
+  EXPECT_EQ(w.state(b), LeaseState::queued);
+  EXPECT_NE(w.lease(b).reason.text.find("needs 8.0 GiB host RAM, 4.0 GiB available"), std::string::npos)
+      << w.lease(b).reason.text;
+  w.feed(LeaseReleased{a, 0});
+  EXPECT_EQ(w.state(b), LeaseState::granted);
+}
+
 TEST(ChooseEviction, ExactCheapestSetLruOnTiesGreedyBeyondTwelve) {
   TimePoint t0{};
   std::vector<EvictionCandidate> c = {
