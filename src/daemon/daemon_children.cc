@@ -43,48 +43,54 @@ std::string Daemon::pid_file(const std::string& service) const {
 }
 
 void Daemon::spawn_child(const std::string& service) {
-  const ServiceConfig* cfg = arbiter_.config().find_service(service);
-  if (!cfg) return;
+  const ServiceConfig* found = arbiter_.config().find_service(service);
+  if (!found) return;
   // Its port must be free, or held by something vramd runs.
   std::vector<int> ours;
   for (const auto& st : arbiter_.services(now()))
     if (st.managed && st.managed->pid) ours.push_back(*st.managed->pid);
-  if (auto taken = port_taken(url_port(cfg->url), ours)) {
-    bool reclaimed = false;
-    if (cfg->reclaim_port) {
-      // Only a process of our own user that the service's match recognises.
-      auto proc = read_process("/proc", taken->first);
-      OwnerResolver resolver({*cfg});
-      HostSnapshot host;
-      if (proc) host.processes.push_back(*proc);
-      auto owners = resolver.resolve(host, {});
-      bool recognised = owners.count(taken->first) && owners[taken->first].owner.name == service &&
-                        !cfg->match.empty();
-      if (proc && proc->uid == geteuid() && recognised) {
-        spdlog::info("{}: ending {} on port {} (reclaim_port)", service, taken->second, url_port(cfg->url));
-        ::kill(taken->first, SIGTERM);
-        for (int i = 0; i < 50 && port_taken(url_port(cfg->url), ours); ++i) usleep(100'000);
-        reclaimed = !port_taken(url_port(cfg->url), ours);
+  // The port check walks every process's fds and a reclaim waits for the port: the worker does
+  // both, and the spawn, then the loop watches the child and tells the Arbiter.
+  asio::post(worker_, [this, cfg = *found, ours, log = log_path(service), pids = pid_file(service)] {
+    Result<Spawned> spawned = make_error("");
+    if (auto taken = port_taken(url_port(cfg.url), ours)) {
+      bool reclaimed = false;
+      if (cfg.reclaim_port) {
+        // Only a process of our own user that the service's match recognises.
+        auto proc = read_process("/proc", taken->first);
+        OwnerResolver resolver({cfg});
+        HostSnapshot host;
+        if (proc) host.processes.push_back(*proc);
+        auto owners = resolver.resolve(host, {});
+        bool recognised = owners.count(taken->first) && owners[taken->first].owner.name == cfg.name &&
+                          !cfg.match.empty();
+        if (proc && proc->uid == geteuid() && recognised) {
+          spdlog::info("{}: ending {} on port {} (reclaim_port)", cfg.name, taken->second, url_port(cfg.url));
+          ::kill(taken->first, SIGTERM);
+          for (int i = 0; i < 50 && port_taken(url_port(cfg.url), ours); ++i) usleep(100'000);
+          reclaimed = !port_taken(url_port(cfg.url), ours);
+        }
       }
+      if (!reclaimed)
+        spawned = make_error(fmt::format("port {} is taken by {}, which vramd did not start{}",
+                                         url_port(cfg.url), taken->second,
+                                         cfg.reclaim_port ? " (reclaim_port: not the same user or not "
+                                                            "recognised by match)"
+                                                          : "; stop it, or set reclaim_port = true"));
     }
-    if (!reclaimed) {
-      feed(ChildStarted{service, false, 0, 0,
-                        fmt::format("port {} is taken by {}, which vramd did not start{}",
-                                    url_port(cfg->url), taken->second,
-                                    cfg->reclaim_port ? " (reclaim_port: not the same user or not "
-                                                        "recognised by match)"
-                                                      : "; stop it, or set reclaim_port = true")});
-      return;
-    }
-  }
-  auto spawned = spawn_service(*cfg, log_path(service));
-  if (!spawned) {
-    feed(ChildStarted{service, false, 0, 0, spawned.error()});
-    return;
-  }
-  if (auto s = write_pid_file(pid_file(service), *spawned); !s) spdlog::warn("{}", s.error());
-  watch_child(service, spawned->pid, true);
-  feed(ChildStarted{service, true, spawned->pid, spawned->start_ticks, "", false});
+    if (spawned.error().empty()) spawned = spawn_service(cfg, log);
+    if (spawned)
+      if (auto w = write_pid_file(pids, *spawned); !w) spdlog::warn("{}", w.error());
+    asio::post(io_, [this, name = cfg.name, spawned] {
+      if (stopping_) return;
+      if (!spawned) {
+        feed(ChildStarted{name, false, 0, 0, spawned.error()});
+        return;
+      }
+      watch_child(name, spawned->pid, true);  // a pidfd of an unreaped child works even if it exited
+      feed(ChildStarted{name, true, spawned->pid, spawned->start_ticks, "", false});
+    });
+  });
 }
 
 void Daemon::watch_child(const std::string& service, int pid, bool ours) {
