@@ -1,4 +1,5 @@
 #include "server/api.h"
+#include "server/assets.h"
 
 #include <algorithm>
 #include <cmath>
@@ -559,6 +560,9 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
   if (t.path == "/v1/doctor") {
     if (!get) co_return only("GET");
     co_return co_await doctor(t);
+  }
+  if (!t.path.starts_with("/v1/")) {
+    if (auto asset = serve_asset(req)) co_return std::move(*asset);
   }
   if (t.path == "/v1/version") {
     if (!get) co_return only("GET");
