@@ -8,7 +8,11 @@ WERROR ?= 0
 
 DEB_PACKAGES := g++ cmake ninja-build pkg-config libboost1.74-dev nlohmann-json3-dev \
   libtomlplusplus-dev libsqlitecpp-dev libsqlite3-dev libspdlog-dev libfmt-dev libcli11-dev \
-  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev \
+  nodejs npm chromium prometheus
+# nodejs + npm: the build fetches the dashboard's uPlot and the browser tests' playwright-core
+# (pinned in package-lock.json files). chromium: the browser tests. prometheus: promtool checks
+# /metrics. An npm that came with another nodejs package (NodeSource's provides it) counts.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps build test test-asan demo bench clean format format-check install
@@ -17,7 +21,8 @@ all: build
 
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do \
-	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || \
+	    { [ $$p = npm ] && command -v npm >/dev/null; } || echo $$p; \
 	done); \
 	if [ -n "$$missing" ]; then \
 	  echo "Installing Debian packages:" $$missing; \
