@@ -1,0 +1,724 @@
+// vramd dashboard: polls the JSON API, streams /v1/events, draws VRAM by owner with uPlot.
+// Plain JS, no build step. Every request goes through api(), which adds the bearer token when the
+// daemon asked for one (a 401), so the dashboard works with or without a token.
+'use strict';
+
+(function () {
+  const TOKEN_KEY = 'vramd.token';
+  const WINDOWS = { '15m': 15 * 60, '1h': 3600, '24h': 86400 };
+  const MAX_EVENTS = 200;
+  const GiB = 1024 ** 3;
+
+  const state = {
+    window: '15m',
+    token: localStorage.getItem(TOKEN_KEY) || '',
+    needToken: false,
+    gpus: new Map(),      // index -> {root, refs, plot, owners}
+    services: new Map(),  // name -> {root, refs, action}
+    lastEventId: 0,
+    seenEvents: new Set(),
+    status: null,
+  };
+
+  // ---- helpers ----
+
+  const $ = (id) => document.getElementById(id);
+
+  // el('div', {class: 'x', text: 'hi'}, child, ...): a DOM element; never parses HTML.
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'text') e.textContent = v;
+      else if (k === 'class') e.className = v;
+      else if (k === 'style') e.style.cssText = v;  // CSSOM: allowed by the CSP, a style attribute is not
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else if (k === 'dataset') Object.assign(e.dataset, v);
+      else e.setAttribute(k, v === true ? '' : v);
+    }
+    for (const c of children.flat()) {
+      if (c === null || c === undefined || c === false) continue;
+      e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return e;
+  }
+
+  function fmtBytes(b) {
+    if (b === null || b === undefined) return '—';
+    const a = Math.abs(b);
+    if (a >= GiB) return (b / GiB).toFixed(1) + ' GiB';
+    if (a >= 1024 ** 2) return Math.round(b / 1024 ** 2) + ' MiB';
+    if (a >= 1024) return Math.round(b / 1024) + ' KiB';
+    return b + ' B';
+  }
+
+  function fmtDuration(s) {
+    if (s === null || s === undefined) return '—';
+    s = Math.max(0, Math.round(s));
+    if (s < 60) return s + ' s';
+    if (s < 3600) return Math.floor(s / 60) + ' min' + (s % 60 && s < 600 ? ' ' + (s % 60) + ' s' : '');
+    if (s < 86400) return Math.floor(s / 3600) + ' h ' + Math.floor((s % 3600) / 60) + ' min';
+    return Math.floor(s / 86400) + ' d ' + Math.floor((s % 86400) / 3600) + ' h';
+  }
+
+  function ago(iso) {
+    if (!iso) return '—';
+    return fmtDuration((Date.now() - Date.parse(iso)) / 1000) + ' ago';
+  }
+
+  function clock(iso) {
+    const d = new Date(iso);
+    return isNaN(d) ? '' : d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false });
+  }
+
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+  // A stable colour per owner: fixed ones for the special owners, a palette by name otherwise.
+  const PALETTE = ['#5b8def', '#3fb68b', '#e5a13a', '#b07ce8', '#4fc1d6', '#e0689a', '#9fc25a', '#d98b5f', '#7a8cf0', '#c9b458'];
+  // Colours are handed out in the order owners are first seen, so two owners never share one
+  // while the palette lasts (a hash of the name put comfyui and ollama on the same blue).
+  const ownerColors = new Map();
+  function ownerColor(name, kind) {
+    if (kind === 'baseline' || name === 'baseline') return '#59616e';
+    if (kind === 'unknown' || name === 'unknown') return '#e5534b';
+    if (!ownerColors.has(name)) ownerColors.set(name, PALETTE[ownerColors.size % PALETTE.length]);
+    return ownerColors.get(name);
+  }
+  function withAlpha(hex, a) {
+    const n = parseInt(hex.slice(1), 16);
+    return `rgba(${n >> 16}, ${(n >> 8) & 255}, ${n & 255}, ${a})`;
+  }
+
+  // ---- API ----
+
+  class AuthNeeded extends Error {}
+
+  function headers(extra) {
+    const h = Object.assign({ Accept: 'application/json' }, extra || {});
+    if (state.token) h.Authorization = 'Bearer ' + state.token;
+    return h;
+  }
+
+  function errorText(body, res) {
+    if (body && body.error && body.error.message) return body.error.message;
+    if (body && body.message) return body.message;
+    return `${res.status} ${res.statusText}`;
+  }
+
+  // GET or POST a JSON endpoint. Resolves with the parsed body on 2xx; throws Error(message from
+  // the API) otherwise, AuthNeeded on 401 (after showing the token form).
+  async function api(path, opts) {
+    opts = opts || {};
+    const res = await fetch(path, { method: opts.method || 'GET', headers: headers(), cache: 'no-store' });
+    if (res.status === 401) {
+      askToken(state.token ? 'That token was refused.' : '');
+      throw new AuthNeeded('token needed');
+    }
+    let body = null;
+    try { body = await res.json(); } catch (e) { body = null; }
+    if (!res.ok) {
+      const err = new Error(errorText(body, res));
+      err.status = res.status;
+      err.body = body;
+      throw err;
+    }
+    return body;
+  }
+
+  function askToken(message) {
+    state.needToken = true;
+    $('token-form').hidden = false;
+    $('token-error').hidden = !message;
+    $('token-error').textContent = message || '';
+    $('token-input').focus();
+  }
+
+  $('token-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    state.token = $('token-input').value.trim();
+    if (state.token) localStorage.setItem(TOKEN_KEY, state.token);
+    else localStorage.removeItem(TOKEN_KEY);
+    state.needToken = false;
+    $('token-form').hidden = true;
+    $('token-input').value = '';
+    refreshAll();
+    restartStream();
+  });
+
+  function showBanner(text) {
+    $('banner').hidden = !text;
+    $('banner').textContent = text || '';
+  }
+
+  // ---- GPUs: usage, chart, holdings ----
+
+  function renderGpus(status) {
+    state.status = status;
+    const b = status.backend ? `${status.backend}${status.driver_version ? ' · driver ' + status.driver_version : ''}` : '';
+    $('host').textContent = [location.host, b].filter(Boolean).join(' · ');
+    const root = $('gpus');
+    if (!status.gpus || status.gpus.length === 0) {
+      root.replaceChildren(el('p', { class: 'empty', text: status.error ? 'No GPU: ' + status.error : 'No GPU found.' }));
+      state.gpus.clear();
+      return;
+    }
+    if (root.querySelector('.empty')) root.replaceChildren();
+    const seen = new Set();
+    for (const g of status.gpus) {
+      seen.add(g.index);
+      let gpu = state.gpus.get(g.index);
+      if (!gpu) {
+        gpu = makeGpu(g);
+        state.gpus.set(g.index, gpu);
+        root.append(gpu.root);
+        loadHistory(gpu);
+      }
+      updateGpu(gpu, g);
+    }
+    for (const [i, gpu] of state.gpus) {
+      if (!seen.has(i)) {
+        if (gpu.plot) gpu.plot.destroy();
+        gpu.root.remove();
+        state.gpus.delete(i);
+      }
+    }
+  }
+
+  function makeGpu(g) {
+    const refs = {
+      title: el('h3'),
+      meta: el('span', { class: 'gpu-meta' }),
+      usage: el('div', { class: 'usage', role: 'img' }),
+      usageText: el('div', { class: 'usage-text' }),
+      chart: el('div', { class: 'chart', dataset: { gpu: g.index } }),
+      note: el('div', { class: 'chart-note' }),
+      holdings: el('tbody'),
+    };
+    const root = el('article', { class: 'gpu', dataset: { gpu: g.index } },
+      el('div', { class: 'gpu-head' }, refs.title, refs.meta),
+      refs.usage, refs.usageText, refs.chart, refs.note,
+      el('div', { class: 'table-wrap' },
+        el('table', { class: 'holdings' },
+          el('thead', {}, el('tr', {},
+            el('th', { text: 'Owner' }), el('th', { class: 'num', text: 'Bytes' }),
+            el('th', { text: 'Source' }), el('th', { class: 'hide-narrow', text: 'Since' }))),
+          refs.holdings)));
+    return { index: g.index, root, refs, plot: null, owners: [], history: null };
+  }
+
+  function updateGpu(gpu, g) {
+    const r = gpu.refs;
+    r.title.textContent = `GPU ${g.index} · ${g.name || 'unknown'}`;
+    const bits = [];
+    if (g.utilization_pct !== null && g.utilization_pct !== undefined) bits.push(`util ${g.utilization_pct}%`);
+    if (g.temperature_c !== null && g.temperature_c !== undefined) bits.push(`${g.temperature_c} °C`);
+    if (g.power_w !== null && g.power_w !== undefined) bits.push(`${Math.round(g.power_w)} W`);
+    if (g.health && g.health !== 'ok') bits.push(g.health + (g.error ? ': ' + g.error : ''));
+    r.meta.textContent = bits.join(' · ');
+    gpu.root.dataset.usedBytes = g.used_bytes;
+    gpu.root.dataset.totalBytes = g.total_bytes;
+
+    const segs = (g.holdings || []).map((h) => el('span', {
+      style: `width:${(100 * h.bytes / Math.max(1, g.total_bytes)).toFixed(2)}%;background:${ownerColor(h.owner, h.owner_kind)}`,
+      title: `${h.owner}: ${fmtBytes(h.bytes)}`,
+    }));
+    r.usage.replaceChildren(...segs);
+    r.usage.setAttribute('aria-label', `${fmtBytes(g.used_bytes)} used of ${fmtBytes(g.total_bytes)}`);
+    const pct = g.total_bytes ? Math.round(100 * g.used_bytes / g.total_bytes) : 0;
+    r.usageText.replaceChildren(
+      el('strong', { text: fmtBytes(g.used_bytes) }), ` used of ${fmtBytes(g.total_bytes)} (${pct}%) · `,
+      el('span', { text: `${fmtBytes(g.free_bytes)} free` }));
+
+    const rows = (g.holdings || []).slice().sort((a, b) => b.bytes - a.bytes).map((h) => {
+      const evidence = [];
+      if (h.pids && h.pids.length) evidence.push('pid ' + h.pids.join(', '));
+      if (h.candidates && h.candidates.length)
+        evidence.push('candidates: ' + h.candidates.map((c) => `${c.name} (${c.pid})`).join(', '));
+      return el('tr', { dataset: { owner: h.owner, bytes: h.bytes } },
+        el('td', {},
+          el('span', { class: 'swatch', style: `background:${ownerColor(h.owner, h.owner_kind)}` }),
+          h.owner, ' ', el('span', { class: 'owner-kind', text: h.owner_kind }),
+          evidence.length ? el('span', { class: 'sub', text: evidence.join(' · ') }) : null),
+        el('td', { class: 'num', text: fmtBytes(h.bytes) }),
+        el('td', {}, el('span', { class: 'source', text: h.source })),
+        el('td', { class: 'hide-narrow muted', text: ago(h.since) }));
+    });
+    if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 4, class: 'muted', text: 'Nothing held.' })));
+    r.holdings.replaceChildren(...rows);
+    if (!g.per_process_available)
+      r.note.textContent = 'Per-process memory is not available from this driver: owners come from residuals and self-reports.';
+    else r.note.textContent = '';
+  }
+
+  // Owners bottom-up: baseline first, then services, then the rest, by name within a kind.
+  const KIND_ORDER = { baseline: 0, service: 1, lease: 2, container: 3, unit: 4, process: 5, unknown: 6 };
+  function orderSeries(series) {
+    return series.slice().sort((a, b) =>
+      ((KIND_ORDER[a.owner_kind] ?? 9) - (KIND_ORDER[b.owner_kind] ?? 9)) || a.owner.localeCompare(b.owner));
+  }
+
+  async function loadHistory(gpu) {
+    const width = Math.max(200, gpu.refs.chart.clientWidth || 600);
+    const points = Math.min(600, Math.round(width / 2));
+    try {
+      const h = await api(`/v1/history?gpu=${gpu.index}&window=${state.window}&points=${points}`);
+      drawChart(gpu, h);
+    } catch (e) {
+      if (!(e instanceof AuthNeeded)) gpu.refs.note.textContent = 'History: ' + e.message;
+    }
+  }
+
+  function drawChart(gpu, h) {
+    const series = orderSeries(h.series || []);
+    const times = h.times || [];
+    const n = times.length;
+    // Stack: row k holds the sum of owners 0..k; the legend shows each owner's own bytes.
+    const raw = series.map((s) => s.bytes.map((v) => (v === null ? 0 : v)));
+    const stacked = [];
+    const acc = new Array(n).fill(0);
+    for (const r of raw) stacked.push(r.map((v, i) => (acc[i] += v) / GiB));
+    const total = (h.total_bytes || 0) / GiB;
+    const capacity = new Array(n).fill(total);
+    const data = [times, ...stacked, capacity];
+    gpu.refs.chart.dataset.owners = series.map((s) => s.owner).join(',');
+    gpu.refs.chart.dataset.lastUsedBytes = n ? Math.round(acc[n - 1]) : 0;
+    gpu.history = { raw, series };
+
+    const key = series.map((s) => s.owner).join('\n') + '|' + state.window;
+    if (gpu.plot && gpu.plotKey === key) {
+      gpu.plot.setData(data);
+      return;
+    }
+    if (gpu.plot) gpu.plot.destroy();
+    gpu.plotKey = key;
+
+    // The legend shows each owner's own bytes (not the stacked sum): at the cursor, else the latest.
+    const rawValue = (si) => (u, v, sidx, idx) => {
+      const hist = gpu.history;
+      if (!hist || !hist.raw[si] || !hist.raw[si].length) return '—';
+      const at = idx === null || idx === undefined ? hist.raw[si].length - 1 : idx;
+      return fmtBytes(hist.raw[si][at]);
+    };
+    const uSeries = [{ label: 'time', value: (u, v) => (v === null ? 'now' : new Date(v * 1000).toLocaleTimeString([], { hour12: false })) }];
+    const bands = [];
+    series.forEach((s, i) => {
+      const c = ownerColor(s.owner, s.owner_kind);
+      // Each owner fills the band between its line and the one below (uPlot clips a series' fill
+      // to its band), so the areas stack instead of overlapping.
+      uSeries.push({ label: s.owner, stroke: c, width: 1, fill: withAlpha(c, 0.5), value: rawValue(i), points: { show: false } });
+      if (i > 0) bands.push({ series: [i + 1, i] });
+    });
+    uSeries.push({ label: 'capacity', stroke: '#8b95a5', width: 1, dash: [4, 4], value: () => fmtBytes(h.total_bytes), points: { show: false } });
+
+    const width = Math.max(200, gpu.refs.chart.clientWidth);
+    const axis = { stroke: '#8b95a5', grid: { stroke: 'rgba(255,255,255,0.06)' }, ticks: { stroke: 'rgba(255,255,255,0.1)' }, font: '11px system-ui, sans-serif' };
+    const opts = {
+      width,
+      height: width < 500 ? 170 : 220,
+      series: uSeries,
+      bands,
+      cursor: { points: { show: false }, drag: { x: false, y: false } },
+      legend: { live: true },
+      scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(total, max) * 1.04 || 1] } },
+      axes: [
+        Object.assign({}, axis),
+        Object.assign({}, axis, { size: 52, values: (u, vals) => vals.map((v) => v + ' GiB') }),
+      ],
+    };
+    gpu.plot = new uPlot(opts, data, gpu.refs.chart);
+  }
+
+  // Resize charts with their container.
+  const resizer = new ResizeObserver(() => {
+    for (const gpu of state.gpus.values()) {
+      if (!gpu.plot) continue;
+      const w = Math.max(200, gpu.refs.chart.clientWidth);
+      if (Math.abs(w - gpu.plot.width) > 2) gpu.plot.setSize({ width: w, height: w < 500 ? 170 : 220 });
+    }
+  });
+  resizer.observe(document.body);
+
+  $('window-select').addEventListener('click', (ev) => {
+    const b = ev.target.closest('button[data-window]');
+    if (!b) return;
+    state.window = b.dataset.window;
+    for (const x of $('window-select').querySelectorAll('button')) x.setAttribute('aria-pressed', String(x === b));
+    for (const gpu of state.gpus.values()) loadHistory(gpu);
+  });
+
+  // ---- services ----
+
+  const STATE_TONE = { up: 'ok', running: 'ok', healthy: 'ok', down: 'bad', crashed: 'bad', failed: 'bad', backoff: 'warn', starting: 'warn', stopping: 'warn', unknown: 'warn', stopped: '' };
+
+  function renderServices(list) {
+    const root = $('services');
+    if (!list.length) {
+      root.replaceChildren(el('p', { class: 'empty', text: 'No services configured.' }));
+      state.services.clear();
+      return;
+    }
+    if (root.querySelector('.empty')) root.replaceChildren();
+    const seen = new Set();
+    for (const s of list) {
+      seen.add(s.name);
+      let svc = state.services.get(s.name);
+      if (!svc) {
+        svc = makeService(s);
+        state.services.set(s.name, svc);
+        root.append(svc.root);
+      }
+      updateService(svc, s);
+    }
+    for (const [name, svc] of state.services) {
+      if (!seen.has(name)) {
+        svc.root.remove();
+        state.services.delete(name);
+      }
+    }
+  }
+
+  function makeService(s) {
+    const refs = {
+      badges: el('div', { class: 'badges' }),
+      kind: el('span', { class: 'kind' }),
+      facts: el('dl', { class: 'facts' }),
+      actions: el('div', { class: 'actions-area' }),
+    };
+    const root = el('article', { class: 'card service', dataset: { service: s.name } },
+      el('div', { class: 'card-head' }, el('div', {}, el('h3', { style: 'display:inline', text: s.name }), refs.kind), refs.badges),
+      refs.facts, refs.actions);
+    const svc = { name: s.name, root, refs, data: s, action: null };
+    renderActions(svc);
+    return svc;
+  }
+
+  function badge(text, tone, title) {
+    return el('span', { class: 'badge ' + (tone || ''), text, title });
+  }
+
+  function updateService(svc, s) {
+    svc.data = s;
+    const r = svc.refs;
+    r.kind.textContent = s.kind;
+    svc.root.dataset.state = s.state;
+    svc.root.dataset.bytes = s.bytes;
+    const badges = [badge(s.state, STATE_TONE[s.state], s.probe_error || 'probe state')];
+    if (s.process) {
+      badges.push(badge('process ' + s.process.state, STATE_TONE[s.process.state], s.process.reason || 'run by vramd'));
+    }
+    if (s.busy) badges.push(badge('busy', 'warn'));
+    if (s.backoff_until && Date.parse(s.backoff_until) > Date.now()) badges.push(badge('unload backoff', 'warn', 'until ' + s.backoff_until));
+    r.badges.replaceChildren(...badges);
+
+    const facts = [];
+    const fact = (k, v) => facts.push(el('dt', { text: k }), el('dd', {}, v));
+    fact('VRAM', fmtBytes(s.bytes) + (s.per_gpu && s.per_gpu.length > 1 ? ' (' + s.per_gpu.map((p) => `GPU ${p.gpu}: ${fmtBytes(p.bytes)}`).join(', ') + ')' : ''));
+    if (s.busy) fact('Activity', 'busy' + (s.queue_depth ? `, ${s.queue_depth} queued` : ''));
+    else fact('Idle for', s.idle_seconds === null ? '—' : fmtDuration(s.idle_seconds) + (s.unload_after_idle_seconds ? ` (unloads after ${fmtDuration(s.unload_after_idle_seconds)})` : ''));
+    fact('Models', s.models && s.models.length ? s.models.join(', ') : 'none loaded');
+    if (s.self_reported_vram_bytes !== null && s.self_reported_vram_bytes !== undefined) fact('Self-report', fmtBytes(s.self_reported_vram_bytes));
+    if (s.process) {
+      const p = s.process;
+      const bits = [p.state];
+      if (p.pid) bits.push('pid ' + p.pid);
+      if (p.restarts) bits.push(p.restarts + ' restart' + (p.restarts === 1 ? '' : 's'));
+      if (p.reason) bits.push(p.reason);
+      fact('Process', bits.join(' · '));
+    }
+    if (s.last_unload) {
+      const u = s.last_unload;
+      fact('Last unload', el('span', {},
+        `${fmtBytes(u.before_bytes)} → ${fmtBytes(u.after_bytes)} `,
+        badge(u.outcome, u.outcome === 'freed' ? 'ok' : u.outcome === 'partial' ? 'warn' : 'bad'),
+        el('span', { class: 'sub', text: `${ago(u.at)} · ${(u.duration_ms / 1000).toFixed(1)} s · ${u.reason}` })));
+    } else {
+      fact('Last unload', 'never');
+    }
+    if (s.probe_error) fact('Probe', el('span', { class: 'error', text: s.probe_error }));
+    r.facts.replaceChildren(...facts);
+    if (!svc.action) renderActions(svc);
+  }
+
+  const ACTIONS = [
+    { name: 'unload', label: 'Unload', verb: 'Unload', danger: false },
+    { name: 'start', label: 'Start', verb: 'Start', danger: false },
+    { name: 'stop', label: 'Stop', verb: 'Stop', danger: true },
+    { name: 'restart', label: 'Restart', verb: 'Restart', danger: true },
+  ];
+
+  // The actions row shows one of: the buttons; "Unload comfyui? Confirm / Cancel"; a spinner while
+  // the request runs; then the buttons again with the result (or the API's error) under them.
+  function renderActions(svc) {
+    const s = svc.data;
+    const a = svc.action;
+    const area = svc.refs.actions;
+    if (a && a.phase === 'confirm') {
+      const def = ACTIONS.find((x) => x.name === a.name);
+      const extra = a.name === 'unload' ? ` It holds ${fmtBytes(s.bytes)}.` : a.name === 'stop' ? ' Its memory is freed; it stays down.' : '';
+      const confirmBtn = el('button', { type: 'button', class: 'btn ' + (def.danger ? 'danger' : 'primary'), dataset: { confirm: a.name }, text: def.verb, onclick: () => runAction(svc, a.name) });
+      area.replaceChildren(el('div', { class: 'confirm', role: 'alertdialog', 'aria-label': `Confirm ${a.name}` },
+        el('span', { class: 'confirm-text', text: `${def.verb} ${s.name}?${extra}` }),
+        confirmBtn,
+        el('button', { type: 'button', class: 'btn', dataset: { cancel: a.name }, text: 'Cancel', onclick: () => { svc.action = null; renderActions(svc); } })));
+      confirmBtn.focus();
+      return;
+    }
+    if (a && a.phase === 'running') {
+      area.replaceChildren(el('div', { class: 'result' }, el('span', { class: 'spinner' }), `${a.name === 'unload' ? 'Unloading' : a.name.charAt(0).toUpperCase() + a.name.slice(1) + 'ing'} ${s.name}…`));
+      return;
+    }
+    const runnable = s.can_restart !== null && s.can_restart !== undefined;
+    const buttons = ACTIONS.map((def) => {
+      const disabled = def.name !== 'unload' && !runnable;
+      return el('button', {
+        type: 'button', class: 'btn', dataset: { action: def.name }, text: def.label,
+        disabled, title: disabled ? 'vramd does not run this service (no start command, container or unit)' : `${def.verb} ${s.name}`,
+        onclick: () => { svc.action = { name: def.name, phase: 'confirm' }; renderActions(svc); },
+      });
+    });
+    const out = [el('div', { class: 'actions' }, buttons)];
+    if (svc.lastResult) out.push(el('div', { class: svc.lastResult.ok ? 'result ok' : 'error', role: 'status', text: svc.lastResult.text }));
+    area.replaceChildren(...out);
+  }
+
+  async function runAction(svc, name) {
+    svc.action = { name, phase: 'running' };
+    svc.lastResult = null;
+    renderActions(svc);
+    try {
+      const body = await api(`/v1/services/${encodeURIComponent(svc.name)}/${name}`, { method: 'POST' });
+      let text = body && body.message ? body.message : `${name}: done`;
+      if (name === 'unload' && body && body.outcome) text = `${body.outcome}: ${fmtBytes(body.before_bytes)} → ${fmtBytes(body.after_bytes)} in ${(body.duration_ms / 1000).toFixed(1)} s`;
+      const ok = !(body && (body.ok === false || body.outcome === 'failed' || body.outcome === 'ineffective'));
+      svc.lastResult = { ok, text };
+    } catch (e) {
+      svc.lastResult = { ok: false, text: e instanceof AuthNeeded ? 'A token is needed.' : `${name} failed: ${e.message}` };
+    }
+    svc.action = null;
+    renderActions(svc);
+    refreshSoon();
+  }
+
+  // ---- leases ----
+
+  function renderLeases(body) {
+    const list = (body.leases || []).filter((l) => l.state !== 'ended' && l.state !== 'released');
+    $('leases-count').textContent = list.length ? `${list.length} active` : '';
+    if (!list.length) {
+      $('leases').replaceChildren(el('p', { class: 'empty', text: 'No leases: nothing is waiting for GPU memory.' }));
+      return;
+    }
+    list.sort((a, b) => (a.state === 'queued') - (b.state === 'queued') || (a.position ?? 0) - (b.position ?? 0) || a.id - b.id);
+    const rows = list.map((l) => {
+      const who = l.label || l.holder || l.owner;
+      const reason = l.reason && l.reason.text ? el('span', { class: 'lease-reason', text: l.reason.text }) : null;
+      const stateTone = l.state === 'granted' ? 'ok' : l.state === 'queued' ? 'warn' : '';
+      return el('tr', { dataset: { lease: l.id, state: l.state } },
+        el('td', {}, el('strong', { text: '#' + l.id }), ' ', who,
+          l.command && l.command.length ? el('span', { class: 'sub', text: l.command.join(' ') }) : null, reason),
+        el('td', {}, badge(l.state + (l.position ? ' ' + l.position : ''), stateTone)),
+        el('td', { class: 'num' }, fmtBytes(l.vram_bytes), el('span', { class: 'sub', text: l.gpu === null || l.gpu === undefined ? 'any GPU' : 'GPU ' + l.gpu })));
+    });
+    $('leases').replaceChildren(el('div', { class: 'table-wrap' }, el('table', {},
+      el('thead', {}, el('tr', {}, el('th', { text: 'Lease' }), el('th', { text: 'State' }), el('th', { class: 'num', text: 'VRAM' }))),
+      el('tbody', {}, rows))));
+  }
+
+  // ---- doctor ----
+
+  function renderDoctor(body) {
+    const list = body.services || [];
+    if (!list.length) {
+      $('doctor').replaceChildren(el('p', { class: 'empty', text: 'No crashes recorded.' }));
+      return;
+    }
+    $('doctor').replaceChildren(...list.map((d) => {
+      const head = el('div', { class: 'diag-head' }, el('h3', { text: d.service }),
+        el('div', { class: 'badges' },
+          d.state ? badge(d.state, STATE_TONE[d.state]) : null,
+          d.restarts ? badge(d.restarts + ' restart' + (d.restarts === 1 ? '' : 's'), 'warn') : null));
+      const crashes = (d.crashes || []).map((c) => el('div', { class: 'crash', dataset: { signature: c.signature } },
+        el('div', {}, el('strong', { text: c.title || c.signature }), ` ×${c.count}`,
+          el('span', { class: 'sub', text: `last ${ago(c.last_seen)} · ${c.last_exit}` })),
+        c.explanation ? el('div', { text: c.explanation }) : null,
+        c.suggestion ? el('div', { class: 'suggestion', text: '→ ' + c.suggestion }) : null,
+        c.evidence && c.evidence.length ? el('pre', { text: c.evidence.join('\n') }) : null));
+      if (!crashes.length) crashes.push(el('div', { class: 'muted', text: d.reason || 'No crashes.' }));
+      return el('div', { class: 'diag', dataset: { service: d.service } }, head, ...crashes);
+    }));
+  }
+
+  // ---- events: history, then a live stream ----
+
+  function eventTone(type) {
+    if (/crash|fail|ineffective|error|unhealthy|refused/.test(type)) return 'bad';
+    if (/partial|backoff|evict|queued|waiting|stopp/.test(type)) return 'warn';
+    if (/freed|finished|healthy|granted|started|done/.test(type)) return 'ok';
+    return '';
+  }
+
+  function addEvent(e, fresh) {
+    if (e.id !== undefined) {
+      if (state.seenEvents.has(e.id)) return;
+      state.seenEvents.add(e.id);
+      if (e.id > state.lastEventId) state.lastEventId = e.id;
+    }
+    const li = el('li', { class: fresh ? 'fresh' : '', dataset: { type: e.type, id: e.id, subject: e.subject || '' }, 'data-tone': eventTone(e.type) },
+      el('time', { datetime: e.at, text: clock(e.at) }),
+      el('span', { class: 'etype', text: e.type }),
+      el('span', { class: 'emsg', text: e.message }));
+    const list = $('events');
+    list.prepend(li);
+    while (list.children.length > MAX_EVENTS) list.lastElementChild.remove();
+    $('events-empty').hidden = true;
+  }
+
+  async function loadEventHistory() {
+    const since = new Date(Date.now() - 3600 * 1000).toISOString();
+    let after = 0;
+    const all = [];
+    for (let page = 0; page < 5; page++) {
+      const q = after ? `after=${after}` : `since=${encodeURIComponent(since)}`;
+      const body = await api(`/v1/events?${q}&limit=1000`);
+      const got = body.events || [];
+      all.push(...got);
+      if (got.length < 1000) break;
+      after = got[got.length - 1].id;
+    }
+    for (const e of all.slice(-MAX_EVENTS)) addEvent(e, false);
+  }
+
+  function setLive(s) {
+    $('live').dataset.state = s;
+    $('live').querySelector('.live-text').textContent = s === 'on' ? 'live' : s === 'connecting' ? 'connecting…' : 'offline';
+  }
+
+  let streamAbort = null;
+  let streamGeneration = 0;
+
+  function restartStream() {
+    if (streamAbort) streamAbort.abort();
+    streamEvents(++streamGeneration);
+  }
+
+  // /v1/events as Server-Sent Events, read with fetch() so the bearer token goes in a header.
+  // On a drop: reconnect with ?after=<last id seen>, backing off up to 15 s.
+  async function streamEvents(gen) {
+    let backoff = 1000;
+    while (gen === streamGeneration) {
+      if (state.needToken) { await sleep(1000); continue; }
+      const ctl = new AbortController();
+      streamAbort = ctl;
+      let watchdog = null;
+      const kick = () => {
+        clearTimeout(watchdog);
+        watchdog = setTimeout(() => ctl.abort(), 40000);  // the daemon sends a keep-alive every 15 s
+      };
+      setLive('connecting');
+      try {
+        const q = state.lastEventId ? `?after=${state.lastEventId}` : '';
+        const res = await fetch('/v1/events' + q, { headers: headers({ Accept: 'text/event-stream' }), signal: ctl.signal, cache: 'no-store' });
+        if (res.status === 401) { askToken(state.token ? 'That token was refused.' : ''); continue; }
+        if (!res.ok || !res.body) throw new Error(`events: ${res.status}`);
+        setLive('on');
+        $('events-state').textContent = '';
+        backoff = 1000;
+        kick();
+        const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = '';
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          kick();
+          buf += value.replace(/\r\n?/g, '\n');
+          let cut;
+          while ((cut = buf.indexOf('\n\n')) >= 0) {
+            handleFrame(buf.slice(0, cut));
+            buf = buf.slice(cut + 2);
+          }
+        }
+      } catch (e) {
+        // dropped, aborted or refused: reconnect below
+      } finally {
+        clearTimeout(watchdog);
+      }
+      if (gen !== streamGeneration) return;
+      setLive('off');
+      $('events-state').textContent = 'reconnecting…';
+      await sleep(backoff);
+      backoff = Math.min(backoff * 2, 15000);
+    }
+  }
+
+  function handleFrame(frame) {
+    let data = '';
+    let id = null;
+    for (const line of frame.split('\n')) {
+      if (!line || line.startsWith(':')) continue;
+      const colon = line.indexOf(':');
+      const field = colon < 0 ? line : line.slice(0, colon);
+      const value = colon < 0 ? '' : line.slice(colon + 1).replace(/^ /, '');
+      if (field === 'data') data += (data ? '\n' : '') + value;
+      else if (field === 'id') id = Number(value);
+    }
+    if (!data) return;
+    let e;
+    try { e = JSON.parse(data); } catch (err) { return; }
+    if (e.id === undefined && id !== null) e.id = id;
+    addEvent(e, true);
+    refreshSoon();
+  }
+
+  // ---- polling ----
+
+  let refreshTimer = null;
+  function refreshSoon() {
+    clearTimeout(refreshTimer);
+    refreshTimer = setTimeout(() => { refreshAll(); for (const g of state.gpus.values()) loadHistory(g); }, 300);
+  }
+
+  async function guarded(fn) {
+    try {
+      await fn();
+      return true;
+    } catch (e) {
+      if (e instanceof AuthNeeded) return false;
+      throw e;
+    }
+  }
+
+  let lastDoctor = 0;
+  async function refreshAll() {
+    if (state.needToken) return;
+    try {
+      const [status, services, leases] = await Promise.all([api('/v1/status'), api('/v1/services'), api('/v1/leases')]);
+      renderGpus(status);
+      renderServices(services.services || []);
+      renderLeases(leases);
+      showBanner(status.error ? 'GPU backend: ' + status.error : '');
+      if (Date.now() - lastDoctor > 10000) {
+        lastDoctor = Date.now();
+        await guarded(async () => renderDoctor(await api('/v1/doctor')));
+      }
+    } catch (e) {
+      if (e instanceof AuthNeeded) return;
+      showBanner(e instanceof TypeError ? 'vramd is not reachable; retrying…' : 'Error: ' + e.message);
+    }
+  }
+
+  async function main() {
+    await refreshAll();
+    try { await loadEventHistory(); } catch (e) { /* the stream still runs */ }
+    restartStream();
+    setInterval(refreshAll, 2000);
+    setInterval(() => {
+      const every = state.window === '15m' ? 5000 : 30000;
+      for (const g of state.gpus.values()) {
+        if (!g.loadedAt || Date.now() - g.loadedAt >= every) { g.loadedAt = Date.now(); loadHistory(g); }
+      }
+    }, 2500);
+  }
+
+  window.vramdDashboard = { state };
+  main();
+})();
