@@ -201,6 +201,7 @@ int cmd_demo(const DemoOptions& opts) {
   daemon.service_command("whisper", "start");
   std::string url = fmt::format("http://127.0.0.1:{}", daemon.tcp_port());
   std::cout << "vramd demo: a simulated 24 GiB GPU with stand-ins for ComfyUI, Ollama and a batch job.\n"
+            << "  Dashboard: " << url << "/\n"
             << "  API:       " << url << "/v1/status\n"
             << "  CLI:       vramd status --url " << url << "\n"
             << "  GPU state: " << state << " (edit it, or let the demo change it)\n"

@@ -1,0 +1,214 @@
+// Browser test of the dashboard: `vramd demo` (simulated 24 GiB GPU, an idle fake ComfyUI holding
+// 16 GiB, a fake Ollama, a managed "whisper" that crashes) driven by Debian's chromium through
+// playwright-core. Run by ctest (cmake/browser_tests.cmake):
+//   node dashboard.test.mjs --vramd build/vramd --node-modules build/browser-tests/node_modules
+//        [--chromium /usr/bin/chromium] [--screenshots build/screenshots] [--url http://...]
+// --url tests a dashboard that is already running instead of starting a demo.
+// Exit 0: passed; 1: failed; 77: skipped (chromium is not installed).
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+
+const GiB = 1024 ** 3;
+
+function parseArgs(argv) {
+  const out = {};
+  for (let i = 0; i < argv.length; i += 2) {
+    if (!argv[i].startsWith('--')) throw new Error(`unexpected argument ${argv[i]}`);
+    out[argv[i].slice(2)] = argv[i + 1];
+  }
+  return out;
+}
+const args = parseArgs(process.argv.slice(2));
+const chromiumPath = args.chromium || '/usr/bin/chromium';
+const shots = path.resolve(args.screenshots || 'screenshots');
+
+if (!chromiumPath || !fs.existsSync(chromiumPath)) {
+  console.log(`SKIPPED: chromium is not installed (looked for ${chromiumPath || 'chromium'}); ` +
+              'install it with `apt-get install chromium` or `make deps` to run the browser tests.');
+  process.exit(77);
+}
+
+const require = createRequire(path.join(path.resolve(args['node-modules'] || 'node_modules'), 'x.js'));
+const { chromium } = require('playwright-core');
+
+let failures = 0;
+function check(ok, what) {
+  console.log(`${ok ? 'ok  ' : 'FAIL'} ${what}`);
+  if (!ok) failures++;
+  return ok;
+}
+
+// Starts `vramd demo` on a free port; resolves with its base URL once the banner names it.
+function startDemo(vramd) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(vramd, ['demo', '--listen', '127.0.0.1:0', '--duration', '170'],
+                        { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`vramd demo printed no URL in 30 s:\n${out}`)), 30000);
+    const onData = (d) => {
+      out += d;
+      const m = out.match(/(?:Dashboard|API):\s+(http:\/\/[\d.]+:\d+)/);
+      if (m) {
+        clearTimeout(timer);
+        resolve({ child, url: m[1] + '/', log: () => out });
+      }
+    };
+    child.stdout.on('data', onData);
+    child.stderr.on('data', (d) => { out += d; });
+    child.on('exit', (code) => reject(new Error(`vramd demo exited (${code}):\n${out}`)));
+  });
+}
+
+async function checkHeaders(base) {
+  const index = await fetch(base);
+  check(index.status === 200, `GET / answers 200 (got ${index.status})`);
+  const csp = index.headers.get('content-security-policy') || '';
+  check(/default-src 'self'/.test(csp) && !/unsafe-inline/.test(csp), `GET / has a strict Content-Security-Policy (${csp})`);
+  check(index.headers.get('x-content-type-options') === 'nosniff', 'GET / has X-Content-Type-Options: nosniff');
+  const missing = await fetch(new URL('/assets/nope.js', base));
+  const body = await missing.json().catch(() => null);
+  check(missing.status === 404 && body && body.error && body.error.code === 'not_found',
+        `GET /assets/nope.js answers 404 JSON (got ${missing.status})`);
+}
+
+function watchConsole(page, errors, label) {
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(`${label}: ${m.text()}`); });
+  page.on('pageerror', (e) => errors.push(`${label}: uncaught ${e.message}`));
+}
+
+async function main() {
+  fs.mkdirSync(shots, { recursive: true });
+  let demo = null;
+  let base = args.url;
+  if (!base) {
+    if (!args.vramd) throw new Error('--vramd or --url is required');
+    demo = await startDemo(args.vramd);
+    base = demo.url;
+  }
+  console.log(`dashboard at ${base}`);
+  const browser = await chromium.launch({
+    executablePath: chromiumPath,
+    headless: true,
+    // --no-sandbox: CI runs as root, where chromium's sandbox refuses to start.
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
+  });
+  const errors = [];
+  try {
+    await checkHeaders(base);
+
+    // Desktop.
+    const desktop = await browser.newContext({ viewport: { width: 1366, height: 900 } });
+    const page = await desktop.newPage();
+    watchConsole(page, errors, 'desktop');
+    await page.goto(base, { waitUntil: 'load' });
+    await page.waitForSelector('.service[data-service="comfyui"]', { timeout: 20000 });
+    await page.waitForSelector('#live[data-state="on"]', { timeout: 20000 });
+    // The chart has drawn the owners once a history with comfyui arrived.
+    await page.waitForFunction(() => {
+      const c = document.querySelector('.chart[data-gpu="0"]');
+      return c && (c.dataset.owners || '').includes('comfyui') && c.querySelector('canvas');
+    }, null, { timeout: 20000 });
+    const legend = await page.locator('.chart[data-gpu="0"] .u-legend').innerText();
+    for (const owner of ['comfyui', 'ollama', 'baseline', 'capacity'])
+      check(legend.includes(owner), `chart legend names ${owner}`);
+    const owners = await page.locator('.chart[data-gpu="0"]').getAttribute('data-owners');
+    check(owners.startsWith('baseline,comfyui,ollama'), `chart stacks baseline, comfyui, ollama (${owners})`);
+
+    for (const name of ['comfyui', 'ollama', 'whisper'])
+      check(await page.locator(`.service[data-service="${name}"]`).count() === 1, `service card for ${name}`);
+    const whisperText = await page.locator('.service[data-service="whisper"]').innerText();
+    check(/process (running|starting|backoff|crashed|stopped)/.test(whisperText), 'whisper card shows its process state');
+
+    const comfyRow = page.locator('.gpu[data-gpu="0"] tr[data-owner="comfyui"]');
+    const comfyBefore = Number(await comfyRow.getAttribute('data-bytes'));
+    check(Math.abs(comfyBefore - 16 * GiB) < 0.5 * GiB, `holdings: comfyui holds 16 GiB (${(comfyBefore / GiB).toFixed(2)} GiB)`);
+    check(/process/.test(await comfyRow.innerText()), 'holdings: comfyui row names its source');
+    const chartBefore = Number(await page.locator('.chart[data-gpu="0"]').getAttribute('data-last-used-bytes'));
+    await page.screenshot({ path: path.join(shots, 'desktop.png'), fullPage: true });
+
+    // Unload the idle comfyui: the inline confirmation, then the verdict.
+    const card = page.locator('.service[data-service="comfyui"]');
+    await card.locator('button[data-action="unload"]').click();
+    const confirm = card.locator('button[data-confirm="unload"]');
+    check(await confirm.isVisible(), 'Unload asks for confirmation');
+    await confirm.click();
+    await page.waitForSelector('#events li[data-type^="unload."][data-subject="comfyui"]:not([data-type="unload.started"])', { timeout: 30000 });
+    const verdict = await page.locator('#events li[data-type^="unload."][data-subject="comfyui"]:not([data-type="unload.started"])').first().getAttribute('data-type');
+    check(verdict === 'unload.freed', `event feed shows the unload verdict (${verdict})`);
+    check(await page.locator('#events li[data-type="unload.started"][data-subject="comfyui"]').count() >= 1, 'event feed shows unload.started');
+
+    // Holdings: comfyui's row drops to (almost) nothing.
+    await page.waitForFunction(() => {
+      const r = document.querySelector('.gpu[data-gpu="0"] tr[data-owner="comfyui"]');
+      return !r || Number(r.dataset.bytes) < 1024 ** 3;
+    }, null, { timeout: 15000 }).catch(() => {});
+    const after = await comfyRow.count() ? Number(await comfyRow.getAttribute('data-bytes')) : 0;
+    check(after < GiB, `holdings: comfyui holds ${(after / GiB).toFixed(2)} GiB after the unload`);
+    // Chart: the newest point is ~16 GiB lower (a 1.2 GiB batch job comes and goes meanwhile).
+    await page.waitForFunction((before) => {
+      const c = document.querySelector('.chart[data-gpu="0"]');
+      return before - Number(c.dataset.lastUsedBytes) > 14 * 1024 ** 3;
+    }, chartBefore, { timeout: 20000 }).catch(() => {});
+    const chartAfter = Number(await page.locator('.chart[data-gpu="0"]').getAttribute('data-last-used-bytes'));
+    const drop = (chartBefore - chartAfter) / GiB;
+    check(drop > 14 && drop < 18, `chart: used memory dropped by ${drop.toFixed(2)} GiB`);
+    const cardText = await card.innerText();
+    check(/16\.0 GiB → /.test(cardText) && /freed/.test(cardText), 'comfyui card shows the last unload, before → after');
+
+    // The window selector redraws the chart.
+    await page.locator('#window-select button[data-window="1h"]').click();
+    await page.waitForTimeout(1000);
+    check(await page.locator('.chart[data-gpu="0"] canvas').count() === 1, 'chart redrawn for 1 h');
+    await page.locator('#window-select button[data-window="15m"]').click();
+    // Let whisper crash once, so the diagnoses have something to show.
+    await page.waitForSelector('#doctor .crash', { timeout: 35000 }).catch(() => {});
+    check(await page.locator('#doctor .diag[data-service="whisper"]').count() === 1, 'crash diagnoses list whisper');
+    await page.waitForTimeout(1500);
+    await page.screenshot({ path: path.join(shots, 'desktop-after-unload.png'), fullPage: true });
+
+    // Phone width: nothing wider than the screen.
+    const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true });
+    const ppage = await phone.newPage();
+    watchConsole(ppage, errors, 'phone');
+    await ppage.goto(base, { waitUntil: 'load' });
+    await ppage.waitForSelector('.service[data-service="comfyui"]', { timeout: 20000 });
+    await ppage.waitForFunction(() => document.querySelector('.chart canvas'), null, { timeout: 20000 });
+    await ppage.waitForSelector('#live[data-state="on"]', { timeout: 20000 });
+    await ppage.waitForSelector('#doctor .diag', { timeout: 20000 });
+    await ppage.waitForTimeout(500);
+    const overflow = await ppage.evaluate(() => {
+      const vw = document.documentElement.clientWidth;
+      const wide = [];
+      for (const e of document.querySelectorAll('body *')) {
+        const r = e.getBoundingClientRect();
+        if (r.width && r.right > vw + 1 && !e.closest('.table-wrap, .events')) wide.push(`${e.tagName.toLowerCase()}.${e.className} right=${Math.round(r.right)}`);
+      }
+      return { vw, scroll: document.documentElement.scrollWidth, wide: wide.slice(0, 5) };
+    });
+    check(overflow.scroll <= overflow.vw && overflow.wide.length === 0,
+          `phone (390 px): no horizontal overflow (scrollWidth ${overflow.scroll}, viewport ${overflow.vw}${overflow.wide.length ? ', too wide: ' + overflow.wide.join('; ') : ''})`);
+    await ppage.screenshot({ path: path.join(shots, 'phone.png'), fullPage: true });
+
+    check(errors.length === 0, `no console errors${errors.length ? ':\n  ' + errors.join('\n  ') : ''}`);
+  } finally {
+    await browser.close();
+    if (demo) {
+      demo.child.removeAllListeners('exit');
+      demo.child.kill('SIGTERM');
+    }
+  }
+  console.log(`screenshots in ${shots}`);
+  if (failures) {
+    if (demo) console.log('--- vramd demo output ---\n' + demo.log().slice(-4000));
+    console.log(`${failures} check(s) failed`);
+    process.exit(1);
+  }
+  console.log('all checks passed');
+}
+
+main().catch((e) => {
+  console.error(`FAIL ${e.stack || e}`);
+  process.exit(1);
+});
