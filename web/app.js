@@ -18,6 +18,7 @@
     lastEventId: 0,
     seenEvents: new Set(),
     status: null,
+    serviceNames: [],     // in config order: their colours
   };
 
   // ---- helpers ----
@@ -71,18 +72,27 @@
     return isNaN(d) ? '' : d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false });
   }
 
+  // An axis label: 24-hour clock, seconds only when the ticks are less than a minute apart.
+  function timeLabel(t, incr) {
+    const d = new Date(t * 1000);
+    const p = (n) => String(n).padStart(2, '0');
+    return `${p(d.getHours())}:${p(d.getMinutes())}` + (incr < 60 ? `:${p(d.getSeconds())}` : '');
+  }
+
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-  // A stable colour per owner: fixed ones for the special owners, a palette by name otherwise.
-  const PALETTE = ['#5b8def', '#3fb68b', '#e5a13a', '#b07ce8', '#4fc1d6', '#e0689a', '#9fc25a', '#d98b5f', '#7a8cf0', '#c9b458'];
-  // Colours are handed out in the order owners are first seen, so two owners never share one
-  // while the palette lasts (a hash of the name put comfyui and ollama on the same blue).
-  const ownerColors = new Map();
+  // A colour per owner that is the same on every page load: services by their place in the
+  // config (no two alike while there are five or fewer), other owners by a hash of the name.
+  const SERVICE_COLORS = ['#5b8def', '#3fb68b', '#e5a13a', '#b07ce8', '#4fc1d6'];
+  const OTHER_COLORS = ['#e0689a', '#9fc25a', '#d98b5f', '#7a8cf0', '#c9b458'];
   function ownerColor(name, kind) {
     if (kind === 'baseline' || name === 'baseline') return '#59616e';
     if (kind === 'unknown' || name === 'unknown') return '#e5534b';
-    if (!ownerColors.has(name)) ownerColors.set(name, PALETTE[ownerColors.size % PALETTE.length]);
-    return ownerColors.get(name);
+    const i = state.serviceNames.indexOf(name);
+    if (i >= 0) return SERVICE_COLORS[i % SERVICE_COLORS.length];
+    let h = 0;
+    for (const ch of name) h = (h * 31 + ch.codePointAt(0)) >>> 0;
+    return OTHER_COLORS[h % OTHER_COLORS.length];
   }
   function withAlpha(hex, a) {
     const n = parseInt(hex.slice(1), 16);
@@ -141,8 +151,7 @@
     state.needToken = false;
     $('token-form').hidden = true;
     $('token-input').value = '';
-    refreshAll();
-    restartStream();
+    connect();
   });
 
   function showBanner(text) {
@@ -218,7 +227,9 @@
     gpu.root.dataset.usedBytes = g.used_bytes;
     gpu.root.dataset.totalBytes = g.total_bytes;
 
-    const segs = (g.holdings || []).map((h) => el('span', {
+    // Same order as the chart's stack: baseline first, then services, then the rest.
+    const stackOrder = orderSeries(g.holdings || []);
+    const segs = stackOrder.map((h) => el('span', {
       style: `width:${(100 * h.bytes / Math.max(1, g.total_bytes)).toFixed(2)}%;background:${ownerColor(h.owner, h.owner_kind)}`,
       title: `${h.owner}: ${fmtBytes(h.bytes)}`,
     }));
@@ -245,9 +256,13 @@
     });
     if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 4, class: 'muted', text: 'Nothing held.' })));
     r.holdings.replaceChildren(...rows);
-    if (!g.per_process_available)
-      r.note.textContent = 'Per-process memory is not available from this driver: owners come from residuals and self-reports.';
-    else r.note.textContent = '';
+    gpu.driverNote = g.per_process_available ? ''
+      : 'Per-process memory is not available from this driver: owners come from residuals and self-reports.';
+    updateNote(gpu);
+  }
+
+  function updateNote(gpu) {
+    gpu.refs.note.textContent = [gpu.historyNote, gpu.driverNote].filter(Boolean).join(' ');
   }
 
   // Owners bottom-up: baseline first, then services, then the rest, by name within a kind.
@@ -264,7 +279,7 @@
       const h = await api(`/v1/history?gpu=${gpu.index}&window=${state.window}&points=${points}`);
       drawChart(gpu, h);
     } catch (e) {
-      if (!(e instanceof AuthNeeded)) gpu.refs.note.textContent = 'History: ' + e.message;
+      if (!(e instanceof AuthNeeded)) { gpu.historyNote = 'History: ' + e.message; updateNote(gpu); }
     }
   }
 
@@ -283,6 +298,9 @@
     gpu.refs.chart.dataset.owners = series.map((s) => s.owner).join(',');
     gpu.refs.chart.dataset.lastUsedBytes = n ? Math.round(acc[n - 1]) : 0;
     gpu.history = { raw, series };
+    gpu.historyNote = n && times[n - 1] - times[0] < WINDOWS[state.window] * 0.9
+      ? `History since ${timeLabel(times[0], 60)} (${fmtDuration(times[n - 1] - times[0])}).` : '';
+    updateNote(gpu);
 
     const key = series.map((s) => s.owner).join('\n') + '|' + state.window;
     if (gpu.plot && gpu.plotKey === key) {
@@ -319,9 +337,13 @@
       bands,
       cursor: { points: { show: false }, drag: { x: false, y: false } },
       legend: { live: true },
-      scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(total, max) * 1.04 || 1] } },
+      scales: {
+        // The window, or less when the history is shorter (the note under the chart says so).
+        x: { time: true, range: (u, min, max) => { const end = max ?? Date.now() / 1000; return [Math.max(end - WINDOWS[state.window], min ?? end - 60), end]; } },
+        y: { range: (u, min, max) => [0, Math.max(total, max) * 1.04 || 1] },
+      },
       axes: [
-        Object.assign({}, axis),
+        Object.assign({}, axis, { values: (u, splits, ai, space, incr) => splits.map((t) => timeLabel(t, incr)) }),
         Object.assign({}, axis, { size: 52, values: (u, vals) => vals.map((v) => v + ' GiB') }),
       ],
     };
@@ -692,6 +714,7 @@
     if (state.needToken) return;
     try {
       const [status, services, leases] = await Promise.all([api('/v1/status'), api('/v1/services'), api('/v1/leases')]);
+      state.serviceNames = (services.services || []).map((x) => x.name);
       renderGpus(status);
       renderServices(services.services || []);
       renderLeases(leases);
@@ -706,10 +729,16 @@
     }
   }
 
-  async function main() {
+  // Everything, then the live feed: at start, and again once the user gave a token.
+  async function connect() {
     await refreshAll();
+    if (state.needToken) return;
     try { await loadEventHistory(); } catch (e) { /* the stream still runs */ }
     restartStream();
+  }
+
+  async function main() {
+    await connect();
     setInterval(refreshAll, 2000);
     setInterval(() => {
       const every = state.window === '15m' ? 5000 : 30000;
