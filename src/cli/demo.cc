@@ -178,6 +178,10 @@ int cmd_demo(const DemoOptions& opts) {
   flaky_svc.restart_window = std::chrono::hours(1);
   config.services = {comfy_svc, ollama_svc, flaky_svc};
 
+  // VRAMD_DEMO_TOKEN: every API request then needs "Authorization: Bearer TOKEN"; the browser
+  // tests drive the dashboard's token form with it.
+  if (const char* token = std::getenv("VRAMD_DEMO_TOKEN"); token && *token) config.daemon.token = token;
+
   setenv("VRAMD_NVML_LIBRARY", lib.c_str(), 1);
   setenv("FAKE_NVML_STATE", state.c_str(), 1);
   auto reader = open_gpu_reader("nvml");
@@ -208,6 +212,7 @@ int cmd_demo(const DemoOptions& opts) {
             << "  Free now:  vramd free comfyui --url " << url
             << "  (or wait: comfyui unloads after 60 s idle)\n"
             << "  Events:    vramd events -f --url " << url << "\n"
+            << (config.daemon.token.empty() ? "" : "  Token:     required (VRAMD_DEMO_TOKEN)\n")
             << "  Crashes:   vramd doctor --url " << url << "  (whisper, run by vramd, crashes every ~20 s)\n"
             << "Press Ctrl-C to stop.\n\n"
             << std::flush;

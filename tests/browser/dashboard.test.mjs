@@ -11,6 +11,8 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 
 const GiB = 1024 ** 3;
+// The demo runs with this token, so the dashboard has to ask for it (where vramd enforces tokens).
+const TOKEN = 'browser-test-' + Math.random().toString(36).slice(2);
 
 function parseArgs(argv) {
   const out = {};
@@ -44,7 +46,7 @@ function check(ok, what) {
 function startDemo(vramd) {
   return new Promise((resolve, reject) => {
     const child = spawn(vramd, ['demo', '--listen', '127.0.0.1:0', '--duration', '170'],
-                        { stdio: ['ignore', 'pipe', 'pipe'] });
+                        { stdio: ['ignore', 'pipe', 'pipe'], env: Object.assign({}, process.env, { VRAMD_DEMO_TOKEN: TOKEN }) });
     let out = '';
     const timer = setTimeout(() => reject(new Error(`vramd demo printed no URL in 30 s:\n${out}`)), 30000);
     const onData = (d) => {
@@ -73,8 +75,14 @@ async function checkHeaders(base) {
         `GET /assets/nope.js answers 404 JSON (got ${missing.status})`);
 }
 
-function watchConsole(page, errors, label) {
-  page.on('console', (m) => { if (m.type() === 'error') errors.push(`${label}: ${m.text()}`); });
+// Console errors, but for the 401s the dashboard gets (and answers with its token form) before
+// it has the token.
+function watchConsole(page, errors, label, tokenEnforced) {
+  page.on('console', (m) => {
+    if (m.type() !== 'error') return;
+    if (tokenEnforced && /status of 401/.test(m.text())) return;
+    errors.push(`${label}: ${m.text()}`);
+  });
   page.on('pageerror', (e) => errors.push(`${label}: uncaught ${e.message}`));
 }
 
@@ -97,12 +105,27 @@ async function main() {
   const errors = [];
   try {
     await checkHeaders(base);
+    const probe = await fetch(new URL('/v1/status', base));
+    const tokenEnforced = probe.status === 401;
+    if (!args.url && !tokenEnforced)
+      console.log(`note: this vramd answers /v1/status without the token (${probe.status}): the token form is not exercised`);
 
     // Desktop.
     const desktop = await browser.newContext({ viewport: { width: 1366, height: 900 } });
     const page = await desktop.newPage();
-    watchConsole(page, errors, 'desktop');
+    watchConsole(page, errors, 'desktop', tokenEnforced);
     await page.goto(base, { waitUntil: 'load' });
+    if (tokenEnforced) {
+      await page.waitForSelector('#token-form:not([hidden])', { timeout: 10000 });
+      check(true, 'a 401 brings up the token form');
+      await page.screenshot({ path: path.join(shots, 'token-form.png') });
+      await page.fill('#token-input', 'wrong-token');
+      await page.click('#token-form button[type="submit"]');
+      await page.waitForSelector('#token-error:not([hidden])', { timeout: 10000 });
+      check(/refused/.test(await page.locator('#token-error').innerText()), 'a wrong token is refused, saying so');
+      await page.fill('#token-input', TOKEN);
+      await page.click('#token-form button[type="submit"]');
+    }
     await page.waitForSelector('.service[data-service="comfyui"]', { timeout: 20000 });
     await page.waitForSelector('#live[data-state="on"]', { timeout: 20000 });
     // The chart has drawn the owners once a history with comfyui arrived.
@@ -118,6 +141,10 @@ async function main() {
 
     for (const name of ['comfyui', 'ollama', 'whisper'])
       check(await page.locator(`.service[data-service="${name}"]`).count() === 1, `service card for ${name}`);
+    if (tokenEnforced) {
+      check(await page.locator('#token-form').isHidden(), 'the token form goes away with the right token');
+      check(await page.evaluate(() => localStorage.getItem('vramd.token')) === TOKEN, 'the token is kept in localStorage');
+    }
     const whisperText = await page.locator('.service[data-service="whisper"]').innerText();
     check(/process (running|starting|backoff|crashed|stopped)/.test(whisperText), 'whisper card shows its process state');
 
@@ -170,8 +197,10 @@ async function main() {
 
     // Phone width: nothing wider than the screen.
     const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true });
+    // A returning visitor: the token is already in localStorage, so no 401 and no form.
+    await phone.addInitScript((t) => localStorage.setItem('vramd.token', t), TOKEN);
     const ppage = await phone.newPage();
-    watchConsole(ppage, errors, 'phone');
+    watchConsole(ppage, errors, 'phone', false);
     await ppage.goto(base, { waitUntil: 'load' });
     await ppage.waitForSelector('.service[data-service="comfyui"]', { timeout: 20000 });
     await ppage.waitForFunction(() => document.querySelector('.chart canvas'), null, { timeout: 20000 });
