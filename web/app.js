@@ -535,10 +535,14 @@
       const who = l.label || l.holder || l.owner;
       const reason = l.reason && l.reason.text ? el('span', { class: 'lease-reason', text: l.reason.text }) : null;
       const stateTone = l.state === 'granted' ? 'ok' : l.state === 'queued' ? 'warn' : '';
+      const command = Array.isArray(l.command) ? l.command.join(' ') : l.command;
+      const details = [command, l.holder && l.holder !== who ? 'by ' + l.holder : '', l.priority ? 'priority ' + l.priority : '']
+        .filter(Boolean).join(' · ');
+      const position = l.state === 'queued' && l.position !== null && l.position !== undefined ? ` #${l.position + 1}` : '';
       return el('tr', { dataset: { lease: l.id, state: l.state } },
         el('td', {}, el('strong', { text: '#' + l.id }), ' ', who,
-          l.command && l.command.length ? el('span', { class: 'sub', text: l.command.join(' ') }) : null, reason),
-        el('td', {}, badge(l.state + (l.position ? ' ' + l.position : ''), stateTone)),
+          details ? el('span', { class: 'sub', text: details }) : null, reason),
+        el('td', {}, badge(l.state + position, stateTone)),
         el('td', { class: 'num' }, fmtBytes(l.vram_bytes), el('span', { class: 'sub', text: l.gpu === null || l.gpu === undefined ? 'any GPU' : 'GPU ' + l.gpu })));
     });
     $('leases').replaceChildren(el('div', { class: 'table-wrap' }, el('table', {},

@@ -184,6 +184,16 @@ async function main() {
     const cardText = await card.innerText();
     check(/16\.0 GiB → /.test(cardText) && /freed/.test(cardText), 'comfyui card shows the last unload, before → after');
 
+    // A lease shows in the queue panel (2 GiB fits without evicting anyone).
+    const auth = tokenEnforced ? { Authorization: `Bearer ${TOKEN}` } : {};
+    const lease = await fetch(new URL('/v1/leases', base), {
+      method: 'POST', headers: Object.assign({ 'Content-Type': 'application/json' }, auth),
+      body: JSON.stringify({ vram: '2GiB', label: 'browser-test', holder: 'dashboard.test', command: 'python3 embed.py' }),
+    });
+    check(lease.ok, `POST /v1/leases granted a 2 GiB lease (${lease.status})`);
+    await page.waitForSelector('#leases tr[data-state="granted"]', { timeout: 10000 }).catch(() => {});
+    check(/browser-test/.test(await page.locator('#leases').innerText()), 'the lease panel lists the lease');
+
     // The window selector redraws the chart.
     await page.locator('#window-select button[data-window="1h"]').click();
     await page.waitForTimeout(1000);
