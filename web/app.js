@@ -90,9 +90,22 @@
     if (kind === 'unknown' || name === 'unknown') return '#e5534b';
     const i = state.serviceNames.indexOf(name);
     if (i >= 0) return SERVICE_COLORS[i % SERVICE_COLORS.length];
-    let h = 0;
-    for (const ch of name) h = (h * 31 + ch.codePointAt(0)) >>> 0;
-    return OTHER_COLORS[h % OTHER_COLORS.length];
+    // Others (batch jobs, containers): from a hash of the name, moved on to a colour no other
+    // present owner has, so two python3 jobs side by side do not look like one.
+    if (!otherColors.has(name)) {
+      let h = 0;
+      for (const ch of name) h = (h * 31 + ch.codePointAt(0)) >>> 0;
+      const taken = new Set(otherColors.values());
+      let c = OTHER_COLORS[h % OTHER_COLORS.length];
+      for (let k = 1; taken.has(c) && k < OTHER_COLORS.length; k++) c = OTHER_COLORS[(h + k) % OTHER_COLORS.length];
+      otherColors.set(name, c);
+    }
+    return otherColors.get(name);
+  }
+  const otherColors = new Map();
+  // Owners no longer in the status nor any chart give their colours back.
+  function forgetColors(present) {
+    for (const name of otherColors.keys()) if (!present.has(name)) otherColors.delete(name);
   }
   function withAlpha(hex, a) {
     const n = parseInt(hex.slice(1), 16);
@@ -719,6 +732,10 @@
     try {
       const [status, services, leases] = await Promise.all([api('/v1/status'), api('/v1/services'), api('/v1/leases')]);
       state.serviceNames = (services.services || []).map((x) => x.name);
+      const present = new Set();
+      for (const g of status.gpus || []) for (const h of g.holdings || []) present.add(h.owner);
+      for (const gpu of state.gpus.values()) for (const o of (gpu.history ? gpu.history.series : [])) present.add(o.owner);
+      forgetColors(present);
       renderGpus(status);
       renderServices(services.services || []);
       renderLeases(leases);
