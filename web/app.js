@@ -769,6 +769,8 @@
     }, 2500);
   }
 
-  window.vramdDashboard = { state };
+  // For the browser tests (and a curious console): the state, and a way to cut the live feed
+  // as a network drop would.
+  window.vramdDashboard = { state, dropStream: () => streamAbort && streamAbort.abort() };
   main();
 })();

@@ -76,11 +76,12 @@ async function checkHeaders(base) {
 }
 
 // Console errors, but for the 401s the dashboard gets (and answers with its token form) before
-// it has the token.
+// it has the token, and the failed requests while the test holds the browser offline.
 function watchConsole(page, errors, label, tokenEnforced) {
   page.on('console', (m) => {
     if (m.type() !== 'error') return;
     if (tokenEnforced && /status of 401/.test(m.text())) return;
+    if (/ERR_INTERNET_DISCONNECTED/.test(m.text())) return;  // the test's own offline spell
     errors.push(`${label}: ${m.text()}`);
   });
   page.on('pageerror', (e) => errors.push(`${label}: uncaught ${e.message}`));
@@ -183,6 +184,22 @@ async function main() {
     check(drop > 14 && drop < 18, `chart: used memory dropped by ${drop.toFixed(2)} GiB`);
     const cardText = await card.innerText();
     check(/16\.0 GiB → /.test(cardText) && /freed/.test(cardText), 'comfyui card shows the last unload, before → after');
+
+    // The feed survives a dropped connection and misses nothing: offline for a while (the demo's
+    // batch job and whisper make events meanwhile), then back, resuming after the last id seen.
+    await desktop.setOffline(true);
+    await page.evaluate(() => window.vramdDashboard.dropStream());
+    await page.waitForSelector('#live:not([data-state="on"])', { timeout: 10000 });
+    const lastBefore = await page.evaluate(() => window.vramdDashboard.state.lastEventId);
+    await page.waitForTimeout(12000);
+    await desktop.setOffline(false);
+    await page.waitForSelector('#live[data-state="on"]', { timeout: 30000 });
+    await page.waitForFunction((n) => window.vramdDashboard.state.lastEventId > n, lastBefore, { timeout: 30000 }).catch(() => {});
+    const ids = await page.$$eval('#events li', (lis) => lis.map((li) => Number(li.dataset.id)).sort((a, b) => a - b));
+    const missing = [];
+    for (let i = 1; i < ids.length; i++) for (let k = ids[i - 1] + 1; k < ids[i]; k++) missing.push(k);
+    check(ids[ids.length - 1] > lastBefore && missing.length === 0,
+          `after a dropped stream the feed resumed from event ${lastBefore} with no gap (now up to ${ids[ids.length - 1]}${missing.length ? ', missing ' + missing.join(',') : ''})`);
 
     // A lease shows in the queue panel (2 GiB fits without evicting anyone).
     const auth = tokenEnforced ? { Authorization: `Bearer ${TOKEN}` } : {};
