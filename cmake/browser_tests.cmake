@@ -29,7 +29,7 @@ if(VRAMD_NODE)
             --chromium "${VRAMD_CHROMIUM}"
             --screenshots ${CMAKE_BINARY_DIR}/screenshots)
   # 77: chromium is not installed (the test says so); ctest shows it as skipped, not passed.
-  set_tests_properties(browser_dashboard PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 240 RUN_SERIAL ON)
+  set_tests_properties(browser_dashboard PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 RUN_SERIAL ON)
 else()
   add_test(NAME browser_dashboard COMMAND ${CMAKE_COMMAND} -E echo
            "SKIPPED: node is not installed (run `make deps`)")

@@ -45,7 +45,7 @@ function check(ok, what) {
 // Starts `vramd demo` on a free port; resolves with its base URL once the banner names it.
 function startDemo(vramd) {
   return new Promise((resolve, reject) => {
-    const child = spawn(vramd, ['demo', '--listen', '127.0.0.1:0', '--duration', '170'],
+    const child = spawn(vramd, ['demo', '--listen', '127.0.0.1:0', '--duration', '300'],
                         { stdio: ['ignore', 'pipe', 'pipe'], env: Object.assign({}, process.env, { VRAMD_DEMO_TOKEN: TOKEN }) });
     let out = '';
     const timer = setTimeout(() => reject(new Error(`vramd demo printed no URL in 30 s:\n${out}`)), 30000);
@@ -60,6 +60,8 @@ function startDemo(vramd) {
     child.stdout.on('data', onData);
     child.stderr.on('data', (d) => { out += d; });
     child.on('exit', (code) => reject(new Error(`vramd demo exited (${code}):\n${out}`)));
+    // Not left behind when the test ends early; --duration bounds it when the test is killed.
+    process.on('exit', () => child.kill('SIGTERM'));
   });
 }
 
