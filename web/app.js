@@ -609,6 +609,9 @@
     const list = $('events');
     list.prepend(li);
     while (list.children.length > MAX_EVENTS) list.lastElementChild.remove();
+    // Ids older than the shown ones cannot come again (a resume asks for newer): forget them.
+    if (state.seenEvents.size > 4 * MAX_EVENTS)
+      state.seenEvents = new Set([...list.children].map((x) => Number(x.dataset.id)));
     $('events-empty').hidden = true;
   }
 

@@ -1,8 +1,8 @@
 #include "server/assets.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cctype>
-#include <fmt/format.h>
 #include <string_view>
 
 #include "server/json_view.h"
@@ -89,9 +89,9 @@ std::optional<HttpResponse> serve_asset(const HttpRequest& req) {
 
   bool head = req.method() == http::verb::head;
   if (req.method() != http::verb::get && !head) {
-    HttpResponse res = error_response(
-        req, 405, "method_not_allowed",
-        fmt::format("{} only accepts GET and HEAD", std::string(path)));
+    HttpResponse res =
+        error_response(req, 405, "method_not_allowed",
+                       fmt::format("{} only accepts GET and HEAD", std::string(path)));
     res.set(http::field::allow, "GET, HEAD");
     return res;
   }

@@ -31,8 +31,8 @@ std::string error_code(const HttpResponse& res) {
 }
 
 TEST(Assets, EveryDashboardFileIsEmbedded) {
-  for (const char* name : {"index.html", "app.js", "style.css", "favicon.svg", "uPlot.iife.min.js",
-                           "uPlot.min.css"}) {
+  for (const char* name :
+       {"index.html", "app.js", "style.css", "favicon.svg", "uPlot.iife.min.js", "uPlot.min.css"}) {
     bool found = false;
     for (size_t i = 0; i < kWebAssetCount; ++i) found |= kWebAssets[i].name == name;
     EXPECT_TRUE(found) << name;
@@ -165,7 +165,8 @@ TEST(Assets, IndexHtmlHasNoInlineScript) {
   auto res = serve_asset(get("/"));
   ASSERT_TRUE(res);
   const std::string& html = res->body();
-  for (size_t at = html.find("<script"); at != std::string::npos; at = html.find("<script", at + 1)) {
+  for (size_t at = html.find("<script"); at != std::string::npos;
+       at = html.find("<script", at + 1)) {
     size_t end = html.find('>', at);
     std::string tag = html.substr(at, end - at);
     EXPECT_NE(tag.find(" src="), std::string::npos) << tag;
