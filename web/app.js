@@ -491,7 +491,8 @@
       const def = ACTIONS.find((x) => x.name === a.name);
       const extra = a.name === 'unload' ? ` It holds ${fmtBytes(s.bytes)}.` : a.name === 'stop' ? ' Its memory is freed; it stays down.' : '';
       const confirmBtn = el('button', { type: 'button', class: 'btn ' + (def.danger ? 'danger' : 'primary'), dataset: { confirm: a.name }, text: def.verb, onclick: () => runAction(svc, a.name) });
-      area.replaceChildren(el('div', { class: 'confirm', role: 'alertdialog', 'aria-label': `Confirm ${a.name}` },
+      area.replaceChildren(el('div', { class: 'confirm', role: 'alertdialog', 'aria-label': `Confirm ${a.name}`,
+        onkeydown: (ev) => { if (ev.key === 'Escape') { svc.action = null; renderActions(svc); } } },
         el('span', { class: 'confirm-text', text: `${def.verb} ${s.name}?${extra}` }),
         confirmBtn,
         el('button', { type: 'button', class: 'btn', dataset: { cancel: a.name }, text: 'Cancel', onclick: () => { svc.action = null; renderActions(svc); } })));
@@ -523,8 +524,15 @@
     try {
       const body = await api(`/v1/services/${encodeURIComponent(svc.name)}/${name}`, { method: 'POST' });
       let text = body && body.message ? body.message : `${name}: done`;
-      if (name === 'unload' && body && body.outcome) text = `${body.outcome}: ${fmtBytes(body.before_bytes)} → ${fmtBytes(body.after_bytes)} in ${(body.duration_ms / 1000).toFixed(1)} s`;
-      const ok = !(body && (body.ok === false || body.outcome === 'failed' || body.outcome === 'ineffective'));
+      let ok = !(body && (body.ok === false || body.outcome === 'failed' || body.outcome === 'ineffective'));
+      if (name === 'unload' && body && body.outcome) {
+        text = `${body.outcome}: ${fmtBytes(body.before_bytes)} → ${fmtBytes(body.after_bytes)} in ${(body.duration_ms / 1000).toFixed(1)} s`;
+        if (body.message && !ok) text += ` (${body.message})`;
+      } else if (body && body.done === false && !body.message) {
+        // 202: accepted and under way; the card's state and the feed say how it ends.
+        text = `${name} under way${body.state ? ` (${body.state})` : ''}`;
+        ok = true;
+      }
       svc.lastResult = { ok, text };
     } catch (e) {
       svc.lastResult = { ok: false, text: e instanceof AuthNeeded ? 'A token is needed.' : `${name} failed: ${e.message}` };

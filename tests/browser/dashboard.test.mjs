@@ -84,6 +84,7 @@ function watchConsole(page, errors, label, tokenEnforced) {
     if (m.type() !== 'error') return;
     if (tokenEnforced && /status of 401/.test(m.text())) return;
     if (/ERR_INTERNET_DISCONNECTED/.test(m.text())) return;  // the test's own offline spell
+    if ((m.location().url || '').includes('/v1/services/ollama/unload')) return;  // the staged 409
     errors.push(`${label}: ${m.text()}`);
   });
   page.on('pageerror', (e) => errors.push(`${label}: uncaught ${e.message}`));
@@ -186,6 +187,22 @@ async function main() {
     check(drop > 14 && drop < 18, `chart: used memory dropped by ${drop.toFixed(2)} GiB`);
     const cardText = await card.innerText();
     check(/16\.0 GiB → /.test(cardText) && /freed/.test(cardText), 'comfyui card shows the last unload, before → after');
+
+    // A failed action shows the API's message on the card (the daemon's answer staged: a real
+    // failure would also change the demo's state).
+    await page.route('**/v1/services/ollama/unload', (route) => route.fulfill({
+      status: 409, contentType: 'application/json',
+      body: JSON.stringify({ error: { code: 'failed', message: 'staged failure: ollama said no' } }),
+    }));
+    const ollama = page.locator('.service[data-service="ollama"]');
+    await ollama.locator('button[data-action="unload"]').click();
+    await ollama.locator('button[data-cancel="unload"]').click();
+    check(await ollama.locator('button[data-confirm="unload"]').count() === 0, 'Cancel closes the confirmation without acting');
+    await ollama.locator('button[data-action="unload"]').click();
+    await ollama.locator('button[data-confirm="unload"]').click();
+    await ollama.locator('.error', { hasText: 'staged failure: ollama said no' }).waitFor({ timeout: 10000 }).catch(() => {});
+    check(/staged failure: ollama said no/.test(await ollama.innerText()), 'a failed action shows the API\'s error message');
+    await page.unroute('**/v1/services/ollama/unload');
 
     // The feed survives a dropped connection and misses nothing: offline for a while (the demo's
     // batch job and whisper make events meanwhile), then back, resuming after the last id seen.
