@@ -350,12 +350,14 @@ class ConfigParser {
   }
 
   void parse_daemon(const toml::table& t, DaemonConfig& out) {
+    const toml::node* listen = nullptr;
     const toml::node* token = nullptr;
     const toml::node* token_file = nullptr;
     for (auto&& [key, node] : t) {
       std::string k(key.str());
       std::string field = "daemon." + k;
       if (k == "listen") {
+        listen = &node;
         if (auto s = string_value(node, field)) {
           Result<HostPort> hp = parse_authority(*s, /*port_required=*/true);
           if (!hp) {
@@ -375,7 +377,14 @@ class ConfigParser {
           }
         }
       } else if (k == "token") {
-        if (auto s = string_value(node, field, /*allow_empty=*/false)) out.token = *s;
+        if (auto s = string_value(node, field, /*allow_empty=*/false)) {
+          // It goes in "Authorization: Bearer TOKEN": one word of visible characters.
+          if (std::any_of(s->begin(), s->end(), [](char c) { return c <= ' ' || c == 0x7f; })) {
+            error(node.source().begin, field + ": must be printable ASCII without spaces");
+          } else {
+            out.token = *s;
+          }
+        }
         token = &node;
       } else if (k == "token_file") {
         if (auto s = string_value(node, field, /*allow_empty=*/false)) out.token_file = *s;
@@ -407,6 +416,15 @@ class ConfigParser {
       const toml::node* later =
           token->source().begin.line > token_file->source().begin.line ? token : token_file;
       error(later->source().begin, "daemon: set token or token_file, not both");
+    }
+    // Beyond loopback, anyone on the network could free, stop and lease GPUs without a token.
+    if (listen && !token && !token_file) {
+      Result<HostPort> hp = parse_authority(out.listen, /*port_required=*/true);
+      if (hp && !is_loopback_host(hp->host)) {
+        error(listen->source().begin,
+              "daemon.listen: " + out.listen +
+                  " is reachable from other hosts; set daemon.token or daemon.token_file");
+      }
     }
   }
 
@@ -829,6 +847,20 @@ const std::vector<std::string>& known_service_kinds() {
 
 Result<HostPort> parse_host_port(std::string_view text) {
   return parse_authority(text, /*port_required=*/true);
+}
+
+bool is_loopback_host(std::string_view host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  std::string h = lower(host);
+  if (h == "localhost" || h == "localhost.") return true;
+  in_addr a4;
+  if (inet_pton(AF_INET, h.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  in6_addr a6;
+  if (inet_pton(AF_INET6, h.substr(0, h.find('%')).c_str(), &a6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&a6)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;  // ::ffff:127.0.0.1
+  }
+  return false;
 }
 
 Result<HttpUrl> parse_http_url(std::string_view text) {

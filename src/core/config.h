@@ -133,6 +133,9 @@ struct HostPort {
   std::uint16_t port = 0;
 };
 Result<HostPort> parse_host_port(std::string_view text);
+// "localhost", an address in 127.0.0.0/8 or ::1 (brackets allowed). Other hostnames are not
+// loopback: they may resolve anywhere. A listen address that is not loopback needs a token.
+bool is_loopback_host(std::string_view host);
 
 // A service's base URL: "http://host:port[/path]" or https. Without a port, 80 or 443.
 struct HttpUrl {

@@ -314,6 +314,49 @@ TEST(Config, ListenValidation) {
             "\"::1:7100\")");
 }
 
+// Beyond loopback, anyone on the network could drive the daemon: a token is required.
+TEST(Config, ListenBeyondLoopbackNeedsToken) {
+  EXPECT_EQ(error_of("[daemon]\nlisten = \"0.0.0.0:7100\"\n"),
+            "vramd.toml:2:10: daemon.listen: 0.0.0.0:7100 is reachable from other hosts; set "
+            "daemon.token or daemon.token_file");
+  EXPECT_EQ(error_of("[daemon]\nstate_dir = \"/tmp\"\nlisten = \"[::]:7100\"\n"),
+            "vramd.toml:3:10: daemon.listen: [::]:7100 is reachable from other hosts; set "
+            "daemon.token or daemon.token_file");
+  // A hostname may resolve anywhere, even one that sounds local.
+  EXPECT_NE(error_of("[daemon]\nlisten = \"gpu-box:7100\"\n").find("reachable from other hosts"),
+            std::string::npos);
+  EXPECT_NE(error_of("[daemon]\nlisten = \"192.168.1.5:7100\"\n").find("set daemon.token"),
+            std::string::npos);
+  EXPECT_EQ(error_of("[daemon]\nlisten = \"0.0.0.0:7100\"\ntoken = \"s3cret\"\n"), "(ok)");
+  EXPECT_EQ(error_of("[daemon]\ntoken_file = \"/etc/vramd/token\"\nlisten = \"0.0.0.0:7100\"\n"),
+            "(ok)");
+}
+
+TEST(Config, ListenOnLoopbackNeedsNoToken) {
+  for (const char* listen : {"127.0.0.1:7100", "127.8.9.10:7100", "[::1]:7100", "localhost:7100",
+                             "LOCALHOST:7100"}) {
+    EXPECT_EQ(error_of(std::string("[daemon]\nlisten = \"") + listen + "\"\n"), "(ok)") << listen;
+  }
+}
+
+TEST(Config, TokenMustBeOneWord) {
+  EXPECT_EQ(error_of("[daemon]\ntoken = \"two words\"\n"),
+            "vramd.toml:2:9: daemon.token: must be printable ASCII without spaces");
+  EXPECT_EQ(error_of("[daemon]\ntoken = \"\"\n"), "vramd.toml:2:9: daemon.token: must not be empty");
+}
+
+TEST(IsLoopbackHost, Forms) {
+  for (const char* h : {"localhost", "Localhost", "localhost.", "127.0.0.1", "127.255.0.3", "::1",
+                        "[::1]", "0:0:0:0:0:0:0:1", "::ffff:127.0.0.1"}) {
+    EXPECT_TRUE(is_loopback_host(h)) << h;
+  }
+  for (const char* h : {"", "0.0.0.0", "::", "[::]", "128.0.0.1", "10.0.0.1", "gpu-box",
+                        "localhost.evil.example", "evil.localhost.example", "127.0.0.1.nip.io",
+                        "::ffff:10.0.0.1", "[::1", "126.0.0.1"}) {
+    EXPECT_FALSE(is_loopback_host(h)) << h;
+  }
+}
+
 TEST(Config, TokenAndTokenFileExclusive) {
   EXPECT_EQ(error_of("[daemon]\ntoken = \"abc\"\ntoken_file = \"/etc/t\"\n"),
             "vramd.toml:3:14: daemon: set token or token_file, not both");
