@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "server/auth.h"
 #include "server/json_view.h"
 
 namespace vramd {
@@ -90,6 +91,7 @@ struct HttpServer::Impl {
   asio::io_context& io;
   HttpHandler handler;
   HttpLimits limits;
+  HttpSecurity security;
   std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> tcp;
   std::vector<std::unique_ptr<asio::local::stream_protocol::acceptor>> unix_;
   std::vector<std::string> unix_paths;
@@ -101,9 +103,18 @@ struct HttpServer::Impl {
       http::request_parser<http::string_body> parser;
       parser.header_limit(static_cast<std::uint32_t>(limits.header_bytes));
       parser.body_limit(limits.body_bytes);
-      // The first request gets the read timeout; between keep-alive requests, the idle one.
-      stream.expires_after(first ? limits.read_timeout : limits.idle_timeout);
       beast::error_code ec;
+      // Between keep-alive requests a connection may sit idle; once a request has begun, it
+      // must arrive whole within the read timeout (a client trickling bytes is cut off).
+      if (!first && buffer.size() == 0) {
+        stream.expires_after(limits.idle_timeout);
+        auto space = buffer.prepare(4096);
+        std::size_t n =
+            co_await stream.async_read_some(space, asio::redirect_error(use_awaitable, ec));
+        if (ec) break;
+        buffer.commit(n);
+      }
+      stream.expires_after(limits.read_timeout);
       co_await http::async_read_header(stream, buffer, parser, asio::redirect_error(use_awaitable, ec));
       if (!ec && !parser.is_done()) {
         stream.expires_after(limits.read_timeout);
@@ -132,17 +143,29 @@ struct HttpServer::Impl {
       }
       HttpRequest req = parser.release();
       bool keep_alive = req.keep_alive();
+      bool head = req.method() == http::verb::head;
       HttpResponse res;
       BeastHttpStream<Stream> takeover(stream);
-      try {
-        res = co_await handler(std::move(req), takeover);
-      } catch (const std::exception& e) {
-        spdlog::error("http handler failed: {}", e.what());
-        res = json_response(500, error_json("internal", e.what()).dump());
+      constexpr bool over_tcp = std::is_same_v<Stream, beast::tcp_stream>;
+      if (auto refusal = check_request(req, security, over_tcp)) {
+        res = std::move(*refusal);
+      } else {
+        try {
+          res = co_await handler(std::move(req), takeover);
+        } catch (const std::exception& e) {
+          spdlog::error("http handler failed: {}", e.what());
+          res = json_response(500, error_json("internal", e.what())
+                                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        }
       }
       if (takeover.taken_over()) break;
       res.keep_alive(keep_alive);
       res.prepare_payload();
+      if (head) {  // the length of the GET's body, without the body (RFC 9110 9.3.2)
+        std::size_t length = res.body().size();
+        res.body().clear();
+        res.content_length(length);
+      }
       stream.expires_after(limits.read_timeout);
       co_await http::async_write(stream, res, asio::redirect_error(use_awaitable, ec));
       if (ec || !keep_alive) break;
@@ -167,7 +190,7 @@ struct HttpServer::Impl {
 };
 
 HttpServer::HttpServer(asio::io_context& io, HttpHandler handler, HttpLimits limits)
-    : impl_(new Impl{io, std::move(handler), limits, {}, {}, {}}) {}
+    : impl_(new Impl{io, std::move(handler), limits, {}, {}, {}, {}}) {}
 
 HttpServer::~HttpServer() {
   close();
@@ -182,9 +205,29 @@ void HttpServer::close() {
   impl_->unix_paths.clear();
 }
 
+void HttpServer::set_security(HttpSecurity security) { impl_->security = std::move(security); }
+
+Status HttpServer::secure(const std::string& token, const std::string& token_file) {
+  HttpSecurity security{.enabled = true, .token = token};
+  if (!token_file.empty()) {
+    std::string warning;
+    auto t = read_token_file(token_file, &warning);
+    if (!t) return make_error("daemon.token_file: " + t.error());
+    if (!warning.empty()) spdlog::warn("daemon.token_file: {}", warning);
+    security.token = std::move(*t);
+  }
+  set_security(std::move(security));
+  return Ok{};
+}
+
 Status HttpServer::listen_tcp(const std::string& host_port) {
   auto hp = split_host_port(host_port);
   if (!hp) return make_error(hp.error());
+  // The config refuses this too; this catches configs built in code (the demo, tests).
+  if (impl_->security.enabled && impl_->security.token.empty() && !is_loopback_host(hp->first))
+    return make_error(fmt::format(
+        "daemon.listen: {} is reachable from other hosts; set daemon.token or daemon.token_file",
+        host_port));
   beast::error_code ec;
   asio::ip::tcp::resolver resolver(impl_->io);
   auto endpoints = resolver.resolve(hp->first, std::to_string(hp->second),

@@ -42,12 +42,27 @@ struct HttpLimits {
   std::chrono::seconds idle_timeout{60};  // keep-alive connections idle this long are closed
 };
 
+// The daemon's access rules over TCP (server/auth.h): a bearer token, and without one, loopback
+// only (listen address and Host header); cross-origin mutations are refused either way. Off by
+// default: fakes and probes are plain servers. The unix socket is never checked.
+struct HttpSecurity {
+  bool enabled = false;
+  std::string token;  // empty: no token (then listen_tcp refuses addresses beyond loopback)
+};
+
 class HttpServer {
  public:
   HttpServer(boost::asio::io_context& io, HttpHandler handler, HttpLimits limits = {});
   ~HttpServer();
 
+  // Call before listen_tcp.
+  void set_security(HttpSecurity security);
+  // Turns the rules on with the daemon's token: `token`, or the content of `token_file` (error
+  // when it cannot be read or is empty; a warning in the log when others may read it).
+  Status secure(const std::string& token, const std::string& token_file);
+
   // "127.0.0.1:7100", "[::1]:7100", "0.0.0.0:7100"; port 0 picks a free one (see tcp_port()).
+  // With security on and no token, an address beyond loopback is refused.
   Status listen_tcp(const std::string& host_port);
   // Creates the socket file (replacing a stale one) with the given mode.
   Status listen_unix(const std::string& path, unsigned mode = 0660);
