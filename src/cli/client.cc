@@ -9,6 +9,8 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include "server/auth.h"
+
 namespace vramd {
 
 namespace asio = boost::asio;
@@ -43,6 +45,12 @@ Result<DaemonReply> exchange(asio::io_context& io, Stream& stream, const std::st
 }
 
 }  // namespace
+
+std::string client_token(const DaemonConfig& daemon) {
+  if (!daemon.token.empty() || daemon.token_file.empty()) return daemon.token;
+  auto token = read_token_file(daemon.token_file);
+  return token ? *token : "";  // not ours to read: the daemon will say 401 if it needs one
+}
 
 Result<DaemonReply> http_request(const DaemonAddress& addr, const std::string& method,
                                const std::string& target, const std::string& body,

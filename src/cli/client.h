@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "core/config.h"
 #include "core/result.h"
 
 namespace vramd {
@@ -21,5 +22,9 @@ struct DaemonAddress {
 Result<DaemonReply> http_request(const DaemonAddress& addr, const std::string& method,
                                const std::string& target, const std::string& body = "",
                                int timeout_ms = 5000, const std::string& token = "");
+
+// The token the CLI sends: daemon.token, else the content of daemon.token_file when this user may
+// read it; "" otherwise (the unix socket, the usual way in for local users, needs none).
+std::string client_token(const DaemonConfig& daemon);
 
 }  // namespace vramd
