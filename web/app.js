@@ -72,6 +72,8 @@
     return isNaN(d) ? '' : d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false });
   }
 
+  const TIME_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+
   // An axis label: 24-hour clock, seconds only when the ticks are less than a minute apart.
   function timeLabel(t, incr) {
     const d = new Date(t * 1000);
@@ -352,11 +354,12 @@
       legend: { live: true },
       scales: {
         // The window, or less when the history is shorter (the note under the chart says so).
-        x: { time: true, range: (u, min, max) => { const end = max ?? Date.now() / 1000; return [Math.max(end - WINDOWS[state.window], min ?? end - 60), end]; } },
+        x: { time: true, range: (u, min, max) => { const end = max ?? Date.now() / 1000; return [Math.max(end - WINDOWS[state.window], Math.min(min ?? end, end - 60)), end]; } },
         y: { range: (u, min, max) => [0, Math.max(total, max) * 1.04 || 1] },
       },
       axes: [
-        Object.assign({}, axis, { values: (u, splits, ai, space, incr) => splits.map((t) => timeLabel(t, incr)) }),
+        // Whole seconds at least: sub-second ticks repeated the same label.
+        Object.assign({}, axis, { incrs: TIME_INCRS, values: (u, splits, ai, space, incr) => splits.map((t) => timeLabel(t, incr)) }),
         Object.assign({}, axis, { size: 52, values: (u, vals) => vals.map((v) => v + ' GiB') }),
       ],
     };

@@ -228,8 +228,11 @@ int cmd_demo(const DemoOptions& opts) {
       print_status(out, to_json(daemon.arbiter().status()), system_now());
       std::cout << out.str() << "\n" << std::flush;
     }
-    if (tick % 20 == 5 && !job) {
+    if (tick % 20 == 4 && !job) {
       job = spawn_stand_in("python3", {"python3", "train.py", "--epochs", "3"}, 0);
+    } else if (tick % 20 == 5 && job) {
+      // A tick after the spawn: by now the stand-in has taken its name, so vramd never sees the
+      // job as "vramd[pid]" (the name before exec and prctl).
       (void)add_fake_process(state, 0, job, 1200 * MiB);
       std::cout << "demo: a batch job (python3 train.py, pid " << job << ") took 1.2 GiB\n" << std::flush;
     } else if (tick % 20 == 15 && job) {
