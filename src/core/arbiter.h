@@ -82,6 +82,7 @@ struct ServiceCommand {
   std::string service;
   std::string action;  // "start" | "stop" | "restart"
   uint64_t request_id = 0;
+  bool force = false;  // start at once, without waiting for GPU room (start admission)
 };
 // The shell started (or failed to start, or re-adopted after a restart of vramd) a managed child.
 struct ChildStarted {
@@ -187,8 +188,10 @@ using Action = std::variant<EmitEvent, CallUnload, SetFastSampling, UnloadFinish
 
 // A service whose process vramd runs (it has `start`).
 struct ManagedState {
-  // "stopped" | "starting" | "running" | "stopping" | "backoff" (waiting to restart) | "failed"
+  // "stopped" | "queued" (waiting for GPU room: start admission) | "starting" | "running" |
+  // "stopping" | "backoff" (waiting to restart) | "failed"
   std::string state = "stopped";
+  std::optional<uint64_t> start_lease;  // the lease its start waits on, or holds until it is up
   std::optional<int> pid;
   uint64_t start_ticks = 0;
   bool adopted = false;
@@ -232,6 +235,7 @@ struct ServiceStatus {
   std::optional<TimePoint> idle_since;  // while idle: last_activity (derived, not kept)
   Bytes bytes = 0;                      // Σ of its holdings over all GPUs
   std::vector<std::pair<unsigned, Bytes>> per_gpu;
+  std::optional<unsigned> last_gpu;  // the GPU it was last seen holding memory on
   std::optional<Bytes> rss;
   std::optional<Bytes> self_reported_vram;
   std::optional<Duration> unload_after_idle;
@@ -298,8 +302,12 @@ class Arbiter {
   std::optional<Bytes> ram_available() const;
   // Brings back the active leases the store kept across a restart. `alive`: lease ids whose
   // holder pid still runs (same start time). Returns what changed (leases that end now).
+  // `first_free_id`: the lowest id the store has never used.
   std::vector<Action> restore_leases(std::vector<Lease> leases, const std::vector<uint64_t>& alive,
-                                     TimePoint now);
+                                     TimePoint now, uint64_t first_free_id = 1);
+  // The id the next LeaseRequested should carry (the Arbiter also takes ids for its own start
+  // leases, so ids come from one counter).
+  uint64_t next_lease_id() const { return next_lease_id_; }
 
  private:
   std::vector<Action> on_sample(const SampleTaken& s, TimePoint now);
@@ -341,8 +349,14 @@ class Arbiter {
 
   // Supervision (arbiter_supervisor.cc).
   void command(const std::string& service, const std::string& action, uint64_t request_id,
-               TimePoint now, std::vector<Action>& actions);
-  void spawn(ServiceStatus& st, TimePoint now, std::vector<Action>& actions);
+               TimePoint now, std::vector<Action>& actions, bool force = false);
+  // Starts a managed service: through start admission when it has a vram_estimate (a start
+  // lease; launch() once granted), else at once.
+  void spawn(ServiceStatus& st, TimePoint now, std::vector<Action>& actions, bool force = false);
+  void launch(ServiceStatus& st, TimePoint now, std::vector<Action>& actions);
+  // Ends the service's start lease, if any (granted: released; queued: cancelled).
+  void end_start_lease(ServiceStatus& st, const std::string& why, TimePoint now,
+                       std::vector<Action>& actions);
   void stop_child(ServiceStatus& st, TimePoint now, std::vector<Action>& actions);
   void finish_waiters(ManagedState& m, const std::string& kind, bool ok, const std::string& message,
                       std::vector<Action>& actions);
@@ -361,6 +375,13 @@ class Arbiter {
   // Free for a new lease on a GPU: total − reserve − used − what granted leases still reserve.
   Bytes budget(const GpuStatus& g) const;
   std::string group_of(const LeaseRequest& r) const;
+  void queue_lease(uint64_t id, LeaseRequest request, TimePoint now, std::vector<Action>& actions);
+  // What a service holds on one GPU (a lease for that service counts it as its own).
+  Bytes service_bytes_on(const std::string& service, unsigned gpu) const;
+  // A granted lease names this service: it is in use, never evicted.
+  bool used_by_lease(const std::string& service) const;
+  // A granted lease for `service` whose service is down: start it.
+  void start_for_lease(const Lease& l, TimePoint now, std::vector<Action>& actions);
 
   std::map<uint64_t, Lease> leases_;  // active, by id
   std::set<QueueKey> queue_;          // queued ones, in admission order
@@ -369,6 +390,7 @@ class Arbiter {
   TimePoint last_deadline_check_{};
   std::deque<Lease> ended_;           // the last ones that ended, newest last
   uint64_t next_seq_ = 1;
+  uint64_t next_lease_id_ = 1;
   std::map<std::string, uint64_t> evicting_for_;  // service being unloaded -> lease id
   std::optional<Bytes> mem_available_;
   std::map<unsigned, uint64_t> heads_;  // GPU -> the queued lease first in line there

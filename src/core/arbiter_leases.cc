@@ -84,10 +84,18 @@ std::vector<std::tuple<uint64_t, int, uint64_t>> Arbiter::lease_holders() const 
 std::vector<Action> Arbiter::on_lease_requested(const LeaseRequested& e, TimePoint now) {
   std::vector<Action> actions;
   if (leases_.count(e.id) || e.id == 0) return actions;  // ids never repeat
+  next_lease_id_ = std::max(next_lease_id_, e.id + 1);
+  LeaseRequest request = e.request;
+  request.start = false;  // only the Arbiter makes start leases
+  queue_lease(e.id, std::move(request), now, actions);
+  return actions;
+}
+
+void Arbiter::queue_lease(uint64_t id, LeaseRequest request, TimePoint now, std::vector<Action>& actions) {
   Lease l;
-  l.id = e.id;
+  l.id = id;
   l.seq = next_seq_++;
-  l.request = e.request;
+  l.request = std::move(request);
   l.requested_at = now;
   l.last_heartbeat = now;
   l.reason.gpu = l.request.gpu;
@@ -101,7 +109,36 @@ std::vector<Action> Arbiter::on_lease_requested(const LeaseRequested& e, TimePoi
                                            format_size(l.request.vram), gpu_text(l.request.gpu))}});
   actions.push_back(LeaseChanged{l});
   leases_.emplace(l.id, std::move(l));
-  return actions;
+}
+
+Bytes Arbiter::service_bytes_on(const std::string& service, unsigned gpu) const {
+  auto it = services_.find(service);
+  if (it == services_.end()) return 0;
+  for (const auto& [g, b] : it->second.per_gpu)
+    if (g == gpu) return b;
+  return 0;
+}
+
+bool Arbiter::used_by_lease(const std::string& service) const {
+  for (uint64_t id : granted_)
+    if (leases_.at(id).request.service == service) return true;
+  return false;
+}
+
+void Arbiter::start_for_lease(const Lease& l, TimePoint now, std::vector<Action>& actions) {
+  auto it = services_.find(l.request.service);
+  if (it == services_.end()) return;
+  ServiceStatus& st = it->second;
+  if (st.managed && st.managed->start_lease) return;  // its own start is under way
+  bool down = st.managed ? (st.managed->state == "stopped" || st.managed->state == "failed" ||
+                            st.managed->state == "backoff")
+                         : !st.can_restart.empty() && (st.state == "down" || st.state == "unreachable");
+  if (!down) return;
+  actions.push_back(EmitEvent{{now, "service.start_for_lease", l.gpu, st.name,
+                               fmt::format("starting {} for lease #{} ({})", st.name, l.id,
+                                           l.owner_name())}});
+  // The lease holds the room: no start admission of its own.
+  command(st.name, "start", 0, now, actions, /*force=*/true);
 }
 
 std::vector<Action> Arbiter::on_lease_released(const LeaseReleased& e, TimePoint now) {
@@ -130,9 +167,12 @@ std::vector<Action> Arbiter::on_holder_exited(const HolderExited& e, TimePoint n
 }
 
 std::vector<Action> Arbiter::restore_leases(std::vector<Lease> kept,
-                                            const std::vector<uint64_t>& alive, TimePoint now) {
+                                            const std::vector<uint64_t>& alive, TimePoint now,
+                                            uint64_t first_free_id) {
   std::vector<Action> actions;
+  next_lease_id_ = std::max(next_lease_id_, first_free_id);
   for (Lease& l : kept) {
+    next_lease_id_ = std::max(next_lease_id_, l.id + 1);
     if (!is_active(l.state) || leases_.count(l.id)) continue;
     next_seq_ = std::max(next_seq_, l.seq + 1);
     l.last_heartbeat = now;  // clients get one heartbeat period to come back
@@ -146,8 +186,14 @@ std::vector<Action> Arbiter::restore_leases(std::vector<Lease> kept,
     } else {
       granted_.insert(id);
     }
+    bool start = l.request.start;
+    bool was_granted = l.state == LeaseState::granted;
     leases_.emplace(id, std::move(l));
-    if (!holder_alive)
+    if (start)  // the start it was for did not survive the restart of vramd
+      end_lease(id, was_granted ? LeaseState::released : LeaseState::cancelled,
+                was_granted ? "vramd restarted" : "vramd restarted before the start was admitted; start it again",
+                now, actions);
+    else if (!holder_alive)
       end_lease(id, LeaseState::expired, "holder exited while vramd was down", now, actions);
   }
   return actions;
@@ -186,7 +232,7 @@ void Arbiter::check_lease_deadlines(TimePoint now, std::vector<Action>& actions)
   last_deadline_check_ = now;
   std::vector<std::pair<uint64_t, std::pair<LeaseState, std::string>>> ending;
   for (const auto& [id, l] : leases_) {
-    if (!l.request.pid && now - l.last_heartbeat > config_.daemon.lease_heartbeat)
+    if (!l.request.pid && !l.request.start && now - l.last_heartbeat > config_.daemon.lease_heartbeat)
       ending.push_back({id, {LeaseState::expired,
                              fmt::format("no heartbeat for {}", format_age(now - l.last_heartbeat))}});
     else if (l.state == LeaseState::queued && l.request.wait_timeout &&
@@ -209,6 +255,8 @@ void Arbiter::update_lease_holdings(TimePoint now, std::vector<Action>& actions)
       for (const auto& h : g.holdings)
         if (h.owner == me) held += h.bytes;
     }
+    // A lease for a service covers what that service holds: its work runs there.
+    if (!l.request.service.empty()) held += service_bytes_on(l.request.service, *l.gpu);
     l.held = held;
     l.peak_vram = std::max(l.peak_vram, held);
     if (!l.overuse_reported && held > l.request.vram + kOveruseTolerance) {
@@ -295,9 +343,15 @@ void Arbiter::admit(TimePoint now, std::vector<Action>& actions) {
         l.reason.behind = h->second;
         l.reason.text = fmt::format("needs {} on GPU {}; queued behind lease #{}",
                                     format_size(l.request.vram), g, h->second);
+        if (l.request.start) services_.at(l.request.service).managed->reason = l.reason.text;
       }
       continue;
     }
+    // What it still needs on a GPU: a lease for a service counts what that service holds.
+    auto need = [&](unsigned idx) {
+      Bytes own = l.request.service.empty() ? 0 : service_bytes_on(l.request.service, idx);
+      return l.request.vram > own ? l.request.vram - own : Bytes{0};
+    };
 
     LeaseReason reason;
     reason.needs = l.request.vram;
@@ -316,13 +370,13 @@ void Arbiter::admit(TimePoint now, std::vector<Action>& actions) {
     std::optional<unsigned> fit;
     if (group_members.empty() && !group_lease_running && !ram_short)
       for (unsigned idx : choices)
-        if (free[idx] >= l.request.vram && (!fit || free[idx] < free[*fit])) fit = idx;
+        if (free[idx] >= need(idx) && (!fit || free[idx] < free[*fit])) fit = idx;
     if (fit) {
       l.state = LeaseState::granted;
       l.gpu = *fit;
       l.granted_at = now;
       l.reason = LeaseReason{};
-      free[*fit] -= l.request.vram;
+      free[*fit] -= need(*fit);
       if (l.request.ram && ram) *ram -= std::min(*ram, *l.request.ram);
       if (!group.empty()) groups_granted.insert(group);
       granted.push_back(id);
@@ -332,6 +386,12 @@ void Arbiter::admit(TimePoint now, std::vector<Action>& actions) {
                                                l.owner_name(), format_size(l.request.vram), *fit,
                                                format_age(now - l.requested_at))}});
       actions.push_back(LeaseChanged{l});
+      if (l.request.start) {
+        ServiceStatus& s = services_.at(l.request.service);
+        if (s.managed && s.managed->start_lease == id && s.managed->state == "queued") launch(s, now, actions);
+      } else if (!l.request.service.empty()) {
+        start_for_lease(l, now, actions);
+      }
       continue;
     }
 
@@ -347,7 +407,7 @@ void Arbiter::admit(TimePoint now, std::vector<Action>& actions) {
     for (unsigned idx : choices) {
       GpuPlan p;
       p.gpu = idx;
-      p.shortfall = l.request.vram > free[idx] ? l.request.vram - free[idx] : 0;
+      p.shortfall = need(idx) > free[idx] ? need(idx) - free[idx] : 0;
       for (const auto& [svc, for_lease] : evicting_for_)
         for (const auto& [g, b] : services_.at(svc).per_gpu)
           if (g == idx) p.coming += b;
@@ -355,6 +415,7 @@ void Arbiter::admit(TimePoint now, std::vector<Action>& actions) {
       for (const auto& svc : config_.services) {
         const ServiceStatus& st = services_.at(svc.name);
         if (evicting_for_.count(svc.name) || svc.pinned || st.state != "up") continue;
+        if (svc.name == l.request.service || used_by_lease(svc.name)) continue;  // in use
         if (std::find(group_members.begin(), group_members.end(), svc.name) != group_members.end())
           continue;
         auto idle = idle_since(st);
@@ -384,8 +445,16 @@ void Arbiter::admit(TimePoint now, std::vector<Action>& actions) {
     if (best->pick && !group_lease_running && !ram_short)
       for (size_t i : *best->pick) evict.insert(best->candidates[i].service);
     for (const auto& m : group_members) {
-      const ServiceStatus& st = services_.at(m);
+      ServiceStatus& st = services_.at(m);
       const ServiceConfig* cfg = config_.find_service(m);
+      // Starting a member of an exclusive group stops the members vramd runs.
+      if (l.request.start && st.managed && st.managed->pid && st.managed->state != "stopping") {
+        actions.push_back(EmitEvent{{now, "service.group_stop", std::nullopt, m,
+                                     fmt::format("stopping {}: {} of group '{}' starts", m,
+                                                 l.request.service, group)}});
+        command(m, "stop", 0, now, actions);
+        continue;
+      }
       if (!evicting_for_.count(m) && st.state == "up" && idle_since(st) && !cfg->pinned &&
           !(st.backoff_until && now < *st.backoff_until))
         evict.insert(m);
@@ -464,14 +533,17 @@ void Arbiter::admit(TimePoint now, std::vector<Action>& actions) {
       }
     }
     for (const auto& m : group_members)
-      if (!evict.count(m) && !evicting_for_.count(m))
+      if (const ServiceStatus& ms = services_.at(m); ms.managed && ms.managed->pid)
+        text += fmt::format("; {} (group '{}') must stop first: {}", m, group, ms.managed->state);
+      else if (!evict.count(m) && !evicting_for_.count(m))
         text += fmt::format("; {} (group '{}') must unload first: {}", m, group,
-                            services_.at(m).busy.value_or(false) ? "busy" : services_.at(m).state);
+                            ms.busy.value_or(false) ? "busy" : ms.state);
     if (!best->pick && !group_lease_running && !ram_short && group_members.empty())
       text += "; nothing idle enough to unload: waiting for memory to be released";
     reason.text = std::move(text);
     reason.blockers = std::move(blockers);
     l.reason = std::move(reason);
+    if (l.request.start) services_.at(l.request.service).managed->reason = l.reason.text;
   }
   for (uint64_t id : granted) {
     const Lease& l = leases_.at(id);

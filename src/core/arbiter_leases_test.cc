@@ -88,7 +88,8 @@ class World {
   }
   void next_id(uint64_t n) { next_id_ = n; }
   uint64_t request(LeaseRequest r) {
-    uint64_t id = next_id_++;
+    uint64_t id = std::max(next_id_, arbiter_->next_lease_id());  // start leases share the ids
+    next_id_ = id + 1;
     feed(LeaseRequested{id, std::move(r)});
     return id;
   }
@@ -451,6 +452,159 @@ TEST(ChooseEviction, ExactCheapestSetLruOnTiesGreedyBeyondTwelve) {
   for (size_t i : *big) got += many[i].bytes;
   EXPECT_GE(got, 20 * GiB);
   for (size_t i : *big) EXPECT_LT(got - many[i].bytes, 20 * GiB);
+}
+
+
+// --- Start admission: a start of a service with vram_estimate waits for room like a lease ---
+
+ServiceConfig run_by_vramd(std::string name, Bytes estimate, std::string group = "") {
+  ServiceConfig s = svc(std::move(name));
+  s.start = {"python3", "main.py"};
+  s.vram_estimate = estimate;
+  s.group = std::move(group);
+  return s;
+}
+
+const Lease* start_lease_of(Arbiter& a, const std::string& service) {
+  const ManagedState& m = *a.service(service)->managed;
+  return m.start_lease ? a.lease(*m.start_lease) : nullptr;
+}
+
+TEST(ArbiterStartAdmission, StartWaitsForRoomEvictsTheIdleHolderThenLaunches) {
+  World w({svc("ollama", "ollama"), run_by_vramd("comfy", 16 * GiB)}, 1);
+  w.hold(100, 0, "svc-ollama", 20 * GiB);
+  w.sample();
+  w.probe("ollama", false);
+  w.run(31s);  // idle past min_idle
+  w.feed(ServiceCommand{"comfy", "start", 9});
+  EXPECT_TRUE(w.all<SpawnService>().empty());  // 4 GiB free: it waits
+  EXPECT_EQ(w.arbiter().service("comfy")->managed->state, "queued");
+  const Lease* l = start_lease_of(w.arbiter(), "comfy");
+  ASSERT_NE(l, nullptr);
+  EXPECT_TRUE(l->request.start);
+  EXPECT_EQ(l->request.vram, 16 * GiB);
+  EXPECT_EQ(l->state, LeaseState::queued);
+  uint64_t lease_id = l->id;
+  // The reason names who is in the way, and the service says why it waits.
+  EXPECT_NE(w.arbiter().service("comfy")->managed->reason.find("ollama holds 20.0 GiB"), std::string::npos)
+      << w.arbiter().service("comfy")->managed->reason;
+  w.run(1s);  // ollama is unloaded for it; then the start lease is granted and comfy launched
+  EXPECT_EQ(w.unload_calls, std::vector<std::string>{"ollama"});
+  ASSERT_EQ(w.all<SpawnService>().size(), 1u);
+  EXPECT_EQ(w.all<SpawnService>()[0].service, "comfy");
+  EXPECT_EQ(w.state(lease_id), LeaseState::granted);
+  EXPECT_EQ(w.arbiter().service("comfy")->managed->state, "starting");
+  // It comes up: the start lease ends, its memory is its own from then on.
+  w.feed(ChildStarted{"comfy", true, 200, 1, "", false});
+  w.hold(200, 0, "svc-comfy", 15 * GiB);
+  w.run(1s);
+  w.feed(HealthChecked{"comfy", true, "200"});
+  EXPECT_EQ(w.arbiter().service("comfy")->managed->state, "running");
+  EXPECT_EQ(w.state(lease_id), LeaseState::released);
+  bool answered = false;
+  for (const auto& f : w.all<CommandFinished>()) answered |= f.request_id == 9 && f.ok;
+  EXPECT_TRUE(answered);
+}
+
+TEST(ArbiterStartAdmission, ForceSkipsTheWaitAndABusyHolderIsNeverEvicted) {
+  World w({svc("ollama", "ollama"), run_by_vramd("comfy", 16 * GiB)}, 1);
+  w.hold(100, 0, "svc-ollama", 20 * GiB);
+  w.sample();
+  w.probe("ollama", true);  // busy
+  w.run(31s);
+  w.feed(ServiceCommand{"comfy", "start", 1});
+  w.run(5s);
+  EXPECT_TRUE(w.unload_calls.empty());
+  EXPECT_TRUE(w.all<SpawnService>().empty());
+  EXPECT_NE(start_lease_of(w.arbiter(), "comfy")->reason.text.find("ollama holds 20.0 GiB, busy"),
+            std::string::npos);
+  uint64_t queued = *w.arbiter().service("comfy")->managed->start_lease;
+  // --force: at once; the start lease it waited on is cancelled.
+  w.feed(ServiceCommand{"comfy", "start", 2, /*force=*/true});
+  EXPECT_EQ(w.all<SpawnService>().size(), 1u);
+  EXPECT_EQ(w.state(queued), LeaseState::cancelled);
+  EXPECT_FALSE(w.arbiter().service("comfy")->managed->start_lease.has_value());
+}
+
+TEST(ArbiterStartAdmission, StopWhileQueuedCancelsTheStart) {
+  World w({svc("ollama", "ollama"), run_by_vramd("comfy", 16 * GiB)}, 1);
+  w.hold(100, 0, "svc-ollama", 20 * GiB);
+  w.sample();
+  w.probe("ollama", true);
+  w.feed(ServiceCommand{"comfy", "start", 3});
+  uint64_t queued = *w.arbiter().service("comfy")->managed->start_lease;
+  w.feed(ServiceCommand{"comfy", "stop", 4});
+  EXPECT_EQ(w.arbiter().service("comfy")->managed->state, "stopped");
+  EXPECT_EQ(w.state(queued), LeaseState::cancelled);
+  std::map<uint64_t, bool> ok;
+  for (const auto& f : w.all<CommandFinished>()) ok[f.request_id] = f.ok;
+  EXPECT_FALSE(ok.at(3));  // the start was answered: cancelled
+  EXPECT_TRUE(ok.at(4));
+  w.probe("ollama", false);
+  w.run(40s);
+  EXPECT_TRUE(w.all<SpawnService>().empty());  // it does not start later
+}
+
+TEST(ArbiterStartAdmission, StartingAGroupMemberStopsTheOtherBeforeItLaunches) {
+  World w({run_by_vramd("a", 12 * GiB, "img"), run_by_vramd("b", 16 * GiB, "img")}, 1);
+  w.feed(ServiceCommand{"a", "start", 1, true});
+  w.feed(ChildStarted{"a", true, 300, 1, "", false});
+  w.hold(300, 0, "svc-a", 12 * GiB);
+  w.run(1s);
+  w.feed(ServiceCommand{"b", "start", 2});
+  // a is asked to stop; b waits until a's memory is gone.
+  ASSERT_FALSE(w.all<SignalService>().empty());
+  EXPECT_EQ(w.all<SignalService>()[0].service, "a");
+  EXPECT_EQ(w.all<SpawnService>().size(), 1u);  // only a's
+  w.run(1s);
+  EXPECT_EQ(w.all<SpawnService>().size(), 1u);  // a still holds 12 GiB
+  w.drop(300);
+  w.feed(ChildExited{"a", 300, 0, std::nullopt});
+  w.run(500ms);
+  ASSERT_EQ(w.all<SpawnService>().size(), 2u);
+  EXPECT_EQ(w.all<SpawnService>()[1].service, "b");
+}
+
+TEST(ArbiterStartAdmission, ALeaseForAServiceStartsItAndCountsItsMemoryAsTheLeases) {
+  ServiceConfig comfy = run_by_vramd("comfy", 0);
+  comfy.vram_estimate.reset();
+  World w({comfy}, 1);
+  w.sample();
+  LeaseRequest r = req(8 * GiB, 0, 0, "flux");
+  r.service = "comfy";
+  uint64_t id = w.request(r);
+  EXPECT_EQ(w.state(id), LeaseState::granted);
+  ASSERT_EQ(w.all<SpawnService>().size(), 1u);  // comfy was down: started for the lease
+  EXPECT_EQ(w.all<SpawnService>()[0].service, "comfy");
+  w.feed(ChildStarted{"comfy", true, 200, 1, "", false});
+  w.hold(200, 0, "svc-comfy", 6 * GiB);
+  w.run(250ms);
+  EXPECT_EQ(w.lease(id).held, 6 * GiB);  // comfy's memory is the lease's work
+  // 24 − 6 used − 2 still promised = 16 GiB free: not 24 − 6 − 8.
+  uint64_t fits = w.request(req(16 * GiB, 0, 0, "fits"));
+  EXPECT_EQ(w.state(fits), LeaseState::granted);
+  w.feed(LeaseReleased{fits, 0});
+  uint64_t too_big = w.request(req(17 * GiB, 0, 0, "too-big"));
+  EXPECT_EQ(w.state(too_big), LeaseState::queued);
+}
+
+TEST(ArbiterStartAdmission, StartLeasesDoNotSurviveARestartOfVramd) {
+  World w({run_by_vramd("comfy", 16 * GiB)}, 1);
+  Lease kept;
+  kept.id = 7;
+  kept.seq = 1;
+  kept.request = req(16 * GiB);
+  kept.request.service = "comfy";
+  kept.request.start = true;
+  kept.state = LeaseState::queued;
+  auto actions = w.arbiter().restore_leases({kept}, {}, w.now(), 12);
+  EXPECT_EQ(w.arbiter().lease(7)->state, LeaseState::cancelled);
+  EXPECT_EQ(w.arbiter().next_lease_id(), 12u);  // ids go on after the store's highest
+  // A client cannot make a start lease.
+  LeaseRequest r = req(1 * GiB);
+  r.start = true;
+  uint64_t id = w.request(r);
+  EXPECT_FALSE(w.lease(id).request.start);
 }
 
 }  // namespace

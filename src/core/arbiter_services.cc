@@ -114,6 +114,7 @@ void Arbiter::update_service_holdings(TimePoint now, std::vector<Action>& action
       if (it == services_.end()) continue;
       it->second.bytes += h.bytes;
       it->second.per_gpu.emplace_back(g.sample.index, h.bytes);
+      if (h.bytes >= 64 * MiB) it->second.last_gpu = g.sample.index;
       alone = &it->second;
     }
     // The GPU works while only this service holds it: the service is working, whatever its API
@@ -311,6 +312,7 @@ void Arbiter::check_idle_ttl(TimePoint now, std::vector<Action>& actions) {
     if (now - *st.idle_since < *cfg.unload_after_idle) continue;
     if (st.bytes < kWorthUnloading) continue;
     if (st.backoff_until && now < *st.backoff_until) continue;
+    if (used_by_lease(cfg.name)) continue;  // a granted lease works through it
     // One TTL unload per idle period: activity starts a new one.
     if (st.last_unload && st.last_unload->at >= *st.idle_since) continue;
     start_unload(cfg.name, "idle", 0, now, actions);

@@ -49,12 +49,12 @@ std::vector<Action> Arbiter::on_service_command(const ServiceCommand& e, TimePoi
     actions.push_back(CommandFinished{e.request_id, false, fmt::format("no service named '{}'", e.service)});
     return actions;
   }
-  command(e.service, e.action, e.request_id, now, actions);
+  command(e.service, e.action, e.request_id, now, actions, e.force);
   return actions;
 }
 
 void Arbiter::command(const std::string& service, const std::string& action, uint64_t request_id,
-                      TimePoint now, std::vector<Action>& actions) {
+                      TimePoint now, std::vector<Action>& actions, bool force) {
   ServiceStatus& st = services_.at(service);
   const ServiceConfig* cfg = config_.find_service(service);
   if (!st.managed) {
@@ -83,6 +83,14 @@ void Arbiter::command(const std::string& service, const std::string& action, uin
     } else if (m.pid) {
       if (request_id) m.waiting.emplace_back(request_id, "stop");
     } else {
+      if (m.state == "queued") {
+        end_start_lease(st, "start cancelled by a stop", now, actions);
+        finish_waiters(m, "start", false, fmt::format("the start of {} was cancelled by a stop", service),
+                       actions);
+        actions.push_back(EmitEvent{{now, "service.start_cancelled", std::nullopt, service,
+                                     fmt::format("{} will not start: stop asked while it waited for GPU room",
+                                                 service)}});
+      }
       m.state = "stopped";
       actions.push_back(CommandFinished{request_id, true, fmt::format("{} is not running", service)});
     }
@@ -102,14 +110,67 @@ void Arbiter::command(const std::string& service, const std::string& action, uin
     actions.push_back(CommandFinished{request_id, true, fmt::format("{} is already {}", service, m.state)});
     return;
   }
+  if (m.state == "queued" && !force) {  // already waiting for room: wait with it
+    if (request_id) m.waiting.emplace_back(request_id, "start");
+    return;
+  }
   // A start by hand clears a crash loop's verdict.
   m.restarts.clear();
   m.backoff = Duration(0);
   if (request_id) m.waiting.emplace_back(request_id, "start");
-  spawn(st, now, actions);
+  spawn(st, now, actions, force);
 }
 
-void Arbiter::spawn(ServiceStatus& st, TimePoint now, std::vector<Action>& actions) {
+void Arbiter::spawn(ServiceStatus& st, TimePoint now, std::vector<Action>& actions, bool force) {
+  ManagedState& m = *st.managed;
+  const ServiceConfig* cfg = config_.find_service(st.name);
+  if (force) {
+    if (m.start_lease)
+      actions.push_back(EmitEvent{{now, "service.start_forced", std::nullopt, st.name,
+                                   fmt::format("{} starts now (--force): no longer waits for GPU room", st.name)}});
+    end_start_lease(st, "started with --force", now, actions);
+  } else if (cfg && cfg->vram_estimate && *cfg->vram_estimate > 0) {
+    // Start admission: the start waits for room like a lease (evicting idle services, stopping
+    // its exclusive group's other members), and launches once the lease is granted.
+    m.state = "queued";
+    m.restart_at.reset();
+    if (m.start_lease) return;
+    LeaseRequest r;
+    r.vram = *cfg->vram_estimate;
+    // Its GPU: the only one, else where it was last seen; else any.
+    if (status_.gpus.size() == 1) r.gpu = status_.gpus[0].sample.index;
+    else if (st.last_gpu) r.gpu = st.last_gpu;
+    r.holder = "vramd";
+    r.label = "start " + st.name;
+    r.service = st.name;
+    r.start = true;
+    if (!cfg->start.empty()) r.command = cfg->start[0];
+    uint64_t id = next_lease_id_++;
+    m.start_lease = id;
+    m.reason = fmt::format("waiting for {} of GPU memory (lease #{})", format_size(r.vram), id);
+    actions.push_back(EmitEvent{{now, "service.queued", r.gpu, st.name,
+                                 fmt::format("{} waits for {} on {} before it starts (lease #{})", st.name,
+                                             format_size(r.vram),
+                                             r.gpu ? fmt::format("GPU {}", *r.gpu) : "any GPU", id)}});
+    queue_lease(id, std::move(r), now, actions);  // handle() admits after every event
+    return;
+  }
+  launch(st, now, actions);
+}
+
+void Arbiter::end_start_lease(ServiceStatus& st, const std::string& why, TimePoint now,
+                              std::vector<Action>& actions) {
+  if (!st.managed || !st.managed->start_lease) return;
+  uint64_t id = *st.managed->start_lease;
+  st.managed->start_lease.reset();
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return;
+  bool granted = it->second.state == LeaseState::granted;
+  end_lease(id, granted ? LeaseState::released : LeaseState::cancelled,
+            fmt::format("{}: {}", st.name, why), now, actions);
+}
+
+void Arbiter::launch(ServiceStatus& st, TimePoint now, std::vector<Action>& actions) {
   ManagedState& m = *st.managed;
   const ServiceConfig* cfg = config_.find_service(st.name);
   // Exclusive group: the other members give the GPU up first.
@@ -155,8 +216,10 @@ std::vector<Action> Arbiter::on_child_started(const ChildStarted& e, TimePoint n
     actions.push_back(EmitEvent{{now, "service.start_failed", std::nullopt, e.service,
                                  fmt::format("cannot start {}: {}", e.service, e.error)}});
     finish_waiters(m, "start", false, e.error, actions);
+    end_start_lease(it->second, "could not start", now, actions);
     return actions;
   }
+  if (e.adopted) end_start_lease(it->second, "adopted", now, actions);
   m.pid = e.pid;
   m.start_ticks = e.start_ticks;
   m.adopted = e.adopted;
@@ -182,6 +245,7 @@ std::vector<Action> Arbiter::on_child_exited(const ChildExited& e, TimePoint now
   if (!m.pid || *m.pid != e.pid) return actions;
   const ServiceConfig* cfg = config_.find_service(e.service);
   m.pid.reset();
+  end_start_lease(st, "exited before it was up", now, actions);
   m.last_exit_code = e.exit_code;
   m.last_signal = e.signal;
   m.last_exit_at = now;
@@ -267,6 +331,7 @@ std::vector<Action> Arbiter::on_health_checked(const HealthChecked& e, TimePoint
     m.health_failures = 0;
     m.reason.clear();
     m.next_health = now + cfg->health_interval;
+    end_start_lease(st, "is up", now, actions);  // its memory is its own from now on
     std::string took = m.started_at ? format_age(now - *m.started_at) : "?";
     actions.push_back(EmitEvent{{now, "service.healthy", std::nullopt, e.service,
                                  fmt::format("{} is up (pid {}) after {}", e.service, m.pid.value_or(0), took)}});

@@ -28,6 +28,9 @@ struct LeaseRequest {
   std::string group;         // exclusive group (or the service's)
   std::optional<Duration> wait_timeout;  // queued longer than this -> timed_out
   std::string command;       // program name, for job history
+  // vramd's own lease for starting `service` (start admission): no holder process and no
+  // heartbeat; it ends once the service is up (its memory is then its own).
+  bool start = false;
 };
 
 // One owner in the way of a queued lease: who, how much, and what vramd does about it.

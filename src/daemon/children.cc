@@ -232,6 +232,26 @@ std::pair<std::vector<std::string>, uint64_t> log_since(const std::string& path,
   return {out, pos};
 }
 
+LogPage read_log_page(const std::string& path, size_t lines, std::optional<uint64_t> after) {
+  if (after) {
+    auto [got, offset] = log_since(path, *after);
+    return {std::move(got), offset};
+  }
+  LogPage page{log_tail(path, lines), 0};
+  // The end of the last whole line: what `after` asks from next.
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return page;
+  in.seekg(0, std::ios::end);
+  auto size = static_cast<uint64_t>(in.tellg());
+  uint64_t from = size > 65536 ? size - 65536 : 0;
+  std::string tail(size - from, '\0');
+  in.seekg(static_cast<std::streamoff>(from));
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  auto nl = tail.rfind('\n');
+  page.offset = nl == std::string::npos ? from : from + nl + 1;
+  return page;
+}
+
 bool killed_by_oom_killer(int pid) {
   int fd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return false;

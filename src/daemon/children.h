@@ -41,6 +41,13 @@ std::vector<std::string> log_tail(const std::string& path, size_t n);
 std::vector<std::string> boot_lines(const std::string& path, size_t n);
 // The log's lines from byte `offset` on (for `vramd logs -f`); returns the new offset.
 std::pair<std::vector<std::string>, uint64_t> log_since(const std::string& path, uint64_t offset);
+// GET /v1/services/NAME/logs: the last `lines` lines, or the lines after byte `after`; with the
+// offset to ask from next (the end of the last whole line).
+struct LogPage {
+  std::vector<std::string> lines;
+  uint64_t offset = 0;
+};
+LogPage read_log_page(const std::string& path, size_t lines, std::optional<uint64_t> after);
 
 // The marker written at each start, "---- vramd: started NAME (pid N) at T ----".
 extern const char* const kStartMarker;

@@ -103,6 +103,7 @@ Status Daemon::start() {
     if (!adapter) return make_error(fmt::format("service {}: {}", svc.name, adapter.error()));
     adapters_[svc.name] = std::move(*adapter);
   }
+  if (auto s = http_.secure(cfg.daemon.token, cfg.daemon.token_file); !s) return s;
   if (auto s = http_.listen_tcp(cfg.daemon.listen); !s) return s;
   if (auto s = http_.listen_unix(socket_path()); !s) return s;
   asio::co_spawn(io_, sample_loop(), asio::detached);
@@ -138,6 +139,7 @@ void Daemon::feed(const Event& event) { apply(arbiter_.handle(event, system_now(
 
 void Daemon::apply(std::vector<Action> actions) {
   for (auto& a : actions) {
+    metrics_.observe(a);
     if (auto* e = std::get_if<EmitEvent>(&a)) {
       spdlog::info("{}: {}", e->event.type, e->event.message);
       int64_t id = next_stream_id_++;
@@ -380,7 +382,6 @@ void Daemon::wake_lease_waiters(uint64_t id) {
 Status Daemon::restore_leases() {
   auto max = lease_store_->max_id();
   if (!max) return make_error(max.error());
-  next_lease_id_ = *max + 1;
   auto kept = lease_store_->active();
   if (!kept) return make_error(kept.error());
   std::vector<uint64_t> alive;
@@ -388,7 +389,7 @@ Status Daemon::restore_leases() {
     if (l.request.pid && process_alive("/proc", *l.request.pid, l.request.pid_start_ticks))
       alive.push_back(l.id);
   if (!kept->empty()) spdlog::info("restoring {} leases from the store", kept->size());
-  apply(arbiter_.restore_leases(std::move(*kept), alive, system_now()));
+  apply(arbiter_.restore_leases(std::move(*kept), alive, system_now(), *max + 1));
   return Ok{};
 }
 
@@ -416,7 +417,7 @@ Result<uint64_t> Daemon::request_lease(LeaseRequest request) {
     request.pid_start_ticks = p->start_ticks;
     if (request.holder.empty()) request.holder = p->comm;
   }
-  uint64_t id = next_lease_id_++;
+  uint64_t id = arbiter_.next_lease_id();  // one counter for client and start leases
   feed(LeaseRequested{id, std::move(request)});
   return id;
 }

@@ -55,11 +55,15 @@ class Daemon : public DaemonControl {
   boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max) override;
   boost::asio::awaitable<Result<std::vector<JobRecord>>> jobs(std::string label,
                                                               size_t limit) override;
-  uint64_t service_command(const std::string& service, const std::string& action) override;
+  uint64_t service_command(const std::string& service, const std::string& action,
+                           bool force = false) override;
   boost::asio::awaitable<CommandFinished> wait_command(uint64_t request_id, Duration max) override;
   boost::asio::awaitable<Result<std::vector<CrashRecord>>> crashes(std::string service,
                                                                    size_t limit) override;
   std::string log_path(const std::string& service) const override;
+  const MetricsCounters& metrics() const override { return metrics_; }
+  boost::asio::awaitable<LogPage> read_log(std::string path, size_t lines,
+                                           std::optional<uint64_t> after) override;
 
  private:
   boost::asio::awaitable<void> sample_loop();
@@ -111,10 +115,10 @@ class Daemon : public DaemonControl {
     std::optional<CommandFinished> result;
   };
   std::map<uint64_t, std::unique_ptr<CommandWaiter>> command_waiters_;
+  MetricsCounters metrics_;
   uint64_t next_command_ = 1;
   std::chrono::steady_clock::time_point last_rotation_{};
   std::chrono::steady_clock::time_point last_watchdog_{};
-  uint64_t next_lease_id_ = 1;
   std::map<uint64_t, int> lease_writes_pending_;                  // lease id -> writes in flight
   std::multimap<uint64_t, boost::asio::steady_timer*> lease_waiters_;  // woken on changes
   bool holder_check_running_ = false;

@@ -171,6 +171,7 @@ void Daemon::record_crash(RecordCrash crash) {
       if (auto r = store->add(rec); !r) spdlog::warn("{}", r.error());
       asio::post(io_, [this, rec] {
         if (stopping_) return;
+        metrics_.crash(rec.service, rec.signature);
         std::string msg = fmt::format("{} crashed: {}", rec.service, rec.title);
         if (!rec.suggestion.empty()) msg += fmt::format(". Suggested: {}", rec.suggestion);
         apply({EmitEvent{{now(), "service.diagnosis", std::nullopt, rec.service, msg}}});
@@ -203,10 +204,10 @@ void Daemon::rotate_logs() {
   });
 }
 
-uint64_t Daemon::service_command(const std::string& service, const std::string& action) {
+uint64_t Daemon::service_command(const std::string& service, const std::string& action, bool force) {
   uint64_t id = next_command_++;
   command_waiters_[id] = std::make_unique<CommandWaiter>(io_);
-  feed(ServiceCommand{service, action, id});
+  feed(ServiceCommand{service, action, id, force});
   return id;
 }
 
@@ -235,6 +236,14 @@ asio::awaitable<Result<std::vector<CrashRecord>>> Daemon::crashes(std::string se
     co_return store->list(service, limit);
   };
   auto op = asio::co_spawn(store_thread_, std::move(read), use_awaitable);
+  co_return co_await std::move(op);
+}
+
+asio::awaitable<LogPage> Daemon::read_log(std::string path, size_t lines, std::optional<uint64_t> after) {
+  auto read = [path = std::move(path), lines, after]() -> asio::awaitable<LogPage> {
+    co_return read_log_page(path, lines, after);
+  };
+  auto op = asio::co_spawn(worker_, std::move(read), use_awaitable);
   co_return co_await std::move(op);
 }
 

@@ -2,6 +2,7 @@
 #include "server/assets.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -42,7 +43,8 @@ std::string url_decode(std::string_view s) {
 }
 
 HttpResponse error(unsigned status, const std::string& code, const std::string& message) {
-  return json_response(status, error_json(code, message).dump());
+  // Messages may quote what the client sent: bytes that are not UTF-8 are replaced, not thrown on.
+  return json_response(status, error_json(code, message).dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 }  // namespace
@@ -84,9 +86,9 @@ boost::asio::awaitable<HttpResponse> Api::unload(const std::string& service, boo
   json body = to_json(f.verdict);
   if (f.refused) {
     body["error"] = {{"code", "refused"}, {"message", f.verdict.message}};
-    co_return json_response(409, body.dump());
+    co_return json_response(409, body.dump(-1, ' ', false, json::error_handler_t::replace));
   }
-  co_return json_response(200, body.dump());
+  co_return json_response(200, body.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 boost::asio::awaitable<HttpResponse> Api::free_idle() {
@@ -105,7 +107,7 @@ boost::asio::awaitable<HttpResponse> Api::free_idle() {
     v["refused"] = f.refused;
     out.push_back(std::move(v));
   }
-  co_return json_response(200, json{{"unloads", out}}.dump());
+  co_return json_response(200, json{{"unloads", out}}.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 boost::asio::awaitable<HttpResponse> Api::events(const HttpRequest& req, HttpStream& stream) {
@@ -145,7 +147,7 @@ boost::asio::awaitable<HttpResponse> Api::events(const HttpRequest& req, HttpStr
     if (!e.data.is_null()) j["data"] = e.data;
     out.push_back(std::move(j));
   }
-  co_return json_response(200, json{{"events", out}}.dump());
+  co_return json_response(200, json{{"events", out}}.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 namespace {
@@ -178,7 +180,7 @@ T percentile(const std::vector<T>& sorted, double p) {
 boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStream& stream) {
   Target t = parse_target(req.target());
   const Arbiter& arbiter = daemon_.arbiter();
-  bool get = req.method() == http::verb::get;
+  bool get = req.method() == http::verb::get || req.method() == http::verb::head;
   std::optional<Duration> wait;
   if (const auto* w = t.param("wait")) {
     auto d = parse_duration(*w);
@@ -190,7 +192,7 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     if (get) {
       json out = json::array();
       for (const auto& l : arbiter.leases()) out.push_back(to_json(l, arbiter));
-      co_return json_response(200, json{{"leases", out}}.dump());
+      co_return json_response(200, json{{"leases", out}}.dump(-1, ' ', false, json::error_handler_t::replace));
     }
     if (req.method() != http::verb::post)
       co_return error(405, "method_not_allowed", "/v1/leases accepts GET and POST");
@@ -205,7 +207,7 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     r.vram = *vram;
     r.ram = ram;
     if (body.contains("gpu") && !body["gpu"].is_null() && body["gpu"] != "any") {
-      if (!body["gpu"].is_number_unsigned())
+      if (!body["gpu"].is_number_unsigned() || body["gpu"].get<uint64_t>() > 1023)
         co_return error(400, "bad_request", "gpu: expected a GPU index or \"any\"");
       r.gpu = body["gpu"].get<unsigned>();
     }
@@ -219,7 +221,9 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
                               {"service", &r.service}, {"group", &r.group}, {"command", &r.command}})
       if (!text(key, *field)) co_return error(400, "bad_request", fmt::format("{}: expected a string", key));
     if (body.contains("priority")) {
-      if (!body["priority"].is_number_integer())
+      if (!body["priority"].is_number_integer() || body["priority"].get<int64_t>() < INT_MIN ||
+          body["priority"].get<int64_t>() > INT_MAX ||
+          (body["priority"].is_number_unsigned() && body["priority"].get<uint64_t>() > INT_MAX))
         co_return error(400, "bad_request", "priority: expected a whole number");
       r.priority = body["priority"].get<int>();
     }
@@ -230,7 +234,8 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
       r.wait_timeout = *d;
     }
     if (body.contains("pid") && !body["pid"].is_null()) {
-      if (!body["pid"].is_number_unsigned() || body["pid"].get<int64_t>() < 1)
+      if (!body["pid"].is_number_unsigned() || body["pid"].get<uint64_t>() < 1 ||
+          body["pid"].get<uint64_t>() > INT_MAX)
         co_return error(400, "bad_request", "pid: expected a process id");
       r.pid = body["pid"].get<int>();
     } else {
@@ -258,7 +263,7 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     co_await daemon_.wait_lease(*id, wait.value_or(Duration(0)));
     const Lease* l = daemon_.arbiter().lease(*id);
     if (!l) co_return error(500, "internal", "the lease vanished");
-    co_return json_response(201, to_json(*l, daemon_.arbiter()).dump());
+    co_return json_response(201, to_json(*l, daemon_.arbiter()).dump(-1, ' ', false, json::error_handler_t::replace));
   }
 
   // /v1/leases/ID[/heartbeat]
@@ -283,8 +288,12 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
       json body = json::parse(req.body(), nullptr, false);
       if (body.is_discarded() || !body.is_object())
         co_return error(400, "bad_request", "expected no body or {\"exit_status\": N}");
-      if (body.contains("exit_status") && body["exit_status"].is_number_integer())
-        exit_status = body["exit_status"].get<int>();
+      if (body.contains("exit_status") && !body["exit_status"].is_null()) {
+        const json& e = body["exit_status"];
+        if (!e.is_number_integer() || e.get<int64_t>() < INT_MIN || e.get<int64_t>() > INT_MAX)
+          co_return error(400, "bad_request", "exit_status: expected a whole number");
+        exit_status = e.get<int>();
+      }
     }
     daemon_.release_lease(id, exit_status);
     co_await daemon_.wait_lease(id, Duration(0));
@@ -293,7 +302,7 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
   }
   const Lease* l = daemon_.arbiter().lease(id);
   if (!l) co_return error(404, "not_found", fmt::format("no lease #{}", id));
-  co_return json_response(200, to_json(*l, daemon_.arbiter()).dump());
+  co_return json_response(200, to_json(*l, daemon_.arbiter()).dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 boost::asio::awaitable<HttpResponse> Api::jobs(const HttpRequest& req) {
@@ -313,7 +322,7 @@ boost::asio::awaitable<HttpResponse> Api::jobs(const HttpRequest& req) {
   if (!stats) {
     json out = json::array();
     for (const auto& j : *jobs) out.push_back(to_json(j));
-    co_return json_response(200, json{{"jobs", out}}.dump());
+    co_return json_response(200, json{{"jobs", out}}.dump(-1, ' ', false, json::error_handler_t::replace));
   }
   std::vector<int64_t> wait, run;
   std::vector<Bytes> peak;
@@ -337,7 +346,7 @@ boost::asio::awaitable<HttpResponse> Api::jobs(const HttpRequest& req) {
               {"wait_ms", {{"p50", pct(wait, 0.5)}, {"p95", pct(wait, 0.95)}}},
               {"run_ms", {{"p50", pct(run, 0.5)}, {"p95", pct(run, 0.95)}}},
               {"peak_bytes", {{"p50", pct(peak, 0.5)}, {"max", peak.empty() ? json(nullptr) : json(peak.back())}}}};
-  co_return json_response(200, out.dump());
+  co_return json_response(200, out.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 boost::asio::awaitable<HttpResponse> Api::lifecycle(const std::string& service,
@@ -345,7 +354,7 @@ boost::asio::awaitable<HttpResponse> Api::lifecycle(const std::string& service,
   if (!daemon_.arbiter().service(service))
     co_return error(404, "not_found", fmt::format("no service named '{}'", service));
   bool wait = t.flag("wait");
-  uint64_t id = daemon_.service_command(service, action);
+  uint64_t id = daemon_.service_command(service, action, action == "start" && t.flag("force"));
   // A first model load can take minutes: --wait waits up to 15 min.
   CommandFinished f = co_await daemon_.wait_command(id, wait ? Duration(std::chrono::minutes(15)) : Duration(0));
   const ServiceStatus* st = daemon_.arbiter().service(service);
@@ -355,12 +364,12 @@ boost::asio::awaitable<HttpResponse> Api::lifecycle(const std::string& service,
                {"ok", f.ok},
                {"message", f.message},
                {"state", st && st->managed ? json(st->managed->state) : json(nullptr)}};
-  if (f.message.empty() && !f.ok) co_return json_response(202, body.dump());  // under way
+  if (f.message.empty() && !f.ok) co_return json_response(202, body.dump(-1, ' ', false, json::error_handler_t::replace));  // under way
   if (!f.ok) {
     body["error"] = {{"code", "failed"}, {"message", f.message}};
-    co_return json_response(409, body.dump());
+    co_return json_response(409, body.dump(-1, ' ', false, json::error_handler_t::replace));
   }
-  co_return json_response(200, body.dump());
+  co_return json_response(200, body.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 boost::asio::awaitable<HttpResponse> Api::logs(const std::string& service, const Target& t) {
@@ -373,19 +382,16 @@ boost::asio::awaitable<HttpResponse> Api::logs(const std::string& service, const
       co_return error(400, "bad_request", fmt::format("lines: expected a number, got '{}'", *n));
     lines = std::clamp<size_t>(std::stoul(*n), 1, 100000);
   }
-  json out;
+  std::optional<uint64_t> after;
   if (const auto* a = t.param("after")) {
     if (a->empty() || a->size() > 18 || a->find_first_not_of("0123456789") != std::string::npos)
       co_return error(400, "bad_request", fmt::format("after: expected a byte offset, got '{}'", *a));
-    auto [got, offset] = log_since(path, std::stoull(*a));
-    out = {{"lines", got}, {"offset", offset}};
-  } else {
-    auto tail = log_tail(path, lines);
-    auto [ignored, offset] = log_since(path, std::numeric_limits<uint64_t>::max() / 2);
-    (void)ignored;
-    out = {{"lines", tail}, {"offset", offset}};
+    after = std::stoull(*a);
   }
-  out["path"] = path;
+  // Up to 20 MiB of log: read on the worker, not on the event loop.
+  auto read = daemon_.read_log(path, lines, after);  // GCC 12: no temporaries inside co_await
+  LogPage page = co_await std::move(read);
+  json out = {{"lines", std::move(page.lines)}, {"offset", page.offset}, {"path", path}};
   co_return json_response(200, out.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
@@ -481,13 +487,13 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
 
   if (t.path == "/v1/status") {
     if (!get) co_return only("GET");
-    co_return json_response(200, to_json(arbiter.status()).dump());
+    co_return json_response(200, to_json(arbiter.status()).dump(-1, ' ', false, json::error_handler_t::replace));
   }
   if (t.path == "/v1/services") {
     if (!get) co_return only("GET");
     json out = json::array();
     for (const auto& s : arbiter.services(daemon_.now())) out.push_back(to_json(s, daemon_.now()));
-    co_return json_response(200, json{{"services", out}}.dump());
+    co_return json_response(200, json{{"services", out}}.dump(-1, ' ', false, json::error_handler_t::replace));
   }
   if (t.path.starts_with("/v1/services/")) {
     std::string rest = t.path.substr(13);
@@ -497,7 +503,7 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
       if (!get) co_return only("GET");
       const ServiceStatus* s = arbiter.service(name);
       if (!s) co_return error(404, "not_found", fmt::format("no service named '{}'", name));
-      co_return json_response(200, to_json(*s, daemon_.now()).dump());
+      co_return json_response(200, to_json(*s, daemon_.now()).dump(-1, ' ', false, json::error_handler_t::replace));
     }
     if (action == "unload") {
       if (!post) co_return only("POST");
@@ -546,7 +552,7 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
     bool known = false;
     for (const auto& g : arbiter.status().gpus) known |= g.sample.index == gpu;
     if (!known) co_return error(404, "not_found", fmt::format("no GPU {}", gpu));
-    co_return json_response(200, to_json(arbiter.history(gpu, daemon_.now(), window, points), gpu).dump());
+    co_return json_response(200, to_json(arbiter.history(gpu, daemon_.now(), window, points), gpu).dump(-1, ' ', false, json::error_handler_t::replace));
   }
   if (t.path == "/v1/events") {
     if (!get) co_return only("GET");
@@ -561,12 +567,21 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
     if (!get) co_return only("GET");
     co_return co_await doctor(t);
   }
+  if (t.path == "/metrics") {
+    if (!get) co_return only("GET");
+    HttpResponse res{http::status::ok, req.version()};
+    res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+    res.set(http::field::cache_control, "no-store");
+    res.body() = render_metrics(arbiter, daemon_.metrics(), daemon_.now());
+    res.prepare_payload();
+    co_return res;
+  }
   if (!t.path.starts_with("/v1/")) {
     if (auto asset = serve_asset(req)) co_return std::move(*asset);
   }
   if (t.path == "/v1/version") {
     if (!get) co_return only("GET");
-    co_return json_response(200, json{{"version", VRAMD_VERSION_STRING}}.dump());
+    co_return json_response(200, json{{"version", VRAMD_VERSION_STRING}}.dump(-1, ' ', false, json::error_handler_t::replace));
   }
   co_return error(404, "not_found", fmt::format("no such endpoint: {} {}", std::string(req.method_string()), t.path));
 }

@@ -4,7 +4,9 @@
 #include <functional>
 
 #include "core/arbiter.h"
+#include "daemon/children.h"
 #include "server/http_server.h"
+#include "server/metrics.h"
 #include "store/event_store.h"
 #include "store/crash_store.h"
 #include "store/lease_store.h"
@@ -36,12 +38,18 @@ class DaemonControl {
                                                                       size_t limit) = 0;
 
   // start | stop | restart a service; the id is then awaited with wait_command.
-  virtual uint64_t service_command(const std::string& service, const std::string& action) = 0;
+  // force: a start skips start admission (no wait for GPU room).
+  virtual uint64_t service_command(const std::string& service, const std::string& action,
+                                   bool force) = 0;
   virtual boost::asio::awaitable<CommandFinished> wait_command(uint64_t request_id, Duration max) = 0;
   virtual boost::asio::awaitable<Result<std::vector<CrashRecord>>> crashes(std::string service,
                                                                            size_t limit) = 0;
   // state_dir/logs/NAME.log
   virtual std::string log_path(const std::string& service) const = 0;
+  virtual boost::asio::awaitable<LogPage> read_log(std::string path, size_t lines,
+                                                   std::optional<uint64_t> after) = 0;
+  // Counters for /metrics since the daemon started.
+  virtual const MetricsCounters& metrics() const = 0;
 };
 
 struct Target;

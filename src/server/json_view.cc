@@ -140,7 +140,8 @@ json to_json(const ServiceStatus& s, TimePoint now) {
                                        {"reason", s.managed->reason.empty() ? json(nullptr) : json(s.managed->reason)},
                                        {"last_exit_code", opt(s.managed->last_exit_code)},
                                        {"last_signal", opt(s.managed->last_signal)},
-                                       {"restart_at", time(s.managed->restart_at)}}
+                                       {"restart_at", time(s.managed->restart_at)},
+                                       {"start_lease", opt(s.managed->start_lease)}}
                                 : json(nullptr)}};
 }
 
@@ -196,6 +197,7 @@ json to_json(const Lease& l, const Arbiter& arbiter) {
           {"service", r.service.empty() ? json(nullptr) : json(r.service)},
           {"group", r.group.empty() ? json(nullptr) : json(r.group)},
           {"command", r.command},
+          {"start", r.start},
           {"position", opt(position)},
           {"reason", reason},
           {"requested_at", format_rfc3339(l.requested_at)},

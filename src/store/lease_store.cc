@@ -43,7 +43,8 @@ std::string lease_to_json(const Lease& l) {
               {"service", r.service},
               {"group", r.group},
               {"wait_timeout_ms", r.wait_timeout ? json(r.wait_timeout->count()) : json(nullptr)},
-              {"command", r.command}}}};
+              {"command", r.command},
+              {"start", r.start}}}};
   return j.dump();
 }
 
@@ -77,6 +78,7 @@ Result<Lease> lease_from_json(const std::string& text) {
     if (!r["wait_timeout_ms"].is_null())
       l.request.wait_timeout = Duration(r["wait_timeout_ms"].get<int64_t>());
     l.request.command = r.value("command", "");
+    l.request.start = r.value("start", false);
     return l;
   } catch (const std::exception& e) {
     return make_error(fmt::format("bad stored lease: {}", e.what()));

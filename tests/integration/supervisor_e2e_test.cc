@@ -1,6 +1,7 @@
 // Supervision end to end with real child processes: fake GPU servers (and shell scripts) that
 // vramd starts, health-checks, stops, restarts after crashes, diagnoses and adopts again after
 // a kill -9 of vramd.
+#include <csignal>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -46,6 +47,13 @@ std::string managed_fake(const DaemonFixture& f, const std::string& name, int po
       "start = [\"{}/fake-gpu-server\", \"--kind\", \"comfyui\", \"--port\", \"{}\", \"--state\", \"{}\", "
       "\"--model-bytes\", \"{}\"]\nstop_timeout = \"3s\"\n{}\n",
       name, port, testing::build_dir(), port, f.state, bytes, extra);
+}
+
+std::vector<json> events_of(const DaemonFixture& f, const std::string& type) {
+  std::vector<json> out;
+  for (const auto& e : get(f, "/v1/events?limit=1000").value("events", json::array()))
+    if (e["type"] == type) out.push_back(e);
+  return out;
 }
 
 json process_of(const DaemonFixture& f, const std::string& name) {
@@ -180,6 +188,145 @@ TEST(SupervisorE2E, ExclusiveGroupStartingBLeavesOnlyBOnTheGpu) {
   })) << get(f, "/v1/status").dump(2);
   EXPECT_EQ(process_of(f, "a")["state"], "stopped");
   EXPECT_EQ(process_of(f, "b")["state"], "running");
+}
+
+TEST(SupervisorE2E, StartAdmissionUnloadsTheIdleHolderBeforeItStarts) {
+  DaemonFixture f;
+  FakeService other(f, "comfyui", {"--model-bytes", "16GiB"});
+  int port = testing::free_port();
+  f.start(fmt::format("[services.other]\nkind = \"comfyui\"\nurl = \"{}\"\nmin_idle = \"0s\"\n\n", other.url()) +
+          managed_fake(f, "comfy", port, "12GiB", "vram_estimate = \"12GiB\""));
+  ASSERT_TRUE(eventually([&] { return get(f, "/v1/services/other").value("bytes", Bytes{0}) == 16 * GiB; }));
+  // 24 GiB − 0.4 baseline − 16 held: 12 GiB do not fit until `other` is unloaded for it.
+  auto [status, body] = post(f, "/v1/services/comfy/start?wait=true");
+  ASSERT_EQ(status, 200u) << body.dump(2) << f.log();
+  EXPECT_EQ(process_of(f, "comfy")["state"], "running");
+  EXPECT_EQ(other.state()["unload_calls"], 1);
+  // In that order: queued, the eviction, its memory gone, then the start (the unload's verdict
+  // waits for the memory to hold still; the start need not).
+  json events = get(f, "/v1/events?limit=500")["events"];
+  int queued = -1, unloading = -1, gone = -1, started = -1;
+  for (int i = 0; i < static_cast<int>(events.size()); ++i) {
+    std::string type = events[i]["type"];
+    if (type == "service.queued" && events[i]["subject"] == "comfy") queued = i;
+    if (type == "unload.started" && events[i]["subject"] == "other") unloading = i;
+    if (type == "owner.gone" && events[i]["subject"] == "other") gone = i;
+    if (type == "service.started" && events[i]["subject"] == "comfy") started = i;
+  }
+  EXPECT_TRUE(queued >= 0 && unloading > queued && gone > unloading && started > gone) << events.dump(2);
+  ASSERT_TRUE(eventually([&] { return !events_of(f, "unload.freed").empty(); }));
+  // The start lease ended once comfy was up; nothing is left queued.
+  EXPECT_TRUE(get(f, "/v1/leases")["leases"].empty()) << get(f, "/v1/leases").dump(2);
+}
+
+TEST(SupervisorE2E, AStartThatCannotFitWaitsWithAReasonAndForceStartsItAnyway) {
+  DaemonFixture f;
+  FakeService pinned(f, "comfyui", {"--model-bytes", "16GiB"});
+  int port = testing::free_port();
+  f.start(fmt::format("[services.big]\nkind = \"comfyui\"\nurl = \"{}\"\npinned = true\n\n", pinned.url()) +
+          managed_fake(f, "comfy", port, "2GiB", "vram_estimate = \"12GiB\""));
+  ASSERT_TRUE(eventually([&] { return get(f, "/v1/services/big").value("bytes", Bytes{0}) == 16 * GiB; }));
+  auto [status, body] = post(f, "/v1/services/comfy/start");
+  EXPECT_EQ(status, 202u) << body.dump(2);
+  EXPECT_EQ(body["state"], "queued");
+  ASSERT_TRUE(eventually([&] {
+    return process_of(f, "comfy").value("reason", std::string()).find("big holds 16.0 GiB, pinned") != std::string::npos;
+  })) << process_of(f, "comfy").dump(2);
+  json leases = get(f, "/v1/leases")["leases"];
+  ASSERT_EQ(leases.size(), 1u);
+  EXPECT_TRUE(leases[0]["start"].get<bool>());
+  EXPECT_EQ(leases[0]["service"], "comfy");
+  EXPECT_EQ(pinned.state()["unload_calls"], 0);  // pinned: never evicted
+  auto [forced, fbody] = post(f, "/v1/services/comfy/start?force=true&wait=true");
+  ASSERT_EQ(forced, 200u) << fbody.dump(2);
+  EXPECT_EQ(process_of(f, "comfy")["state"], "running");
+  EXPECT_TRUE(get(f, "/v1/leases")["leases"].empty());
+}
+
+TEST(SupervisorE2E, ALeaseForAServiceThatIsDownStartsIt) {
+  DaemonFixture f;
+  int port = testing::free_port();
+  f.start(managed_fake(f, "comfy", port, "6GiB"));
+  auto r = http_request({f.url}, "POST", "/v1/leases",
+                        R"({"vram": "8GiB", "gpu": 0, "service": "comfy", "holder": "flux-worker"})", 5000);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->status / 100, 2u) << r->body;
+  json lease = json::parse(r->body);
+  EXPECT_EQ(lease["state"], "granted");
+  ASSERT_TRUE(eventually([&] { return process_of(f, "comfy").value("state", "") == "running"; }))
+      << process_of(f, "comfy").dump(2) << f.log();
+  // comfy's 6 GiB count as the lease's own.
+  ASSERT_TRUE(eventually([&] {
+    json l = get(f, fmt::format("/v1/leases/{}", lease["id"].get<uint64_t>()));
+    return l.value("held_bytes", Bytes{0}) == 6 * GiB;
+  })) << get(f, "/v1/leases").dump(2);
+}
+
+// Gone, or a zombie nobody has reaped yet: either way it runs no more.
+bool gone(int pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  if (stat.empty()) return true;
+  auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
+}
+
+TEST(SupervisorE2E, ReclaimPortEndsASquatterThatMatchRecognisesAndRefusesOneItDoesNot) {
+  DaemonFixture f;
+  FakeService squatter(f, "comfyui", {"--model-bytes", "1GiB"});
+  FakeService stranger(f, "comfyui", {"--model-bytes", "1GiB"});
+  f.start(managed_fake(f, "comfy", squatter.port(), "2GiB",
+                       fmt::format("reclaim_port = true\nmatch = {{ cmdline = \"fake-gpu-server.*--port {}\" }}",
+                                   squatter.port())) +
+          managed_fake(f, "other", stranger.port(), "2GiB",
+                       "reclaim_port = true\nmatch = { cmdline = \"^python3 main\\\\.py\" }"));
+  // The squatter is this service's own kind of process (match), of vramd's user: ended, then started.
+  auto [status, body] = post(f, "/v1/services/comfy/start?wait=true");
+  ASSERT_EQ(status, 200u) << body.dump(2) << f.log();
+  EXPECT_TRUE(eventually([&] { return gone(squatter.pid()); }));
+  EXPECT_NE(process_of(f, "comfy")["pid"].get<int>(), squatter.pid());
+  // match does not recognise the other port's process: refused, and it is left alone.
+  auto [refused, rbody] = post(f, "/v1/services/other/start?wait=true");
+  EXPECT_EQ(refused, 409u) << rbody.dump(2);
+  EXPECT_NE(rbody["message"].get<std::string>().find("not recognised by match"), std::string::npos)
+      << rbody.dump(2);
+  EXPECT_FALSE(gone(stranger.pid()));
+}
+
+TEST(SupervisorE2E, OnShutdownStopEndsTheChildWithVramdAndLeaveDoesNot) {
+  DaemonFixture f;
+  int p1 = testing::free_port(), p2 = testing::free_port();
+  f.start(managed_fake(f, "stops", p1, "1GiB", "on_shutdown = \"stop\"") +
+          managed_fake(f, "stays", p2, "1GiB"));
+  ASSERT_EQ(post(f, "/v1/services/stops/start?wait=true").first, 200u);
+  ASSERT_EQ(post(f, "/v1/services/stays/start?wait=true").first, 200u);
+  int stops = process_of(f, "stops")["pid"], stays = process_of(f, "stays")["pid"];
+  f.daemon->kill(SIGTERM);  // a clean shutdown of vramd
+  EXPECT_TRUE(eventually([&] { return gone(stops); }));
+  EXPECT_FALSE(gone(stays));
+  ::kill(stays, SIGKILL);
+}
+
+TEST(SupervisorE2E, UserRunsTheChildAsThatUser) {
+  if (geteuid() != 0) GTEST_SKIP() << "`user` needs vramd to run as root";
+  DaemonFixture f;
+  f.start("[services.job]\nkind = \"process\"\nuser = \"nobody\"\ncwd = \"/\"\n"
+          "start = [\"/bin/sh\", \"-c\", \"id -un; exec sleep 30\"]\n");
+  auto [status, body] = post(f, "/v1/services/job/start?wait=true");
+  ASSERT_EQ(status, 200u) << body.dump(2) << f.log();
+  ASSERT_TRUE(eventually([&] {
+    json logs = get(f, "/v1/services/job/logs?lines=5");
+    for (const auto& l : logs.value("lines", json::array()))
+      if (l == "nobody") return true;
+    return false;
+  })) << get(f, "/v1/services/job/logs").dump(2);
+  int pid = process_of(f, "job")["pid"];
+  std::ifstream status_file(fmt::format("/proc/{}/status", pid));
+  std::string line, uid;
+  while (std::getline(status_file, line))
+    if (line.starts_with("Uid:")) uid = line;
+  EXPECT_EQ(uid.find("\t0\t"), std::string::npos) << uid;  // not root
+  post(f, "/v1/services/job/stop?wait=true");
 }
 
 TEST(Children, LogRotationKeepsOneOlderFileAndTailsReadAcrossIt) {

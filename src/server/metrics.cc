@@ -1,0 +1,195 @@
+#include "server/metrics.h"
+
+#include <array>
+#include <fmt/format.h>
+
+
+namespace vramd {
+
+namespace {
+
+// Every state a service can report, so the enum-style gauge always has the same series.
+constexpr std::array kProbeStates = {"unknown", "up", "unloading", "unreachable"};
+constexpr std::array kProcessStates = {"stopped", "queued",  "starting", "running",
+                                       "stopping", "backoff", "failed"};
+
+class Out {
+ public:
+  void family(std::string_view name, std::string_view type, std::string_view help) {
+    s_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  }
+  // labels: name="value" pairs already joined.
+  void sample(std::string_view name, std::string_view labels, double value) {
+    if (labels.empty()) s_ += fmt::format("{} {}\n", name, number(value));
+    else s_ += fmt::format("{}{{{}}} {}\n", name, labels, number(value));
+  }
+  std::string take() { return std::move(s_); }
+
+ private:
+  static std::string number(double v) {
+    if (v == static_cast<double>(static_cast<int64_t>(v)) && v < 9e15 && v > -9e15)
+      return fmt::format("{}", static_cast<int64_t>(v));
+    return fmt::format("{}", v);
+  }
+  std::string s_;
+};
+
+std::string label(std::string_view name, std::string_view value) {
+  return fmt::format("{}=\"{}\"", name, escape_label(value));
+}
+
+template <typename... More>
+std::string labels(std::string_view name, std::string_view value, More&&... more) {
+  std::string out = label(name, value);
+  if constexpr (sizeof...(more) > 0) out += "," + labels(std::forward<More>(more)...);
+  return out;
+}
+
+}  // namespace
+
+std::string escape_label(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+const std::vector<double>& MetricsCounters::wait_buckets() {
+  static const std::vector<double> buckets = {0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600};
+  return buckets;
+}
+
+void MetricsCounters::observe(const Action& action) {
+  if (const auto* e = std::get_if<EmitEvent>(&action)) {
+    if (const auto& v = e->event.verdict) {
+      ++unloads[{v->service, to_string(v->outcome)}];
+      freed[v->service] += v->before_bytes > v->after_bytes ? v->before_bytes - v->after_bytes : 0;
+    }
+  } else if (const auto* lc = std::get_if<LeaseChanged>(&action)) {
+    const Lease& l = lc->lease;
+    if (!is_active(l.state)) {
+      waited_.erase(l.id);
+    } else if (l.state == LeaseState::granted && l.granted_at && waited_.insert(l.id).second) {
+      double s = std::chrono::duration<double>(*l.granted_at - l.requested_at).count();
+      const auto& b = wait_buckets();
+      if (wait_counts.empty()) wait_counts.assign(b.size() + 1, 0);
+      size_t i = 0;
+      while (i < b.size() && s > b[i]) ++i;
+      ++wait_counts[i];
+      ++wait_count;
+      wait_sum += s;
+    }
+  } else if (const auto* lf = std::get_if<Lifecycle>(&action)) {
+    if (lf->action == "restart") ++lifecycle_restarts[lf->service];
+  }
+}
+
+void MetricsCounters::crash(const std::string& service, const std::string& signature) {
+  ++crashes[{service, signature}];
+}
+
+std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& c, TimePoint now) {
+  Out o;
+  const StatusSnapshot& status = arbiter.status();
+
+  o.family("vramd_build_info", "gauge", "vramd's version; always 1.");
+  o.sample("vramd_build_info", label("version", VRAMD_VERSION_STRING), 1);
+
+  o.family("vramd_gpu_memory_total_bytes", "gauge", "GPU memory in all, as the driver reports it.");
+  for (const auto& g : status.gpus)
+    o.sample("vramd_gpu_memory_total_bytes",
+             labels("gpu", std::to_string(g.sample.index), "uuid", g.sample.uuid, "name", g.sample.name),
+             static_cast<double>(g.sample.total));
+  o.family("vramd_gpu_memory_used_bytes", "gauge",
+           "GPU memory not available to a new allocation (total minus free).");
+  for (const auto& g : status.gpus)
+    o.sample("vramd_gpu_memory_used_bytes", labels("gpu", std::to_string(g.sample.index), "uuid", g.sample.uuid),
+             static_cast<double>(g.sample.used));
+  o.family("vramd_gpu_utilization_ratio", "gauge", "GPU busy time over the last sample period, 0 to 1.");
+  for (const auto& g : status.gpus)
+    if (g.sample.utilization_pct)
+      o.sample("vramd_gpu_utilization_ratio", labels("gpu", std::to_string(g.sample.index), "uuid", g.sample.uuid),
+               *g.sample.utilization_pct / 100.0);
+
+  o.family("vramd_owner_memory_bytes", "gauge",
+           "GPU memory each owner holds; source is the evidence it was attributed by.");
+  for (const auto& g : status.gpus) {
+    // One series per (owner, kind, source): holdings of one owner may come from several pids.
+    std::map<std::tuple<std::string, std::string, std::string>, Bytes> by;
+    for (const auto& h : g.holdings)
+      by[{h.owner.name.empty() ? to_string(h.owner.kind) : h.owner.name, to_string(h.owner.kind),
+          to_string(h.source)}] += h.bytes;
+    for (const auto& [key, bytes] : by)
+      o.sample("vramd_owner_memory_bytes",
+               labels("gpu", std::to_string(g.sample.index), "owner", std::get<0>(key), "kind",
+                      std::get<1>(key), "source", std::get<2>(key)),
+               static_cast<double>(bytes));
+  }
+
+  std::vector<ServiceStatus> services = arbiter.services(now);
+  o.family("vramd_service_state", "gauge",
+           "1 for the service's current state, 0 for the others: the process state for services "
+           "vramd runs, else the state of its API.");
+  for (const auto& s : services) {
+    std::string current = s.managed ? s.managed->state : s.state;
+    auto emit = [&](const auto& states) {
+      for (const char* st : states)
+        o.sample("vramd_service_state", labels("service", s.name, "state", st), current == st ? 1 : 0);
+    };
+    if (s.managed) emit(kProcessStates);
+    else emit(kProbeStates);
+  }
+  o.family("vramd_service_idle_seconds", "gauge",
+           "Seconds since the service last did work; absent while it is busy or unknown.");
+  for (const auto& s : services)
+    if (s.idle_since && !s.busy.value_or(false))
+      o.sample("vramd_service_idle_seconds", label("service", s.name),
+               std::max(0.0, std::chrono::duration<double>(now - *s.idle_since).count()));
+
+  o.family("vramd_unloads_total", "counter", "Unloads by their verified outcome, since vramd started.");
+  for (const auto& [key, n] : c.unloads)
+    o.sample("vramd_unloads_total", labels("service", key.first, "outcome", key.second),
+             static_cast<double>(n));
+  o.family("vramd_unload_freed_bytes_total", "counter",
+           "GPU memory that unloads gave back, measured on the GPU, since vramd started.");
+  for (const auto& [svc, bytes] : c.freed)
+    o.sample("vramd_unload_freed_bytes_total", label("service", svc), static_cast<double>(bytes));
+
+  o.family("vramd_leases", "gauge", "Active leases by state.");
+  size_t queued = 0, granted = 0;
+  for (const auto& l : arbiter.leases()) (l.state == LeaseState::queued ? queued : granted)++;
+  o.sample("vramd_leases", label("state", "queued"), static_cast<double>(queued));
+  o.sample("vramd_leases", label("state", "granted"), static_cast<double>(granted));
+
+  o.family("vramd_lease_wait_seconds", "histogram", "How long leases waited before they were granted.");
+  const auto& buckets = MetricsCounters::wait_buckets();
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    cumulative += c.wait_counts.empty() ? 0 : c.wait_counts[i];
+    o.sample("vramd_lease_wait_seconds_bucket", label("le", fmt::format("{}", buckets[i])),
+             static_cast<double>(cumulative));
+  }
+  o.sample("vramd_lease_wait_seconds_bucket", label("le", "+Inf"), static_cast<double>(c.wait_count));
+  o.sample("vramd_lease_wait_seconds_sum", "", c.wait_sum);
+  o.sample("vramd_lease_wait_seconds_count", "", static_cast<double>(c.wait_count));
+
+  o.family("vramd_restarts_total", "counter",
+           "Restarts of a service (vramd's own children, or its container or unit), since vramd started.");
+  for (const auto& s : services) {
+    uint64_t n = s.managed ? static_cast<uint64_t>(s.managed->restart_count) : 0;
+    if (auto it = c.lifecycle_restarts.find(s.name); it != c.lifecycle_restarts.end()) n += it->second;
+    if (s.managed || n) o.sample("vramd_restarts_total", label("service", s.name), static_cast<double>(n));
+  }
+  o.family("vramd_crashes_total", "counter", "Crashes by diagnosed signature, since vramd started.");
+  for (const auto& [key, n] : c.crashes)
+    o.sample("vramd_crashes_total", labels("service", key.first, "signature", key.second),
+             static_cast<double>(n));
+  return o.take();
+}
+
+}  // namespace vramd

@@ -1,0 +1,45 @@
+// GET /metrics: the Prometheus text exposition format (docs/metrics.md). Gauges come from the
+// Arbiter's snapshot at scrape time; counters from what the daemon saw since it started.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/arbiter.h"
+
+namespace vramd {
+
+// Counters fed by the daemon as its actions go by (and by crash diagnoses). Event-loop only.
+class MetricsCounters {
+ public:
+  // Looks at one action: unload verdicts, lease grants (wait time), restarts of units and
+  // containers. Everything else is ignored.
+  void observe(const Action& action);
+  // A crash diagnosed with this signature.
+  void crash(const std::string& service, const std::string& signature);
+
+  // The lease wait histogram's upper bounds, in seconds.
+  static const std::vector<double>& wait_buckets();
+
+  std::map<std::pair<std::string, std::string>, uint64_t> unloads;  // (service, outcome)
+  std::map<std::string, Bytes> freed;                                 // service -> bytes
+  std::map<std::pair<std::string, std::string>, uint64_t> crashes;   // (service, signature)
+  std::map<std::string, uint64_t> lifecycle_restarts;                 // containers and units
+  std::vector<uint64_t> wait_counts;  // per bucket (not cumulative), then +Inf
+  uint64_t wait_count = 0;
+  double wait_sum = 0;
+
+ private:
+  std::set<uint64_t> waited_;  // granted leases already observed (until they end)
+};
+
+// The whole exposition: HELP and TYPE lines, then samples.
+std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& counters, TimePoint now);
+
+// Label value escaping of the text format: backslash, double quote and newline.
+std::string escape_label(std::string_view value);
+
+}  // namespace vramd
