@@ -1,5 +1,7 @@
 #include "daemon/daemon.h"
 
+#include <charconv>
+
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -333,11 +335,13 @@ asio::awaitable<void> Daemon::stream_events(HttpStream& stream, int64_t after_id
   auto sub = std::make_shared<Subscriber>(io_);
   subscribers_.push_back(sub);
   bool ok = co_await stream.start_event_stream();
+  int64_t sent_up_to = after_id;
   // A reconnecting client (Last-Event-ID) first gets what it missed, from the store.
   if (ok && after_id > 0) {
     auto missed = co_await events(after_id, std::nullopt, 1000);
     if (missed) {
       for (const auto& e : *missed) {
+        sent_up_to = std::max(sent_up_to, e.id);
         nlohmann::json frame = to_json(e.event);
         frame["id"] = e.id;
         if (!e.data.is_null()) frame["data"] = e.data;
@@ -351,6 +355,10 @@ asio::awaitable<void> Daemon::stream_events(HttpStream& stream, int64_t after_id
     while (ok && !sub->queue.empty()) {
       std::string frame = std::move(sub->queue.front());
       sub->queue.pop_front();
+      // Events that came while the store was read were in both: send each id once.
+      int64_t id = 0;
+      if (frame.starts_with("id: ")) std::from_chars(frame.data() + 4, frame.data() + frame.size(), id);
+      if (id != 0 && id <= sent_up_to) continue;
       ok = co_await stream.write(std::move(frame));
     }
     if (!ok) break;
