@@ -25,20 +25,28 @@ Result<Config> load_cli_config(const CommonOptions& opts);
 DaemonAddress daemon_address(const CommonOptions& opts, const Config& config);
 
 int cmd_serve(const CommonOptions& opts);
-int cmd_status(const CommonOptions& opts, bool json);
+struct StatusOptions {
+  bool json = false;
+  bool watch = false;       // refresh until interrupted (or `count` refreshes)
+  double interval_s = 2.0;  // --interval, between refreshes
+  int count = 0;            // --count: stop after this many refreshes; 0: never
+};
+// Without a daemon, takes one sample here (not with --watch: it keeps trying the daemon).
+int cmd_status(const CommonOptions& opts, const StatusOptions& status);
 int cmd_services(const CommonOptions& opts, bool json);
 // Unloads one service (or every idle one) and waits for the verdict from the GPU's numbers.
-int cmd_free(const CommonOptions& opts, const std::string& service, bool idle, bool force, bool json);
+int cmd_free(const CommonOptions& opts, const std::string& service, bool idle, bool force,
+             bool json);
 // since: a duration back from now ("1h") or an RFC 3339 time.
 int cmd_events(const CommonOptions& opts, bool follow, const std::string& since, bool json);
 
 struct RunOptions {
-  std::string vram;             // --vram, required
-  std::string gpu = "any";      // --gpu N|any
-  std::string ram;              // --ram
+  std::string vram;         // --vram, required
+  std::string gpu = "any";  // --gpu N|any
+  std::string ram;          // --ram
   int priority = 0;
-  std::string label;            // default: the program's name
-  std::string timeout;          // --timeout: give up waiting after this long
+  std::string label;    // default: the program's name
+  std::string timeout;  // --timeout: give up waiting after this long
   bool detach = false;
   bool no_cuda_env = false;
   std::vector<std::string> command;
@@ -50,8 +58,10 @@ int cmd_leases(const CommonOptions& opts, bool json);
 // Finished leases; with stats_label, count and p50/p95 wait, run and peak memory of that label.
 int cmd_jobs(const CommonOptions& opts, const std::string& stats_label, size_t limit, bool json);
 
-// start | stop | restart; with wait, until the service is up (or stopped, memory checked).
-int cmd_lifecycle(const CommonOptions& opts, const std::string& action, const std::string& service, bool wait);
+// start | stop | restart; with wait, until the service is up (or stopped, memory checked). force
+// (start): start now, without waiting for GPU room for the service's vram_estimate.
+int cmd_lifecycle(const CommonOptions& opts, const std::string& action, const std::string& service,
+                  bool wait, bool force = false);
 int cmd_logs(const CommonOptions& opts, const std::string& service, bool follow, size_t lines);
 // Crashes grouped by signature, with the evidence and the suggested fix.
 int cmd_doctor(const CommonOptions& opts, const std::string& service, bool json);

@@ -1,5 +1,6 @@
 // vramd: the daemon and its CLI.
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -13,19 +14,37 @@ int main(int argc, char** argv) {
   vramd::CommonOptions common;
   auto add_common = [&](CLI::App* sub) {
     sub->add_option("--config", common.config_path, "config file (default /etc/vramd/vramd.toml)");
-    sub->add_option("--url", common.url,
-                    "daemon address: http://HOST:PORT or unix:PATH (default $VRAMD_URL, else from the config)");
+    sub->add_option(
+        "--url", common.url,
+        "daemon address: http://HOST:PORT or unix:PATH (default $VRAMD_URL, else from the config)");
   };
 
   auto* serve = app.add_subcommand("serve", "run the daemon");
   add_common(serve);
 
   bool json = false;
+  vramd::StatusOptions status_opts;
   auto* status = app.add_subcommand("status", "who holds the memory of each GPU");
   add_common(status);
-  status->add_flag("--json", json, "print the API's JSON");
+  status->add_flag("--json", json, "print the API's JSON (with --watch: one object per line)");
+  auto* watch = status->add_flag(
+      "-w,--watch", status_opts.watch,
+      "refresh until Ctrl-C, like watch(1); keeps trying while the daemon is away");
+  status
+      ->add_option("-n,--interval", status_opts.interval_s, "seconds between refreshes (default 2)")
+      ->check([](const std::string& s) -> std::string {
+        char* end = nullptr;
+        double v = std::strtod(s.c_str(), &end);
+        if (end == s.c_str() || *end) return "expected seconds, e.g. 2 or 0.5, got '" + s + "'";
+        return v >= 0.1 && v <= 86400 ? "" : "between 0.1 and 86400 seconds, got " + s;
+      })
+      ->needs(watch);
+  status->add_option("--count", status_opts.count, "stop after this many refreshes (like top -n)")
+      ->check(CLI::PositiveNumber)
+      ->needs(watch);
 
-  auto* services = app.add_subcommand("services", "configured services: state, busy, idle, memory, last unload");
+  auto* services =
+      app.add_subcommand("services", "configured services: state, busy, idle, memory, last unload");
   add_common(services);
   services->add_flag("--json", json, "print the API's JSON");
 
@@ -41,44 +60,59 @@ int main(int argc, char** argv) {
 
   bool follow = false;  // (json flag is shared)
   std::string since;
-  auto* events = app.add_subcommand("events", "what happened: unloads, GPUs lost, owners come and gone");
+  auto* events =
+      app.add_subcommand("events", "what happened: unloads, GPUs lost, owners come and gone");
   add_common(events);
   events->add_flag("-f,--follow", follow, "keep printing new events");
   events->add_option("--since", since, "how far back: a duration (\"1h\") or an RFC 3339 time");
   events->add_flag("--json", json, "one JSON object per line");
 
   vramd::RunOptions run_opts;
-  auto* run = app.add_subcommand(
-      "run", "wait until the GPU memory a command needs is free, then run it: vramd run --vram 12GiB -- CMD ARGS...");
+  auto* run = app.add_subcommand("run",
+                                 "wait until the GPU memory a command needs is free, then run it: "
+                                 "vramd run --vram 12GiB -- CMD ARGS...");
   add_common(run);
-  run->add_option("--vram", run_opts.vram, "GPU memory the command needs: 12GiB, 800MiB")->required();
-  run->add_option("--gpu", run_opts.gpu, "GPU index, or any (default: where it fits at the least cost)");
-  run->add_option("--ram", run_opts.ram, "host RAM the command needs, checked against MemAvailable");
+  run->add_option("--vram", run_opts.vram, "GPU memory the command needs: 12GiB, 800MiB")
+      ->required();
+  run->add_option("--gpu", run_opts.gpu,
+                  "GPU index, or any (default: where it fits at the least cost)");
+  run->add_option("--ram", run_opts.ram,
+                  "host RAM the command needs, checked against MemAvailable");
   run->add_option("--priority", run_opts.priority, "higher goes first (default 0)");
   run->add_option("--label", run_opts.label, "name in job history (default: the program's name)");
-  run->add_option("--timeout", run_opts.timeout, "give up when not granted within this long: 30m, 1h");
+  run->add_option("--timeout", run_opts.timeout,
+                  "give up when not granted within this long: 30m, 1h");
   run->add_flag("--detach", run_opts.detach, "wait and run in the background; print the lease id");
-  run->add_flag("--no-cuda-env", run_opts.no_cuda_env, "do not set CUDA_VISIBLE_DEVICES to the granted GPU");
-  run->add_option("command", run_opts.command, "the command and its arguments, after --")->required();
+  run->add_flag("--no-cuda-env", run_opts.no_cuda_env,
+                "do not set CUDA_VISIBLE_DEVICES to the granted GPU");
+  run->add_option("command", run_opts.command, "the command and its arguments, after --")
+      ->required();
   auto* leases = app.add_subcommand("leases", "leases granted and queued, with why each one waits");
   add_common(leases);
   leases->add_flag("--json", json, "print the API's JSON");
   std::vector<std::string> jobs_args;
   size_t jobs_limit = 20;
-  auto* jobs = app.add_subcommand("jobs", "finished jobs: wait, run time, peak memory; 'jobs stats LABEL' for percentiles");
+  auto* jobs = app.add_subcommand(
+      "jobs", "finished jobs: wait, run time, peak memory; 'jobs stats LABEL' for percentiles");
   add_common(jobs);
   jobs->add_option("stats", jobs_args, "stats LABEL");
-  jobs->add_option("-n,--limit", jobs_limit, "how many jobs to list (default 20)")->check(CLI::PositiveNumber);
+  jobs->add_option("-n,--limit", jobs_limit, "how many jobs to list (default 20)")
+      ->check(CLI::PositiveNumber);
   jobs->add_flag("--json", json, "print the API's JSON");
   std::string life_name;
-  bool life_wait = false;
+  bool life_wait = false, life_force = false;
   std::vector<std::pair<std::string, CLI::App*>> life_cmds;
   for (const char* action : {"start", "stop", "restart"}) {
-    auto* c = app.add_subcommand(action, std::string(action) + " a service vramd runs (or its container or unit)");
+    auto* c = app.add_subcommand(
+        action, std::string(action) + " a service vramd runs (or its container or unit)");
     add_common(c);
     c->add_option("service", life_name, "the service")->required();
-    c->add_flag("--wait", life_wait, action == std::string("stop") ? "until it stopped and its GPU memory is gone"
-                                                                    : "until it answers its health check");
+    c->add_flag("--wait", life_wait,
+                action == std::string("stop") ? "until it stopped and its GPU memory is gone"
+                                              : "until it answers its health check");
+    if (action == std::string("start"))
+      c->add_flag("--force", life_force,
+                  "start now, without waiting for GPU room for its vram_estimate (it may not fit)");
     life_cmds.emplace_back(action, c);
   }
   std::string logs_name;
@@ -88,9 +122,11 @@ int main(int argc, char** argv) {
   add_common(logs);
   logs->add_option("service", logs_name, "the service")->required();
   logs->add_flag("-f,--follow", logs_follow, "keep printing new lines");
-  logs->add_option("-n,--lines", logs_lines, "how many lines (default 50)")->check(CLI::PositiveNumber);
+  logs->add_option("-n,--lines", logs_lines, "how many lines (default 50)")
+      ->check(CLI::PositiveNumber);
   std::string doctor_name;
-  auto* doctor = app.add_subcommand("doctor", "why services crashed: signatures, evidence, suggested fixes");
+  auto* doctor =
+      app.add_subcommand("doctor", "why services crashed: signatures, evidence, suggested fixes");
   add_common(doctor);
   doctor->add_option("service", doctor_name, "only this service");
   doctor->add_flag("--json", json, "print the API's JSON");
@@ -113,14 +149,17 @@ int main(int argc, char** argv) {
   }
 
   if (*serve) return vramd::cmd_serve(common);
-  if (*status) return vramd::cmd_status(common, json);
+  if (*status) {
+    status_opts.json = json;
+    return vramd::cmd_status(common, status_opts);
+  }
   if (*demo) return vramd::cmd_demo(demo_opts);
   if (*services) return vramd::cmd_services(common, json);
   if (*free_cmd) return vramd::cmd_free(common, free_name, free_idle, free_force, json);
   if (*events) return vramd::cmd_events(common, follow, since, json);
   if (*run) return vramd::cmd_run(common, run_opts);
   for (const auto& [action, c] : life_cmds)
-    if (*c) return vramd::cmd_lifecycle(common, action, life_name, life_wait);
+    if (*c) return vramd::cmd_lifecycle(common, action, life_name, life_wait, life_force);
   if (*logs) return vramd::cmd_logs(common, logs_name, logs_follow, logs_lines);
   if (*doctor) return vramd::cmd_doctor(common, doctor_name, json);
   if (*leases) return vramd::cmd_leases(common, json);

@@ -5,15 +5,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <fmt/format.h>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/daemon_call.h"
 
 namespace vramd {
 
@@ -35,36 +36,6 @@ void install_handlers() {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaction(s, &sa, nullptr);
-}
-
-struct Session {
-  DaemonAddress addr;
-  std::string token;
-};
-
-// One call; nullopt (with a message printed) when the daemon cannot be reached or refuses.
-std::optional<json> call(const Session& s, const std::string& method, const std::string& target,
-                         const std::string& body, int timeout_ms, int& code) {
-  auto reply = http_request(s.addr, method, target, body, timeout_ms, s.token);
-  if (!reply) {
-    std::cerr << "vramd: the daemon is not reachable at " << s.addr.url << ": " << reply.error() << "\n";
-    code = kExitUnreachable;
-    return std::nullopt;
-  }
-  json j = json::parse(reply->body, nullptr, false);
-  if (j.is_discarded()) {
-    std::cerr << "vramd: the daemon answered HTTP " << reply->status << " with a body that is not JSON\n";
-    code = kExitFailure;
-    return std::nullopt;
-  }
-  if (reply->status / 100 != 2) {
-    std::cerr << "vramd: " << (j.contains("error") ? j["error"].value("message", reply->body) : reply->body)
-              << "\n";
-    code = kExitFailure;
-    return std::nullopt;
-  }
-  code = kExitOk;
-  return j;
 }
 
 std::string reason_text(const json& lease) {
@@ -92,7 +63,8 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
   }
   json body = {{"vram", *vram}, {"holder", "vramd run"}, {"priority", run.priority}};
   if (run.gpu != "any") {
-    if (run.gpu.empty() || run.gpu.size() > 2 || run.gpu.find_first_not_of("0123456789") != std::string::npos) {
+    if (run.gpu.empty() || run.gpu.size() > 2 ||
+        run.gpu.find_first_not_of("0123456789") != std::string::npos) {
       std::cerr << "vramd run: --gpu: expected a GPU index or 'any', got '" << run.gpu << "'\n";
       return kExitUsage;
     }
@@ -117,14 +89,11 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
   body["label"] = run.label.empty() ? program : run.label;
   body["command"] = program;
 
-  auto config = load_cli_config(opts);
-  if (!config) {
-    std::cerr << config.error() << "\n";
-    return kExitFailure;
-  }
-  Session s{daemon_address(opts, *config), config->daemon.token};
+  auto client = DaemonClient::from_options(opts);
+  if (!client) return kExitFailure;
+  const DaemonClient& s = *client;
   // Over TCP the daemon cannot see who asks: say it (on the unix socket it reads SO_PEERCRED).
-  if (!s.addr.url.starts_with("unix:")) body["pid"] = getpid();
+  if (!s.address().url.starts_with("unix:")) body["pid"] = getpid();
 
   int out_pipe[2] = {-1, -1};
   if (run.detach) {
@@ -147,12 +116,12 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
     setsid();
     int devnull = open("/dev/null", O_RDWR);
     if (devnull >= 0) dup2(devnull, 0);
-    if (!s.addr.url.starts_with("unix:")) body["pid"] = getpid();
+    if (!s.address().url.starts_with("unix:")) body["pid"] = getpid();
   }
 
   install_handlers();
   int code = 0;
-  auto lease = call(s, "POST", "/v1/leases", body.dump(), 10000, code);
+  auto lease = s.call("POST", "/v1/leases", code, body.dump(), 10000);
   if (!lease) return code;
   uint64_t id = (*lease)["id"].get<uint64_t>();
   if (out_pipe[1] >= 0) {
@@ -166,30 +135,31 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
   std::string last_line;
   while ((*lease)["state"] == "queued") {
     if (g_signal) {
-      call(s, "DELETE", target, "", 10000, code);
+      s.call("DELETE", target, code, "", 10000);
       if (tty) std::cerr << "\n";
       std::cerr << "vramd run: cancelled while waiting for lease #" << id << "\n";
       return 128 + g_signal;
     }
     std::string reason = reason_text(*lease);
     json pos = (*lease)["position"];
-    std::string line = fmt::format("waiting for lease #{}{}: {}", id,
-                                   pos.is_number() ? fmt::format(" ({} ahead)", pos.get<int>()) : "",
-                                   reason);
+    std::string line =
+        fmt::format("waiting for lease #{}{}: {}", id,
+                    pos.is_number() ? fmt::format(" ({} ahead)", pos.get<int>()) : "", reason);
     if (tty) {
-      std::string shown = fmt::format("{} [{}]", line, format_elapsed(std::chrono::steady_clock::now() - started));
+      std::string shown =
+          fmt::format("{} [{}]", line, format_elapsed(std::chrono::steady_clock::now() - started));
       std::cerr << "\r\033[K" << shown.substr(0, 200) << std::flush;
     } else if (line != last_line) {
       std::cerr << "vramd run: " << line << "\n";
     }
     last_line = line;
     // Short polls on a terminal keep the line live; either way each poll is a heartbeat.
-    auto next = call(s, "GET", target + (tty ? "?wait=1s" : "?wait=20s"), "", 30000, code);
+    auto next = s.call("GET", target + (tty ? "?wait=1s" : "?wait=20s"), code, "", 30000);
     if (!next) {
       // The daemon restarts: wait for it and keep the place in the queue.
       for (int i = 0; i < 60 && !next && !g_signal; ++i) {
         sleep(1);
-        next = call(s, "GET", target, "", 5000, code);
+        next = s.call("GET", target, code, "", 5000);
       }
       if (!next) return code;
     }
@@ -197,19 +167,21 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
   }
   if (tty) std::cerr << "\r\033[K";
   if ((*lease)["state"] != "granted") {
-    std::cerr << fmt::format("vramd run: lease #{} {}: {}\n", id, (*lease)["state"].get<std::string>(),
-                             (*lease)["end_reason"].is_string() ? (*lease)["end_reason"].get<std::string>() : "");
+    std::cerr << fmt::format(
+        "vramd run: lease #{} {}: {}\n", id, (*lease)["state"].get<std::string>(),
+        (*lease)["end_reason"].is_string() ? (*lease)["end_reason"].get<std::string>() : "");
     return kExitFailure;
   }
   unsigned gpu = (*lease)["gpu"].get<unsigned>();
   if (!run.detach)
     std::cerr << fmt::format("vramd run: lease #{} granted: {} on GPU {} after {}\n", id,
-                             format_size(*vram), gpu, format_elapsed(std::chrono::steady_clock::now() - started));
+                             format_size(*vram), gpu,
+                             format_elapsed(std::chrono::steady_clock::now() - started));
 
   pid_t child = fork();
   if (child < 0) {
     std::cerr << "vramd run: fork failed: " << strerror(errno) << "\n";
-    call(s, "DELETE", target, json{{"exit_status", 127}}.dump(), 10000, code);
+    s.call("DELETE", target, code, json{{"exit_status", 127}}.dump(), 10000);
     return kExitFailure;
   }
   if (child == 0) {
@@ -233,19 +205,16 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
   }
   g_child = 0;
   int exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  call(s, "DELETE", target, json{{"exit_status", exit_code}}.dump(), 10000, code);
+  s.call("DELETE", target, code, json{{"exit_status", exit_code}}.dump(), 10000);
   return exit_code;
 }
 
 int cmd_leases(const CommonOptions& opts, bool as_json) {
-  auto config = load_cli_config(opts);
-  if (!config) {
-    std::cerr << config.error() << "\n";
-    return kExitFailure;
-  }
-  Session s{daemon_address(opts, *config), config->daemon.token};
+  auto client = DaemonClient::from_options(opts);
+  if (!client) return kExitFailure;
+  const DaemonClient& s = *client;
   int code = 0;
-  auto body = call(s, "GET", "/v1/leases", "", 10000, code);
+  auto body = s.call("GET", "/v1/leases", code, "", 10000);
   if (!body) return code;
   if (as_json) {
     std::cout << body->dump(2) << "\n";
@@ -255,49 +224,56 @@ int cmd_leases(const CommonOptions& opts, bool as_json) {
     std::cout << "no leases\n";
     return kExitOk;
   }
-  std::cout << fmt::format("{:>5}  {:<20} {:<8} {:>4} {:>10} {:>10}  {}\n", "ID", "OWNER", "STATE", "GPU",
-                           "LEASED", "HELD", "WHY / SINCE");
+  std::cout << fmt::format("{:>5}  {:<20} {:<8} {:>4} {:>10} {:>10}  {}\n", "ID", "OWNER", "STATE",
+                           "GPU", "LEASED", "HELD", "WHY / SINCE");
   for (const auto& l : (*body)["leases"]) {
     std::string gpu = l["gpu"].is_number() ? std::to_string(l["gpu"].get<unsigned>()) : "any";
     std::string why = l["state"] == "queued" ? reason_text(l) : l["granted_at"].get<std::string>();
-    std::cout << fmt::format("{:>5}  {:<20} {:<8} {:>4} {:>10} {:>10}  {}\n", l["id"].get<uint64_t>(),
-                             l["owner"].get<std::string>(), l["state"].get<std::string>(), gpu,
-                             format_size(l["vram_bytes"].get<Bytes>()),
-                             format_size(l["held_bytes"].get<Bytes>()), why);
+    std::cout << fmt::format(
+        "{:>5}  {:<20} {:<8} {:>4} {:>10} {:>10}  {}\n", l["id"].get<uint64_t>(),
+        l["owner"].get<std::string>(), l["state"].get<std::string>(), gpu,
+        format_size(l["vram_bytes"].get<Bytes>()), format_size(l["held_bytes"].get<Bytes>()), why);
   }
   return kExitOk;
 }
 
-int cmd_jobs(const CommonOptions& opts, const std::string& stats_label, size_t limit, bool as_json) {
-  auto config = load_cli_config(opts);
-  if (!config) {
-    std::cerr << config.error() << "\n";
-    return kExitFailure;
-  }
-  Session s{daemon_address(opts, *config), config->daemon.token};
+int cmd_jobs(const CommonOptions& opts, const std::string& stats_label, size_t limit,
+             bool as_json) {
+  auto client = DaemonClient::from_options(opts);
+  if (!client) return kExitFailure;
+  const DaemonClient& s = *client;
   int code = 0;
   auto ms = [](const json& v) {
     return v.is_number() ? format_duration(Duration(v.get<int64_t>())) : std::string("-");
   };
   if (!stats_label.empty()) {
     std::string label;
-    for (char c : stats_label) label += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ? std::string(1, c) : fmt::format("%{:02X}", static_cast<unsigned char>(c));
-    auto body = call(s, "GET", "/v1/jobs/stats?label=" + label, "", 10000, code);
+    for (char c : stats_label)
+      label += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'
+                   ? std::string(1, c)
+                   : fmt::format("%{:02X}", static_cast<unsigned char>(c));
+    auto body = s.call("GET", "/v1/jobs/stats?label=" + label, code, "", 10000);
     if (!body) return code;
     if (as_json) {
       std::cout << body->dump(2) << "\n";
       return kExitOk;
     }
     const json& b = *body;
-    std::cout << fmt::format("{}: {} jobs ({} ran, {} failed)\n", stats_label, b["count"].get<size_t>(),
-                             b["ran"].get<size_t>(), b["failed"].get<size_t>());
-    std::cout << fmt::format("  wait  p50 {:>8}  p95 {:>8}\n", ms(b["wait_ms"]["p50"]), ms(b["wait_ms"]["p95"]));
-    std::cout << fmt::format("  run   p50 {:>8}  p95 {:>8}\n", ms(b["run_ms"]["p50"]), ms(b["run_ms"]["p95"]));
-    auto size = [](const json& v) { return v.is_number() ? format_size(v.get<Bytes>()) : std::string("-"); };
-    std::cout << fmt::format("  peak  p50 {:>8}  max {:>8}\n", size(b["peak_bytes"]["p50"]), size(b["peak_bytes"]["max"]));
+    std::cout << fmt::format("{}: {} jobs ({} ran, {} failed)\n", stats_label,
+                             b["count"].get<size_t>(), b["ran"].get<size_t>(),
+                             b["failed"].get<size_t>());
+    std::cout << fmt::format("  wait  p50 {:>8}  p95 {:>8}\n", ms(b["wait_ms"]["p50"]),
+                             ms(b["wait_ms"]["p95"]));
+    std::cout << fmt::format("  run   p50 {:>8}  p95 {:>8}\n", ms(b["run_ms"]["p50"]),
+                             ms(b["run_ms"]["p95"]));
+    auto size = [](const json& v) {
+      return v.is_number() ? format_size(v.get<Bytes>()) : std::string("-");
+    };
+    std::cout << fmt::format("  peak  p50 {:>8}  max {:>8}\n", size(b["peak_bytes"]["p50"]),
+                             size(b["peak_bytes"]["max"]));
     return kExitOk;
   }
-  auto body = call(s, "GET", fmt::format("/v1/jobs?limit={}", limit), "", 10000, code);
+  auto body = s.call("GET", fmt::format("/v1/jobs?limit={}", limit), code, "", 10000);
   if (!body) return code;
   if (as_json) {
     std::cout << body->dump(2) << "\n";
@@ -307,15 +283,16 @@ int cmd_jobs(const CommonOptions& opts, const std::string& stats_label, size_t l
     std::cout << "no jobs yet\n";
     return kExitOk;
   }
-  std::cout << fmt::format("{:>5}  {:<16} {:<10} {:>4} {:>10} {:>9} {:>9} {:>10} {:>5}\n", "ID", "LABEL", "STATE",
-                           "GPU", "LEASED", "WAIT", "RUN", "PEAK", "EXIT");
+  std::cout << fmt::format("{:>5}  {:<16} {:<10} {:>4} {:>10} {:>9} {:>9} {:>10} {:>5}\n", "ID",
+                           "LABEL", "STATE", "GPU", "LEASED", "WAIT", "RUN", "PEAK", "EXIT");
   for (const auto& j : (*body)["jobs"])
-    std::cout << fmt::format("{:>5}  {:<16} {:<10} {:>4} {:>10} {:>9} {:>9} {:>10} {:>5}\n", j["id"].get<uint64_t>(),
-                             j["label"].get<std::string>(), j["state"].get<std::string>(),
-                             j["gpu"].is_number() ? std::to_string(j["gpu"].get<unsigned>()) : "-",
-                             format_size(j["vram_bytes"].get<Bytes>()), ms(j["wait_ms"]), ms(j["run_ms"]),
-                             format_size(j["peak_bytes"].get<Bytes>()),
-                             j["exit_status"].is_number() ? std::to_string(j["exit_status"].get<int>()) : "-");
+    std::cout << fmt::format(
+        "{:>5}  {:<16} {:<10} {:>4} {:>10} {:>9} {:>9} {:>10} {:>5}\n", j["id"].get<uint64_t>(),
+        j["label"].get<std::string>(), j["state"].get<std::string>(),
+        j["gpu"].is_number() ? std::to_string(j["gpu"].get<unsigned>()) : "-",
+        format_size(j["vram_bytes"].get<Bytes>()), ms(j["wait_ms"]), ms(j["run_ms"]),
+        format_size(j["peak_bytes"].get<Bytes>()),
+        j["exit_status"].is_number() ? std::to_string(j["exit_status"].get<int>()) : "-");
   return kExitOk;
 }
 

@@ -1,12 +1,20 @@
 #include <unistd.h>
 
-#include <boost/asio/signal_set.hpp>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <ctime>
 #include <filesystem>
-#include <fmt/format.h>
 #include <iostream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio/signal_set.hpp>
 
 #include "cli/commands.h"
+#include "cli/daemon_call.h"
 #include "cli/status_printer.h"
 #include "daemon/daemon.h"
 #include "daemon/sampler.h"
@@ -17,7 +25,73 @@ namespace vramd {
 
 namespace {
 constexpr const char* kDefaultConfig = "/etc/vramd/vramd.toml";
+
+std::atomic<int> g_stop_signal{0};
+
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// Sleeps `d`, in short steps so that Ctrl-C ends the wait at once.
+void sleep_unless_stopped(std::chrono::duration<double> d) {
+  auto end = std::chrono::steady_clock::now() +
+             std::chrono::duration_cast<std::chrono::steady_clock::duration>(d);
+  while (!g_stop_signal && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        std::chrono::milliseconds(50), end - std::chrono::steady_clock::now()));
 }
+
+std::string local_time_text() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+// `vramd status --watch`: a snapshot every interval until Ctrl-C or `count` snapshots. Never falls
+// back to a local sample: an unreachable daemon is shown as such, and tried again next time.
+int watch_status(const DaemonClient& client, const StatusOptions& o) {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESETHAND;  // a second Ctrl-C ends it even inside a slow request
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM}) sigaction(sig, &sa, nullptr);
+  bool tty = !o.json && isatty(STDOUT_FILENO);
+  int code = kExitOk;
+  for (int n = 0; (o.count == 0 || n < o.count) && !g_stop_signal; ++n) {
+    if (n > 0) sleep_unless_stopped(std::chrono::duration<double>(o.interval_s));
+    if (g_stop_signal) break;
+    DaemonCall c = client.request("GET", "/v1/status", "", 5000);
+    code = c.code;
+    if (o.json) {
+      // One object per line, for scripts; failures go to stderr and the watch goes on.
+      if (c.ok())
+        std::cout << c.body.dump() << "\n" << std::flush;
+      else
+        print_call_error(c);
+      continue;
+    }
+    std::ostringstream body;
+    if (c.ok()) {
+      try {
+        print_status(body, c.body, system_now());
+      } catch (const std::exception& e) {
+        body.str("");
+        body << "vramd: cannot read the daemon's status: " << e.what() << "\n";
+        code = kExitFailure;
+      }
+    } else {
+      body << "vramd: " << c.error << "\n";
+    }
+    std::string header = fmt::format("Every {:g}s: vramd status, {}    {}", o.interval_s,
+                                     client.address().url, local_time_text());
+    std::cout << watch_frame(header, body.str(), tty, n == 0) << std::flush;
+  }
+  // Interrupted is how a watch ends: that is success. With --count, the last refresh decides.
+  return g_stop_signal ? kExitOk : code;
+}
+
+}  // namespace
 
 Result<Config> load_cli_config(const CommonOptions& opts) {
   if (!opts.config_path.empty()) return load_config(opts.config_path);
@@ -70,42 +144,36 @@ int cmd_serve(const CommonOptions& opts) {
   return kExitOk;
 }
 
-int cmd_status(const CommonOptions& opts, bool json) {
+int cmd_status(const CommonOptions& opts, const StatusOptions& o) {
   auto config = load_cli_config(opts);
   if (!config) {
     std::cerr << config.error() << "\n";
     return kExitFailure;
   }
-  DaemonAddress addr = daemon_address(opts, *config);
+  DaemonClient client = DaemonClient::from_config(opts, *config);
+  if (o.watch) return watch_status(client, o);
   nlohmann::json status;
-  auto reply = http_request(addr, "GET", "/v1/status", "", 5000, config->daemon.token);
-  if (reply && reply->status == 200) {
-    try {
-      status = nlohmann::json::parse(reply->body);
-    } catch (const std::exception& e) {
-      std::cerr << "vramd: the daemon at " << addr.url << " answered garbage: " << e.what() << "\n";
-      return kExitFailure;
-    }
-  } else if (reply) {
-    std::cerr << "vramd: the daemon at " << addr.url << " answered HTTP " << reply->status << ": "
-              << reply->body << "\n";
-    return kExitFailure;
+  DaemonCall c = client.request("GET", "/v1/status", "", 5000);
+  if (c.ok()) {
+    status = std::move(c.body);
+  } else if (c.reached()) {
+    print_call_error(c);
+    return c.code;
   } else {
     // No daemon: take one sample here, through the very same pipeline.
     auto reader = open_gpu_reader(config->gpu.backend);
     if (!reader) {
-      std::cerr << "vramd: the daemon is not reachable at " << addr.url << " (" << reply.error()
-                << "), and no GPU can be read directly: " << reader.error() << "\n";
+      std::cerr << "vramd: " << c.error << ", and no GPU can be read directly: " << reader.error()
+                << "\n";
       return kExitUnreachable;
     }
     LinuxHostScanner scanner("/proc", config->daemon.docker_socket);
     Arbiter arbiter(*config);
     arbiter.handle(Event{take_sample(**reader, scanner, arbiter.scan_request())}, system_now());
     status = to_json(arbiter.status());
-    std::cerr << "vramd: the daemon is not reachable at " << addr.url << " (" << reply.error()
-              << "); one sample taken directly (no history: since = now).\n";
+    std::cerr << "vramd: " << c.error << "; one sample taken directly (no history: since = now).\n";
   }
-  if (json) {
+  if (o.json) {
     std::cout << status.dump(2) << "\n";
   } else {
     print_status(std::cout, status, system_now());

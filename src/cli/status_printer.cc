@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace vramd {
 
 using nlohmann::json;
@@ -23,7 +25,83 @@ std::string pids_text(const json& pids) {
   return s;
 }
 
+// Display width of UTF-8 text: "·" and "→" count as one column.
+size_t display_width(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+std::string pad(const std::string& s, size_t width) {
+  size_t w = display_width(s);
+  return w >= width ? s : s + std::string(width - w, ' ');
+}
+
+std::string text_or(const json& obj, const char* key, const std::string& fallback) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 }  // namespace
+
+std::string service_state_text(const json& s) {
+  std::string probe = text_or(s, "state", "?");
+  auto p = s.find("process");
+  if (p == s.end() || !p->is_object()) return probe;
+  std::string process = text_or(*p, "state", "?");
+  // A stopped or failed process has no API to probe: its probe state says nothing new.
+  if (process == "running" || probe == "up" || probe == "unloading") return probe + " · " + process;
+  return process;
+}
+
+void print_services(std::ostream& out, const json& body, TimePoint now) {
+  const json& services = body["services"];
+  if (services.empty()) {
+    out << "No services configured.\n";
+    return;
+  }
+  size_t state_width = 5;
+  for (const auto& s : services)
+    state_width = std::max(state_width, display_width(service_state_text(s)));
+  auto row = [&](const std::string& name, const std::string& kind, const std::string& state,
+                 const std::string& busy, const std::string& holds, const std::string& idle,
+                 const std::string& last, const std::string& models) {
+    out << fmt::format("{:<16} {:<10} {} {:<6} {:>9} {:<10} {} {}\n", name, kind,
+                       pad(state, state_width), busy, holds, idle, pad(last, 22), models);
+  };
+  row("SERVICE", "KIND", "STATE", "BUSY", "HOLDS", "IDLE", "LAST UNLOAD", "MODELS");
+  for (const auto& s : services) {
+    std::string busy = s["busy"].is_null() ? "?" : s["busy"].get<bool>() ? "yes" : "no";
+    std::string idle = "-";
+    if (s["idle_since"].is_string())
+      if (auto t = parse_rfc3339(s["idle_since"].get<std::string>())) idle = format_age(now - *t);
+    std::string last = "-";
+    if (s["last_unload"].is_object()) {
+      const auto& u = s["last_unload"];
+      last = fmt::format("{} {}→{}", u["outcome"].get<std::string>(),
+                         format_size(u["before_bytes"].get<Bytes>()),
+                         format_size(u["after_bytes"].get<Bytes>()));
+    }
+    std::string models;
+    for (const auto& m : s["models"]) models += (models.empty() ? "" : ", ") + m.get<std::string>();
+    row(s["name"].get<std::string>(), s["kind"].get<std::string>(), service_state_text(s), busy,
+        format_size(s["bytes"].get<Bytes>()), idle, last, models);
+    // Why a process vramd runs is not running, or waits, matters more than the probe's error.
+    const json& p = s.contains("process") ? s["process"] : json(nullptr);
+    std::string process = p.is_object() ? text_or(p, "state", "") : "";
+    std::string reason = p.is_object() ? text_or(p, "reason", "") : "";
+    if (!reason.empty() && (process == "failed" || process == "backoff" || process == "queued"))
+      out << "    " << process << ": " << reason << "\n";
+    else if (s["probe_error"].is_string() && process != "stopped" && process != "starting")
+      out << "    " << s["probe_error"].get<std::string>() << "\n";
+  }
+}
+
+std::string watch_frame(const std::string& header, const std::string& body, bool tty, bool first) {
+  // Home, then clear: the new frame replaces the old one in place, without scrolling.
+  std::string prefix = tty ? "\033[H\033[2J" : first ? "" : "\n";
+  return prefix + header + "\n\n" + body;
+}
 
 void print_status(std::ostream& out, const json& st, TimePoint now) {
   if (!st.value("error", json(nullptr)).is_null())
@@ -51,7 +129,8 @@ void print_status(std::ostream& out, const json& st, TimePoint now) {
       continue;
     }
     if (!g["per_process_available"].get<bool>())
-      out << "  (the driver gives no per-process memory here: shares come from the card's totals)\n";
+      out << "  (the driver gives no per-process memory here: shares come from the card's "
+             "totals)\n";
     out << fmt::format("  {:<22} {:<9} {:>9} {:>6}  {:<9} {:<11} {}\n", "OWNER", "KIND", "SIZE",
                        "SHARE", "SINCE", "SOURCE", "PIDS");
     for (const auto& h : g["holdings"]) {

@@ -1,0 +1,87 @@
+#include "cli/status_printer.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace vramd {
+namespace {
+
+using nlohmann::json;
+
+json service(const std::string& name, const std::string& probe, json process = nullptr) {
+  return {{"name", name},           {"kind", "comfyui"},       {"state", probe},
+          {"busy", false},          {"idle_since", nullptr},   {"bytes", 2 * GiB},
+          {"last_unload", nullptr}, {"models", json::array()}, {"probe_error", nullptr},
+          {"process", process}};
+}
+
+json process(const std::string& state, const std::string& reason = "") {
+  return {{"state", state}, {"reason", reason.empty() ? json(nullptr) : json(reason)}};
+}
+
+TEST(ServiceStateText, ServiceVramdDoesNotRunShowsTheProbeStateAlone) {
+  EXPECT_EQ(service_state_text(service("ollama", "up")), "up");
+  EXPECT_EQ(service_state_text(service("ollama", "unreachable")), "unreachable");
+}
+
+TEST(ServiceStateText, ServiceVramdRunsShowsProbeAndProcessWhileItRuns) {
+  EXPECT_EQ(service_state_text(service("comfyui", "up", process("running"))), "up · running");
+  EXPECT_EQ(service_state_text(service("comfyui", "unloading", process("running"))),
+            "unloading · running");
+  // Running but not answering is worth both words.
+  EXPECT_EQ(service_state_text(service("comfyui", "unreachable", process("running"))),
+            "unreachable · running");
+  EXPECT_EQ(service_state_text(service("comfyui", "up", process("stopping"))), "up · stopping");
+}
+
+TEST(ServiceStateText, ProcessNotRunningShowsTheProcessStateAlone) {
+  for (const char* s : {"stopped", "queued", "starting", "backoff", "failed"}) {
+    EXPECT_EQ(service_state_text(service("comfyui", "unreachable", process(s))), s);
+    EXPECT_EQ(service_state_text(service("comfyui", "unknown", process(s))), s);
+  }
+}
+
+TEST(PrintServices, StateColumnFitsItsWidestValueAndReasonsFollowTheRow) {
+  json body = {{"services",
+                {service("comfyui", "unreachable", process("failed", "start timed out after 10m")),
+                 service("whisper", "unreachable", process("running")), service("ollama", "up")}}};
+  std::ostringstream out;
+  print_services(out, body, TimePoint{});
+  std::string text = out.str();
+  EXPECT_NE(text.find("STATE                 BUSY"), std::string::npos) << text;
+  EXPECT_NE(text.find("unreachable · running no"), std::string::npos) << text;
+  EXPECT_NE(text.find("failed                no"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n    failed: start timed out after 10m\n"), std::string::npos) << text;
+}
+
+TEST(PrintServices, ProbeErrorOfAStoppedServiceIsNoise) {
+  json stopped = service("comfyui", "unreachable", process("stopped"));
+  stopped["probe_error"] = "connect: Connection refused";
+  json away = service("ollama", "unreachable");
+  away["probe_error"] = "connect: Connection timed out";
+  std::ostringstream out;
+  print_services(out, json{{"services", {stopped, away}}}, TimePoint{});
+  EXPECT_EQ(out.str().find("Connection refused"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("    connect: Connection timed out\n"), std::string::npos) << out.str();
+}
+
+TEST(PrintServices, NoServices) {
+  std::ostringstream out;
+  print_services(out, json{{"services", json::array()}}, TimePoint{});
+  EXPECT_EQ(out.str(), "No services configured.\n");
+}
+
+TEST(WatchFrame, TerminalClearsTheScreenBeforeEveryFrame) {
+  EXPECT_EQ(watch_frame("Every 2s", "table\n", true, true), "\033[H\033[2JEvery 2s\n\ntable\n");
+  EXPECT_EQ(watch_frame("Every 2s", "table\n", true, false), "\033[H\033[2JEvery 2s\n\ntable\n");
+}
+
+TEST(WatchFrame, PipeSeparatesSnapshotsWithABlankLine) {
+  std::string both =
+      watch_frame("h1", "t1\n", false, true) + watch_frame("h2", "t2\n", false, false);
+  EXPECT_EQ(both, "h1\n\nt1\n\nh2\n\nt2\n");
+}
+
+}  // namespace
+}  // namespace vramd
