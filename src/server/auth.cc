@@ -103,7 +103,9 @@ bool bearer_ok(std::string_view authorization, std::string_view token) {
   return tokens_equal(given, token);
 }
 
-bool is_public_path(std::string_view path) { return path == "/" || path.starts_with("/assets/"); }
+bool is_public_path(std::string_view path) {
+  return path == "/" || path == "/index.html" || path.starts_with("/assets/");
+}
 
 std::optional<HttpResponse> check_request(const HttpRequest& req, const HttpSecurity& security,
                                           bool over_tcp) {

@@ -76,6 +76,7 @@ TEST(IsLoopbackHostHeader, Forms) {
 TEST(IsPublicPath, OnlyDashboardFiles) {
   EXPECT_TRUE(is_public_path("/"));
   EXPECT_TRUE(is_public_path("/assets/app.js"));
+  EXPECT_TRUE(is_public_path("/index.html"));
   EXPECT_FALSE(is_public_path("/v1/status"));
   EXPECT_FALSE(is_public_path("/metrics"));
   EXPECT_FALSE(is_public_path("/assets"));
