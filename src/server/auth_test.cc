@@ -80,7 +80,7 @@ TEST(IsPublicPath, OnlyDashboardFiles) {
   EXPECT_FALSE(is_public_path("/v1/status"));
   EXPECT_FALSE(is_public_path("/metrics"));
   EXPECT_FALSE(is_public_path("/assets"));
-  EXPECT_FALSE(is_public_path("/index.html"));
+  EXPECT_FALSE(is_public_path("/index.htm"));
   EXPECT_FALSE(is_public_path(""));
 }
 
