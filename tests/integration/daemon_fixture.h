@@ -1,6 +1,8 @@
 // A daemon on the test GPU and fake model servers beside it, for end-to-end tests.
 #pragma once
 
+#include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -34,6 +36,18 @@ struct DaemonFixture {
     auto s = make_fake_gpu_state({{"NVIDIA GeForce RTX 3090", 24 * GiB}});
     s["gpus"][0]["used"] = 400 * MiB;
     EXPECT_TRUE(write_fake_gpu_state(state, s).ok());
+  }
+  // Services the daemon started outlive it by design (on_shutdown = "leave"): end them with the
+  // test, from their pid files, or every run would leave servers behind on the machine.
+  ~DaemonFixture() {
+    daemon.reset();
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.file("run"), ec)) {
+      if (entry.path().extension() != ".pid") continue;
+      std::ifstream in(entry.path());
+      int pid = 0;
+      if (in >> pid && pid > 1) ::kill(-pid, SIGKILL);  // its own process group (setsid)
+    }
   }
 
   std::vector<std::string> env() const {
