@@ -78,6 +78,21 @@ struct DaemonFixture {
   }
 };
 
+// GET target's JSON from the fixture's daemon; an empty object when it did not answer 200.
+inline json get(const DaemonFixture& f, const std::string& target) {
+  auto r = http_request({f.url}, "GET", target, "", 5000);
+  if (!r || r->status != 200) return json::object();
+  return json::parse(r->body, nullptr, false);
+}
+
+// The stored events of one type, oldest first.
+inline std::vector<json> events_of(const DaemonFixture& f, const std::string& type) {
+  std::vector<json> out;
+  for (const auto& e : get(f, "/v1/events?limit=1000").value("events", json::array()))
+    if (e["type"] == type) out.push_back(e);
+  return out;
+}
+
 inline const json* holding(const json& status, const std::string& owner) {
   if (!status.contains("gpus")) return nullptr;
   for (const auto& h : status["gpus"][0]["holdings"])

@@ -17,15 +17,10 @@ using nlohmann::json;
 using testing::Child;
 using testing::DaemonFixture;
 using testing::eventually;
+using testing::get;
 using testing::FakeService;
 using testing::slurp;
 using namespace std::chrono_literals;
-
-json get(const DaemonFixture& f, const std::string& target) {
-  auto r = http_request({f.url}, "GET", target, "", 5000);
-  if (!r || r->status != 200) return json::object();
-  return json::parse(r->body, nullptr, false);
-}
 
 json post_lease(const DaemonFixture& f, const json& body, unsigned expect = 201) {
   auto r = http_request({f.url}, "POST", "/v1/leases", body.dump(), 10000);

@@ -23,15 +23,11 @@ using nlohmann::json;
 using testing::Child;
 using testing::DaemonFixture;
 using testing::eventually;
+using testing::get;
+using testing::events_of;
 using testing::FakeService;
 using testing::slurp;
 using namespace std::chrono_literals;
-
-json get(const DaemonFixture& f, const std::string& target) {
-  auto r = http_request({f.url}, "GET", target, "", 5000);
-  if (!r || r->status != 200) return json::object();
-  return json::parse(r->body, nullptr, false);
-}
 
 std::pair<unsigned, json> post(const DaemonFixture& f, const std::string& target) {
   auto r = http_request({f.url}, "POST", target, "", 60000);
@@ -47,13 +43,6 @@ std::string managed_fake(const DaemonFixture& f, const std::string& name, int po
       "start = [\"{}/fake-gpu-server\", \"--kind\", \"comfyui\", \"--port\", \"{}\", \"--state\", \"{}\", "
       "\"--model-bytes\", \"{}\"]\nstop_timeout = \"3s\"\n{}\n",
       name, port, testing::build_dir(), port, f.state, bytes, extra);
-}
-
-std::vector<json> events_of(const DaemonFixture& f, const std::string& type) {
-  std::vector<json> out;
-  for (const auto& e : get(f, "/v1/events?limit=1000").value("events", json::array()))
-    if (e["type"] == type) out.push_back(e);
-  return out;
 }
 
 json process_of(const DaemonFixture& f, const std::string& name) {

@@ -20,29 +20,16 @@ namespace {
 using nlohmann::json;
 using testing::DaemonFixture;
 using testing::eventually;
+using testing::get;
+using testing::events_of;
 using testing::FakeService;
 using testing::run_cli;
 using namespace std::chrono_literals;
-
-json get(const DaemonFixture& f, const std::string& target) {
-  auto r = http_request({f.url}, "GET", target, "", 5000);
-  if (!r || r->status != 200) return json::object();
-  return json::parse(r->body, nullptr, false);
-}
 
 // The service's bytes as the daemon attributes them.
 Bytes service_bytes(const DaemonFixture& f, const std::string& name) {
   json s = get(f, "/v1/services/" + name);
   return s.contains("bytes") ? s["bytes"].get<Bytes>() : 0;
-}
-
-std::vector<json> events_of(const DaemonFixture& f, const std::string& type) {
-  std::vector<json> out;
-  json e = get(f, "/v1/events");
-  if (!e.contains("events")) return out;
-  for (const auto& ev : e["events"])
-    if (ev["type"] == type) out.push_back(ev);
-  return out;
 }
 
 std::string service_toml(const std::string& name, const std::string& kind, const std::string& url,
