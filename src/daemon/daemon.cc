@@ -323,11 +323,9 @@ asio::awaitable<Result<std::vector<StoredEvent>>> Daemon::events(int64_t after_i
                                                                  size_t limit) {
   // Named, not a temporary in the co_await expression: GCC 12 may destroy such temporaries twice,
   // which here released the store's shared_ptr once too often.
-  auto read = [store = store_, after_id, since,
-               limit]() -> asio::awaitable<Result<std::vector<StoredEvent>>> {
-    co_return store->list(after_id, since, limit);
-  };
-  auto op = asio::co_spawn(store_thread_, std::move(read), use_awaitable);
+  auto op = run_on(store_thread_, [store = store_, after_id, since, limit] {
+    return store->list(after_id, since, limit);
+  });
   co_return co_await std::move(op);
 }
 
@@ -457,11 +455,9 @@ asio::awaitable<void> Daemon::wait_lease(uint64_t id, Duration max) {
 }
 
 asio::awaitable<Result<std::vector<JobRecord>>> Daemon::jobs(std::string label, size_t limit) {
-  auto read = [store = lease_store_, label = std::move(label),
-               limit]() -> asio::awaitable<Result<std::vector<JobRecord>>> {
-    co_return store->jobs(label, limit);
-  };
-  auto op = asio::co_spawn(store_thread_, std::move(read), use_awaitable);
+  auto op = run_on(store_thread_, [store = lease_store_, label = std::move(label), limit] {
+    return store->jobs(label, limit);
+  });
   co_return co_await std::move(op);
 }
 

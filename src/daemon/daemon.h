@@ -5,14 +5,17 @@
 
 #include <utility>
 
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <deque>
 #include <list>
 #include <map>
 #include <memory>
+#include <type_traits>
 
 #include "core/arbiter.h"
 #include "gpu/gpu_reader.h"
@@ -66,6 +69,18 @@ class Daemon : public DaemonControl {
                                            std::optional<uint64_t> after) override;
 
  private:
+  // Runs `fn` (blocking: SQLite, files) on `pool` and gives its result back to the loop. The
+  // caller names the returned awaitable before co_await: GCC 12 may destroy temporaries inside
+  // a co_await expression twice.
+  template <typename Fn>
+  static boost::asio::awaitable<std::invoke_result_t<Fn&>> run_on(boost::asio::thread_pool& pool, Fn fn) {
+    auto run = [fn = std::move(fn)]() mutable -> boost::asio::awaitable<std::invoke_result_t<Fn&>> {
+      co_return fn();
+    };
+    auto op = boost::asio::co_spawn(pool, std::move(run), boost::asio::use_awaitable);
+    co_return co_await std::move(op);
+  }
+
   boost::asio::awaitable<void> sample_loop();
   boost::asio::awaitable<void> probe_loop(std::string service);
   boost::asio::awaitable<void> tick_loop();

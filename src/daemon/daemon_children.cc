@@ -231,19 +231,14 @@ asio::awaitable<CommandFinished> Daemon::wait_command(uint64_t request_id, Durat
 }
 
 asio::awaitable<Result<std::vector<CrashRecord>>> Daemon::crashes(std::string service, size_t limit) {
-  auto read = [store = crash_store_, service = std::move(service),
-               limit]() -> asio::awaitable<Result<std::vector<CrashRecord>>> {
-    co_return store->list(service, limit);
-  };
-  auto op = asio::co_spawn(store_thread_, std::move(read), use_awaitable);
+  auto op = run_on(store_thread_, [store = crash_store_, service = std::move(service), limit] {
+    return store->list(service, limit);
+  });
   co_return co_await std::move(op);
 }
 
 asio::awaitable<LogPage> Daemon::read_log(std::string path, size_t lines, std::optional<uint64_t> after) {
-  auto read = [path = std::move(path), lines, after]() -> asio::awaitable<LogPage> {
-    co_return read_log_page(path, lines, after);
-  };
-  auto op = asio::co_spawn(worker_, std::move(read), use_awaitable);
+  auto op = run_on(worker_, [path = std::move(path), lines, after] { return read_log_page(path, lines, after); });
   co_return co_await std::move(op);
 }
 
