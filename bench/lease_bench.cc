@@ -95,7 +95,7 @@ class LeaseWorld {
     sample_.gpus.backend = "bench";
 
     // Probes: everyone answers at t0; the busy ones are busy now, the recent ones were at t0 + 5 min.
-    TimePoint t0 = now_;
+    MonoTime t0 = now_;
     for (int s = 0; s < kServices; ++s) feed(ProbeDone{service(s), probe(false)}, t0);
     for (int s = 0; s < kServices; ++s)
       if (role(s) == Role::recent) {
@@ -181,7 +181,7 @@ class LeaseWorld {
   }
   size_t unloading() const {
     size_t n = 0;
-    for (const auto& st : arbiter_->services(now_)) n += st.state == "unloading";
+    for (const auto& st : arbiter_->services()) n += st.state == ServiceState::unloading;
     return n;
   }
   static std::string service(int s) { return fmt::format("svc-{:02}", s); }
@@ -208,12 +208,12 @@ class LeaseWorld {
     p.models = {"model"};
     return p;
   }
-  void feed(const Event& e, TimePoint at) { arbiter_->handle(e, at); }
+  void feed(const Event& e, MonoTime at) { arbiter_->handle(e, at); }
 
   unsigned gpus_;
   std::unique_ptr<Arbiter> arbiter_;
   SampleTaken sample_;
-  TimePoint now_{Duration(1'800'000'000'000)};
+  MonoTime now_{Duration(1'800'000'000'000)};
   uint64_t next_id_ = 1;
   std::vector<uint64_t> granted_;
   std::vector<uint64_t> heartbeat_;  // queued leases without a holder pid

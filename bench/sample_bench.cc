@@ -410,7 +410,7 @@ void attribution_bench(benchmark::State& state, bool all_processes, size_t expec
     state.SkipWithError("fake /proc: wrong process count");
     return;
   }
-  TimePoint now = system_now();
+  MonoTime now = mono_now();
   for (auto _ : state) {
     now += std::chrono::seconds(1);
     auto actions = arbiter.handle(sample, now);
@@ -439,7 +439,7 @@ void full_sample_bench(benchmark::State& state, bool all_processes) {
   LinuxHostScanner scanner(w.proc.string(), w.no_docker);
   HostScanRequest request = arbiter.scan_request();
   request.all_processes = all_processes;
-  TimePoint now = system_now();
+  MonoTime now = mono_now();
   size_t n = 0;
   for (auto _ : state) {
     now += std::chrono::seconds(1);

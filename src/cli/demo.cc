@@ -202,7 +202,7 @@ int cmd_demo(const DemoOptions& opts) {
     for (pid_t c : children) kill(c, SIGTERM);
     return kExitFailure;
   }
-  daemon.service_command("whisper", "start");
+  daemon.service_command("whisper", Command::start);
   std::string url = fmt::format("http://127.0.0.1:{}", daemon.tcp_port());
   std::cout << "vramd demo: a simulated 24 GiB GPU with stand-ins for ComfyUI, Ollama and a batch job.\n"
             << "  Dashboard: " << url << "/\n"
@@ -225,7 +225,7 @@ int cmd_demo(const DemoOptions& opts) {
     ++tick;
     if (tick == 4) {
       std::ostringstream out;
-      print_status(out, to_json(daemon.arbiter().status()), system_now());
+      print_status(out, to_json(daemon.arbiter().status(), daemon.now()), system_now());
       std::cout << out.str() << "\n" << std::flush;
     }
     if (tick % 20 == 4 && !job) {

@@ -169,8 +169,9 @@ int cmd_status(const CommonOptions& opts, const StatusOptions& o) {
     }
     LinuxHostScanner scanner("/proc", config->daemon.docker_socket);
     Arbiter arbiter(*config);
-    arbiter.handle(Event{take_sample(**reader, scanner, arbiter.scan_request())}, system_now());
-    status = to_json(arbiter.status());
+    Now now = read_clocks();
+    arbiter.handle(Event{take_sample(**reader, scanner, arbiter.scan_request())}, now);
+    status = to_json(arbiter.status(), now);
     std::cerr << "vramd: " << c.error << "; one sample taken directly (no history: since = now).\n";
   }
   if (o.json) {

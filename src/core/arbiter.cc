@@ -1,35 +1,8 @@
 #include "core/arbiter.h"
 
-#include <unordered_map>
-
 #include <fmt/format.h>
 
-#include "core/attribution.h"
-
 namespace vramd {
-
-Arbiter::Arbiter(Config config) : config_(std::move(config)), resolver_(config_.services) {
-  for (const auto& svc : config_.services) {
-    ServiceStatus st;
-    st.name = svc.name;
-    st.kind = svc.kind;
-    st.url = svc.url;
-    st.unload_after_idle = svc.unload_after_idle;
-    st.reload_cost = default_reload_cost(svc.kind);
-    if (!svc.start.empty()) st.managed = ManagedState{};
-    if (!svc.start.empty()) st.can_restart = "managed";
-    else if (!svc.match.container.empty()) st.can_restart = "container";
-    else if (!svc.match.unit.empty()) st.can_restart = "unit";
-    services_[svc.name] = std::move(st);
-  }
-}
-
-HostScanRequest Arbiter::scan_request() const {
-  HostScanRequest r;
-  r.ports = resolver_.ports_wanted();
-  r.pid_files = resolver_.pid_files_wanted();
-  return r;
-}
 
 namespace {
 template <class... Ts>
@@ -40,32 +13,61 @@ template <class... Ts>
 overloaded(Ts...) -> overloaded<Ts...>;
 }  // namespace
 
-std::vector<Action> Arbiter::handle(const Event& event, TimePoint now) {
-  std::vector<Action> actions = std::visit(
-      overloaded{[&](const SampleTaken& e) { return on_sample(e, now); },
-                 [&](const ProbeDone& e) { return on_probe(e, now); },
-                 [&](const UnloadRequested& e) { return on_unload_requested(e, now); },
-                 [&](const UnloadCallDone& e) { return on_unload_call_done(e, now); },
-                 [&](const LifecycleDone& e) { return on_lifecycle_done(e, now); },
-                 [&](const Tick& e) { return on_tick(e, now); },
-                 [&](const LeaseRequested& e) { return on_lease_requested(e, now); },
-                 [&](const LeaseReleased& e) { return on_lease_released(e, now); },
-                 [&](const LeaseHeartbeat& e) { return on_lease_heartbeat(e, now); },
-                 [&](const HolderExited& e) { return on_holder_exited(e, now); },
-                 [&](const ServiceCommand& e) { return on_service_command(e, now); },
-                 [&](const ChildStarted& e) { return on_child_started(e, now); },
-                 [&](const ChildExited& e) { return on_child_exited(e, now); },
-                 [&](const HealthChecked& e) { return on_health_checked(e, now); }},
+Arbiter::Arbiter(Config config)
+    : config_(std::move(config)),
+      ledger_(config_),
+      services_(config_),
+      admission_(config_),
+      supervision_(config_) {}
+
+std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
+  std::vector<Action> actions;
+  Intents intents;
+  const World w = world();
+  auto command = [&](const std::string& service, Command action, uint64_t request_id, bool force) {
+    if (!config_.find_service(service)) {
+      actions.push_back(
+          CommandFinished{request_id, false, fmt::format("no service named '{}'", service)});
+      return;
+    }
+    supervision_.command(service, action, request_id, force, w, now, actions, intents);
+  };
+  std::visit(
+      overloaded{
+          [&](const SampleTaken& e) { on_sample(e, now, actions, intents); },
+          [&](const ProbeDone& e) { services_.on_probe(e, now, actions); },
+          [&](const UnloadRequested& e) { services_.on_unload_requested(e, now, actions); },
+          [&](const UnloadCallDone& e) { services_.on_unload_call_done(e, now, actions, intents); },
+          [&](const LifecycleDone& e) {
+            actions.push_back(make_event(
+                now, fmt::format("service.{}{}", to_string(e.action), e.ok ? "" : "_failed"),
+                std::nullopt, e.service,
+                fmt::format("{} {}: {}", to_string(e.action), e.service, e.message)));
+          },
+          [&](const Tick&) {
+            services_.on_tick(now, actions, intents);
+            admission_.check_deadlines(now, actions);
+            supervision_.on_tick(w, now, actions, intents);
+          },
+          [&](const LeaseRequested& e) { admission_.on_requested(e, now, actions); },
+          [&](const LeaseReleased& e) { admission_.on_released(e, now, actions); },
+          [&](const LeaseHeartbeat& e) { admission_.on_heartbeat(e, now); },
+          [&](const HolderExited& e) { admission_.on_holder_exited(e, now, actions); },
+          [&](const ServiceCommand& e) { command(e.service, e.action, e.request_id, e.force); },
+          [&](const ChildStarted& e) { supervision_.on_child_started(e, now, actions, intents); },
+          [&](const ChildExited& e) { supervision_.on_child_exited(e, w, now, actions, intents); },
+          [&](const HealthChecked& e) {
+            supervision_.on_health_checked(e, now, actions, intents);
+          }},
       event);
-  if (std::holds_alternative<Tick>(event)) {
-    check_lease_deadlines(now, actions);
-    supervise_tick(now, actions);
-  }
+  route(intents, now, actions);
   // Admission after anything that may change what fits (a heartbeat changes nothing).
-  if (!std::holds_alternative<LeaseHeartbeat>(event) && (!queue_.empty() || !evicting_for_.empty()))
-    admit(now, actions);
+  if (!std::holds_alternative<LeaseHeartbeat>(event) && admission_.wants_admission()) {
+    admission_.admit(w, now, actions, intents);
+    route(intents, now, actions);
+  }
   // Fast sampling while any unload is being verified.
-  bool want_fast = !unloads_.empty();
+  bool want_fast = services_.any_unloading();
   if (want_fast != fast_sampling_on_) {
     fast_sampling_on_ = want_fast;
     actions.push_back(SetFastSampling{want_fast});
@@ -73,145 +75,85 @@ std::vector<Action> Arbiter::handle(const Event& event, TimePoint now) {
   return actions;
 }
 
-HistoryView Arbiter::history(unsigned gpu, TimePoint now, Duration window,
-                             size_t max_points) const {
-  auto it = history_.find(gpu);
-  if (it == history_.end()) return {};
-  return it->second.view(now, window, max_points);
+void Arbiter::on_sample(const SampleTaken& s, const Now& now, std::vector<Action>& actions,
+                        Intents& intents) {
+  OwnerHints hints;
+  hints.managed = supervision_.children();
+  hints.lease_pids = admission_.granted_holder_pids();
+  ledger_.on_sample(s, hints, services_.self_reports(), now, actions);
+  const World w = world();
+  services_.on_sample(ledger_, admission_.services_in_use(), now, actions, intents);
+  supervision_.verify_stops(w, now, actions);
+  admission_.update_holdings(w, now, actions);
 }
 
-std::vector<Action> Arbiter::on_sample(const SampleTaken& s, TimePoint now) {
+void Arbiter::route(Intents& intents, const Now& now, std::vector<Action>& actions) {
+  const World w = world();
+  // Each part may answer with intents of its own: hand them on until none is left.
+  for (size_t i = 0; i < intents.size(); ++i) {
+    Intent intent = intents[i];  // a copy: handling it may grow `intents`
+    std::visit(
+        overloaded{[&](const UnloadIntent& u) {
+                     if (!services_.find(u.service) || services_.unloading(u.service)) return;
+                     services_.start_unload(u.service, u.reason, 0, now, actions);
+                   },
+                   [&](const CommandIntent& c) {
+                     supervision_.command(c.service, c.action, 0, c.force, w, now, actions,
+                                          intents);
+                   },
+                   [&](const LaunchIntent& l) {
+                     supervision_.launch_granted(l.service, l.lease, w, now, actions, intents);
+                   },
+                   [&](const StartForLeaseIntent& s) {
+                     supervision_.start_for_lease(s, w, now, actions, intents);
+                   },
+                   [&](const QueueStartLeaseIntent& q) {
+                     uint64_t id = admission_.queue_start(q.request, now, actions);
+                     supervision_.start_lease_queued(q.service, id, q.request, now, actions);
+                   },
+                   [&](const EndLeaseIntent& e) { admission_.end(e.lease, e.why, now, actions); }},
+        intent);
+  }
+  intents.clear();
+}
+
+std::optional<MonoTime> Arbiter::next_deadline() const {
+  std::optional<MonoTime> out;
+  for (auto t :
+       {services_.next_deadline(), admission_.next_deadline(), supervision_.next_deadline()})
+    if (t && (!out || *t < *out)) out = t;
+  return out;
+}
+
+std::vector<ServiceStatus> Arbiter::services() const {
+  std::vector<ServiceStatus> out;
+  for (const auto& svc : config_.services) out.push_back(*service(svc.name));
+  return out;
+}
+
+const ServiceStatus* Arbiter::service(const std::string& name) const {
+  const ServiceStatus* st = services_.find(name);
+  if (!st) return nullptr;
+  ServiceStatus& out = views_[name];
+  out = *st;
+  out.idle_since = idle_since(out);
+  if (const ManagedState* m = supervision_.find(name)) {
+    out.managed = *m;
+    // While its start waits for room, its reason is the start lease's.
+    if (m->state == ManagedPhase::queued && m->start_lease)
+      if (const Lease* l = admission_.find(*m->start_lease);
+          l && l->state == LeaseState::queued &&
+          l->reason.text.find("not yet considered") == std::string::npos)
+        out.managed->reason = l->reason.text;
+  }
+  return &out;
+}
+
+std::vector<Action> Arbiter::restore_leases(std::vector<Lease> leases,
+                                            const std::vector<uint64_t>& alive, const Now& now,
+                                            uint64_t first_free_id) {
   std::vector<Action> actions;
-  auto emit = [&](std::string type, std::optional<unsigned> gpu, std::string subject,
-                  std::string message) {
-    actions.push_back(EmitEvent{EventRecord{now, std::move(type), gpu, std::move(subject),
-                                            std::move(message)}});
-  };
-
-  if (!s.gpus.error.empty() && status_.error != s.gpus.error)
-    emit("gpu.error", std::nullopt, "", s.gpus.error);
-  if (s.gpus.error.empty() && !status_.error.empty())
-    emit("gpu.recovered", std::nullopt, "", "GPU backend reads again");
-
-  OwnerHints hints;
-  for (const auto& [name, st] : services_)
-    if (st.managed && st.managed->pid) hints.managed.emplace_back(name, *st.managed->pid);
-  for (uint64_t id : granted_)  // a queued holder's memory is its own until granted
-    if (const Lease& l = leases_.at(id); l.request.pid) hints.lease_pids.emplace_back(l.owner_name(), *l.request.pid);
-  mem_available_ = s.host.mem_available;
-  auto owners = resolver_.resolve(s.host, hints);
-  auto reports = self_reports();
-  std::unordered_map<int, const ProcessInfo*> by_pid;
-  by_pid.reserve(s.host.processes.size());
-  for (const auto& p : s.host.processes) by_pid[p.pid] = &p;
-
-  StatusSnapshot next;
-  next.sampled = true;
-  next.sampled_at = now;
-  next.backend = s.gpus.backend;
-  next.driver_version = s.gpus.driver_version;
-  next.error = s.gpus.error;
-
-  for (const GpuSample& g : s.gpus.gpus) {
-    GpuStatus gs;
-    gs.sample = g;
-    gs.per_process_available = g.processes_readable;
-    for (const auto& p : g.processes)
-      if (!p.used) gs.per_process_available = false;
-
-    auto prev_health = health_.find(g.index);
-    if (prev_health != health_.end() && prev_health->second != g.health) {
-      if (g.health == GpuHealth::ok)
-        emit("gpu.recovered", g.index, "", fmt::format("GPU {} reads again", g.index));
-      else
-        emit(g.health == GpuHealth::lost ? "gpu.lost" : "gpu.error", g.index, "",
-             fmt::format("GPU {}: {}", g.index, g.error));
-    } else if (prev_health == health_.end() && g.health != GpuHealth::ok) {
-      emit(g.health == GpuHealth::lost ? "gpu.lost" : "gpu.error", g.index, "",
-           fmt::format("GPU {}: {}", g.index, g.error));
-    }
-    health_[g.index] = g.health;
-
-    if (g.health != GpuHealth::ok) {
-      // Nothing to attribute; keep the owners' `since` so a brief loss does not reset them.
-      next.gpus.push_back(std::move(gs));
-      continue;
-    }
-
-    // Learn the baseline: the card's use when no process holds memory.
-    if (g.processes_readable && g.processes.empty()) learned_baseline_[g.index] = g.used;
-
-    AttributionInput in;
-    in.gpu = &g;
-    in.owners = &owners;
-    in.processes = &by_pid;
-    in.tolerance = config_.gpu.residual_tolerance;
-    in.self_reports = reports;
-    if (config_.gpu.baseline) {
-      in.baseline = config_.gpu.baseline;
-      gs.baseline_source = "configured";
-    } else if (auto it = learned_baseline_.find(g.index); it != learned_baseline_.end()) {
-      in.baseline = it->second;
-      gs.baseline_source = "learned";
-    } else if (g.reserved && !gs.per_process_available) {
-      gs.baseline_source = "reserved";
-    } else if (gs.per_process_available) {
-      gs.baseline_source = "residual";
-    }
-    gs.holdings = attribute(in);
-    for (const auto& h : gs.holdings)
-      if (h.owner.kind == OwnerKind::baseline) gs.baseline = h.bytes;
-
-    // Since when: an owner keeps its time while it holds memory in consecutive samples.
-    auto& since = since_[g.index];
-    std::map<Owner, TimePoint> next_since;
-    for (auto& h : gs.holdings) {
-      auto it = since.find(h.owner);
-      h.since = it != since.end() ? it->second : now;
-      next_since[h.owner] = h.since;
-      bool noteworthy = h.owner.kind != OwnerKind::baseline && h.bytes >= config_.gpu.residual_tolerance;
-      if (it == since.end() && noteworthy && status_.sampled)
-        emit("owner.appeared", g.index, h.owner.name,
-             fmt::format("{} {} holds {} on GPU {} ({})", to_string(h.owner.kind), h.owner.name,
-                         format_size(h.bytes), g.index, to_string(h.source)));
-    }
-    for (const auto& [owner, t] : since) {
-      if (next_since.count(owner) || owner.kind == OwnerKind::baseline) continue;
-      // Name owners that held a noteworthy amount last time.
-      for (const auto& prev : status_.gpus) {
-        if (prev.sample.index != g.index) continue;
-        for (const auto& h : prev.holdings)
-          if (h.owner == owner && h.bytes >= config_.gpu.residual_tolerance)
-            emit("owner.gone", g.index, owner.name,
-                 fmt::format("{} {} released {} on GPU {} after {}", to_string(owner.kind),
-                             owner.name, format_size(h.bytes), g.index, format_age(now - t)));
-      }
-    }
-    since = std::move(next_since);
-
-    history_[g.index].add(now, g.total, gs.holdings);
-    next.gpus.push_back(std::move(gs));
-  }
-  status_ = std::move(next);
-
-  // Host RAM of each service's processes.
-  std::map<std::string, Bytes> rss;
-  for (const auto& p : s.host.processes) {
-    auto it = owners.find(p.pid);
-    if (it != owners.end() && it->second.owner.kind == OwnerKind::service)
-      rss[it->second.owner.name] += p.rss;
-  }
-  for (auto& [name, svc] : services_) {
-    auto it = rss.find(name);
-    svc.rss = it != rss.end() ? std::optional<Bytes>(it->second) : std::nullopt;
-  }
-  last_owners_ = std::move(owners);
-  update_service_holdings(now, actions);
-  learn_reload_costs(now);
-  verify_stops(now, actions);
-  update_lease_holdings(now, actions);
-  advance_unloads(now, actions);
-  check_idle_ttl(now, actions);
+  admission_.restore(std::move(leases), alive, now, first_free_id, actions);
   return actions;
 }
 

@@ -1,5 +1,7 @@
 #include "core/config.h"
 
+#include "core/service_kinds.h"
+
 #include <arpa/inet.h>
 
 #include <toml++/toml.h>
@@ -163,13 +165,6 @@ const std::vector<std::string> kServiceKeys = {
     "api_key", "api_key_env", "probe_timeout", "connect_timeout", "unload_timeout",
     "unload_backoff", "sleep_level", "router", "models", "busy_url", "busy_json_pointer",
     "busy_metric", "unload_method", "unload_url", "unload_body", "health_url"};
-// Keys that only one kind reads: setting them on another kind is a mistake worth reporting.
-const std::vector<std::pair<std::string, std::string>> kKindOnlyKeys = {
-    {"sleep_level", "vllm"},           {"router", "llamacpp"},
-    {"busy_url", "generic_http"},      {"busy_json_pointer", "generic_http"},
-    {"busy_metric", "generic_http"},   {"unload_method", "generic_http"},
-    {"unload_url", "generic_http"},    {"unload_body", "generic_http"},
-    {"health_url", "generic_http"}};
 const std::vector<std::string> kUnloadMethods = {"POST", "DELETE", "PUT"};
 const std::vector<std::string> kMatchKeys = {"cmdline", "container", "compose_service", "unit",
                                              "pid_file"};
@@ -616,7 +611,8 @@ class ConfigParser {
       error(t.source().begin, where + ": missing required key 'kind' (one of " +
                                   join(known_service_kinds(), " or ") + ")");
     }
-    if (!url_node && !was_suggested("url") && !svc.kind.empty() && svc.kind != "process") {
+    const ServiceKind* kind = find_service_kind(svc.kind);
+    if (!url_node && !was_suggested("url") && kind && kind->needs_url) {
       error(t.source().begin, where + ": missing required key 'url' (kind \"" + svc.kind +
                                   "\" is reached over HTTP)");
     }
@@ -720,10 +716,15 @@ class ConfigParser {
       error(at_key("api_key_env"), where + ": set api_key or api_key_env, not both");
     }
     if (!svc.kind.empty()) {
-      for (const auto& [k, kind] : kKindOnlyKeys) {
-        if (set.count(k) && svc.kind != kind) {
-          error(at_key(k), where + ": '" + k + "' applies only to kind \"" + kind + "\", not \"" +
-                               svc.kind + "\"");
+      // Keys that only one kind reads (core/service_kinds): on another kind, a mistake.
+      for (const auto& kind : service_kinds()) {
+        if (kind.name == svc.kind) continue;
+        for (std::string_view key : kind.own_keys) {
+          std::string k(key);
+          if (set.count(k)) {
+            error(at_key(k), where + ": '" + k + "' applies only to kind \"" +
+                                 std::string(kind.name) + "\", not \"" + svc.kind + "\"");
+          }
         }
       }
     }
@@ -839,9 +840,11 @@ class ConfigParser {
 }  // namespace
 
 const std::vector<std::string>& known_service_kinds() {
-  static const std::vector<std::string> kinds = {
-      "comfyui",  "ollama",   "vllm",   "sglang",  "a1111",    "forge",        "textgen",
-      "tabbyapi", "llamacpp", "triton", "localai", "speaches", "generic_http", "process"};
+  static const std::vector<std::string> kinds = [] {
+    std::vector<std::string> out;
+    for (const auto& k : service_kinds()) out.emplace_back(k.name);
+    return out;
+  }();
   return kinds;
 }
 

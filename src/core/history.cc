@@ -40,7 +40,7 @@ void History::compact_owners() {
   for (uint32_t i = 0; i < owners_.size(); ++i) owner_ids_.emplace(owners_[i], i);
 }
 
-void History::add(TimePoint t, Bytes total, const std::vector<Holding>& holdings) {
+void History::add(MonoTime t, Bytes total, const std::vector<Holding>& holdings) {
   if (!fine_.empty() && t <= fine_.back().t) return;
   total_ = total;
   Frame f{t, {}};
@@ -64,7 +64,7 @@ void History::add(TimePoint t, Bytes total, const std::vector<Holding>& holdings
   }
   if (bucket_samples_ == 0) {
     auto step = limits_.coarse_step.count();
-    bucket_start_ = TimePoint(Duration(t.time_since_epoch().count() / step * step));
+    bucket_start_ = MonoTime(Duration(t.time_since_epoch().count() / step * step));
   }
   for (const auto& [id, b] : f.bytes) bucket_sum_[id] += b;
   ++bucket_samples_;
@@ -75,7 +75,7 @@ void History::add(TimePoint t, Bytes total, const std::vector<Holding>& holdings
   if (owners_.size() > 1024 && owners_.size() % 1024 == 1) compact_owners();
 }
 
-HistoryView History::view(TimePoint now, Duration window, size_t max_points) const {
+HistoryView History::view(MonoTime now, Duration window, size_t max_points) const {
   HistoryView v;
   v.total = total_;
   const auto& frames = window <= limits_.fine_span ? fine_ : coarse_;

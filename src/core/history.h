@@ -18,7 +18,7 @@ struct HistorySeries {
   std::vector<Bytes> values;
 };
 struct HistoryView {
-  std::vector<TimePoint> times;
+  std::vector<MonoTime> times;
   std::vector<HistorySeries> series;
   Bytes total = 0;
 };
@@ -34,11 +34,11 @@ class History {
   explicit History(Limits limits) : limits_(limits) {}
 
   // Adds one sample's holdings. `t` must not go backwards (an older sample is ignored).
-  void add(TimePoint t, Bytes total, const std::vector<Holding>& holdings);
+  void add(MonoTime t, Bytes total, const std::vector<Holding>& holdings);
 
   // The frames in (now - window, now]: fine frames when the window fits in the fine span, else
   // coarse ones. At most `max_points` (frames are thinned by taking every k-th).
-  HistoryView view(TimePoint now, Duration window, size_t max_points = 1000) const;
+  HistoryView view(MonoTime now, Duration window, size_t max_points = 1000) const;
 
   size_t fine_frames() const { return fine_.size(); }
   size_t coarse_frames() const { return coarse_.size(); }
@@ -46,7 +46,7 @@ class History {
 
  private:
   struct Frame {
-    TimePoint t;
+    MonoTime t;
     std::vector<std::pair<uint32_t, Bytes>> bytes;  // (owner id, bytes)
   };
   uint32_t intern(const Owner& o);
@@ -57,7 +57,7 @@ class History {
   std::deque<Frame> fine_;
   std::deque<Frame> coarse_;
   // The minute being averaged into the next coarse frame.
-  TimePoint bucket_start_{};
+  MonoTime bucket_start_{};
   int bucket_samples_ = 0;
   std::unordered_map<uint32_t, long double> bucket_sum_;
   std::vector<Owner> owners_;

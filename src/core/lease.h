@@ -60,12 +60,13 @@ struct Lease {
   LeaseRequest request;
   LeaseState state = LeaseState::queued;
   std::optional<unsigned> gpu;  // granted GPU
-  TimePoint requested_at{};
-  std::optional<TimePoint> granted_at;
-  std::optional<TimePoint> ended_at;
+  // Monotonic, as every time the core keeps (wall time for people: Now::wall_of).
+  MonoTime requested_at{};
+  std::optional<MonoTime> granted_at;
+  std::optional<MonoTime> ended_at;
   std::string end_reason;  // why it ended: "released", "holder 1234 exited", ...
   LeaseReason reason;      // while queued: why it waits
-  TimePoint last_heartbeat{};
+  MonoTime last_heartbeat{};
   Bytes held = 0;       // what its holder uses on its GPU now
   Bytes peak_vram = 0;  // most its holder used while granted
   bool overuse_reported = false;
@@ -74,22 +75,5 @@ struct Lease {
   // Owner name of the holder's memory in holdings: "flux#7" (label, else holder, else "lease").
   std::string owner_name() const;
 };
-
-// A service that could be unloaded to make room.
-struct EvictionCandidate {
-  std::string service;
-  Bytes bytes = 0;          // what it holds on the GPU in question
-  Duration reload_cost{0};  // how long bringing it back takes (learned, or per-kind default)
-  TimePoint last_activity{};
-};
-
-// The set of candidates that frees at least `shortfall` at the least total reload cost,
-// least recently used first on ties. Indices into `candidates`, in the order to unload;
-// nullopt when all of them together free too little. Exact up to 12 candidates (4,096 sets), greedy above.
-std::optional<std::vector<size_t>> choose_eviction(const std::vector<EvictionCandidate>& candidates,
-                                                   Bytes shortfall);
-
-// Default reload cost of a service kind, before one has been measured.
-Duration default_reload_cost(const std::string& kind);
 
 }  // namespace vramd

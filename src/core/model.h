@@ -135,7 +135,7 @@ struct Holding {
   Bytes bytes = 0;
   Source source = Source::unknown;
   std::vector<int> pids;
-  TimePoint since{};
+  MonoTime since{};  // monotonic (Now::wall_of for people)
   std::vector<Candidate> candidates;  // for unknown: the processes that may hold it
 };
 

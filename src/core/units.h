@@ -13,7 +13,11 @@ namespace vramd {
 
 using Bytes = std::uint64_t;
 using Duration = std::chrono::milliseconds;
+// Wall-clock time: only for what people read (event times, "since", records). It may jump (NTP,
+// suspend, a hand-set clock), so no deadline is ever computed from it.
 using TimePoint = std::chrono::time_point<std::chrono::system_clock, std::chrono::milliseconds>;
+// Monotonic time: every deadline, timeout, idle period and duration in the core runs on it.
+using MonoTime = std::chrono::time_point<std::chrono::steady_clock, std::chrono::milliseconds>;
 
 constexpr Bytes KiB = 1024;
 constexpr Bytes MiB = 1024 * KiB;

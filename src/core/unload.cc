@@ -31,7 +31,7 @@ UnloadOutcome classify_unload(Bytes before, Bytes after) {
   return UnloadOutcome::partial;
 }
 
-void UnloadVerification::add_sample(TimePoint t, Bytes bytes) {
+void UnloadVerification::add_sample(MonoTime t, Bytes bytes) {
   if (t < start_) return;  // read before the call returned
   if (!samples_.empty() && t <= samples_.back().first) return;  // the same sample again
   samples_.emplace_back(t, bytes);
@@ -49,10 +49,10 @@ bool UnloadVerification::settled() const {
   return hi->second - lo->second <= kStableWithin;
 }
 
-std::optional<TimePoint> UnloadVerification::settled_at() const {
+std::optional<MonoTime> UnloadVerification::settled_at() const {
   if (samples_.empty()) return std::nullopt;
   Bytes last = samples_.back().second;
-  std::optional<TimePoint> at;
+  std::optional<MonoTime> at;
   for (auto it = samples_.rbegin(); it != samples_.rend(); ++it) {
     Bytes diff = it->second > last ? it->second - last : last - it->second;
     if (diff > kStableWithin) break;

@@ -36,7 +36,7 @@ struct UnloadVerdict {
   Duration call_duration{0};                   // how long the server took to answer the call
   std::string escalation;                      // "" | "restart" | "stop" | "report"
   std::string message;
-  TimePoint at{};
+  TimePoint at{};  // wall time of the verdict: for people
 };
 
 // Thresholds of the verdict, named so docs and tests say the same thing.
@@ -51,28 +51,28 @@ UnloadOutcome classify_unload(Bytes before, Bytes after);
 // Follows one unload from the moment the call returned.
 class UnloadVerification {
  public:
-  UnloadVerification(Bytes before, TimePoint call_returned, Duration timeout)
+  UnloadVerification(Bytes before, MonoTime call_returned, Duration timeout)
       : before_(before), start_(call_returned), timeout_(timeout) {}
 
   // One sample of the service's bytes (Σ over its GPUs) at `t`.
-  void add_sample(TimePoint t, Bytes bytes);
+  void add_sample(MonoTime t, Bytes bytes);
   // Settled: the bytes dropped and the last kStableSamples are within kStableWithin; or the
   // service held nothing to begin with.
   bool settled() const;
-  bool timed_out(TimePoint now) const { return now - start_ >= timeout_; }
-  bool done(TimePoint now) const { return settled() || timed_out(now); }
+  bool timed_out(MonoTime now) const { return now - start_ >= timeout_; }
+  bool done(MonoTime now) const { return settled() || timed_out(now); }
   // The last sample; `before` when none came.
   Bytes current() const { return samples_.empty() ? before_ : samples_.back().second; }
   // When the bytes first reached (within kStableWithin) their final level; nullopt if never.
-  std::optional<TimePoint> settled_at() const;
+  std::optional<MonoTime> settled_at() const;
   Bytes before() const { return before_; }
-  TimePoint start() const { return start_; }
+  MonoTime start() const { return start_; }
 
  private:
   Bytes before_;
-  TimePoint start_;
+  MonoTime start_;
   Duration timeout_;
-  std::vector<std::pair<TimePoint, Bytes>> samples_;
+  std::vector<std::pair<MonoTime, Bytes>> samples_;
 };
 
 }  // namespace vramd

@@ -28,7 +28,8 @@ using asio::use_awaitable;
 
 namespace {
 constexpr auto kFastSampleInterval = std::chrono::milliseconds(250);
-constexpr auto kTickInterval = std::chrono::milliseconds(250);
+// With nothing due, the loop still wakes this often (log rotation of services vramd runs).
+constexpr auto kIdleWake = std::chrono::seconds(10);
 constexpr size_t kSubscriberQueueLimit = 1000;  // a stream that falls this far behind is closed
 constexpr auto kUnloadWaitLimit = std::chrono::minutes(5);
 
@@ -76,7 +77,7 @@ Daemon::~Daemon() {
   store_thread_.join();
 }
 
-TimePoint Daemon::now() const { return system_now(); }
+Now Daemon::now() const { return read_clocks(); }
 
 std::string Daemon::socket_path() const {
   return (std::filesystem::path(arbiter_.config().daemon.state_dir) / "vramd.sock").string();
@@ -113,6 +114,7 @@ Status Daemon::start() {
   for (const auto& svc : cfg.services) asio::co_spawn(io_, probe_loop(svc.name), asio::detached);
   adopt_children();
   sd_notify("READY=1\nSTATUS=sampling GPUs; API on " + cfg.daemon.listen);  // Type=notify
+  if (auto interval = sd_watchdog_interval()) asio::co_spawn(io_, watchdog_loop(*interval), asio::detached);
   return Ok{};
 }
 
@@ -128,7 +130,7 @@ void Daemon::stop() {
   for (auto& [id, t] : lease_waiters_) t->cancel();
   for (auto& [id, w] : command_waiters_) w->timer.cancel();
   // Managed children outlive vramd unless on_shutdown = "stop" (they are adopted again).
-  for (const auto& st : arbiter_.services(now())) {
+  for (const auto& st : arbiter_.services()) {
     const ServiceConfig* cfg = arbiter_.config().find_service(st.name);
     if (cfg && cfg->on_shutdown == "stop" && st.managed && st.managed->pid)
       ::kill(-*st.managed->pid, SIGTERM);
@@ -137,7 +139,11 @@ void Daemon::stop() {
   http_.close();
 }
 
-void Daemon::feed(const Event& event) { apply(arbiter_.handle(event, system_now())); }
+void Daemon::feed(const Event& event) {
+  apply(arbiter_.handle(event, read_clocks()));
+  // A deadline sooner than the tick loop's wake-up: wake it to wait for that one instead.
+  if (auto due = arbiter_.next_deadline(); due && *due < tick_at_) tick_timer_.cancel();
+}
 
 void Daemon::apply(std::vector<Action> actions) {
   for (auto& a : actions) {
@@ -198,16 +204,17 @@ void Daemon::run_lifecycle(Lifecycle lc) {
   std::string socket = arbiter_.config().daemon.docker_socket;
   asio::post(worker_, [this, lc, socket] {
     LifecycleDone done{lc.service, lc.action, false, ""};
-    if (lc.via == "unit") {
-      auto [ok, message] = run_systemctl(lc.action, lc.target);
+    std::string action = to_string(lc.action);
+    if (lc.via == Control::unit) {
+      auto [ok, message] = run_systemctl(action, lc.target);
       done.ok = ok;
       done.message = message;
     } else {
       auto r = http_request_unix(socket, "POST",
-                                 fmt::format("/v1.41/containers/{}/{}", lc.target, lc.action),
+                                 fmt::format("/v1.41/containers/{}/{}", lc.target, action),
                                  std::chrono::seconds(60));
       done.ok = r && r->status / 100 == 2;
-      done.message = r ? fmt::format("docker {} {} → {}", lc.action, lc.target, r->status) : r.error();
+      done.message = r ? fmt::format("docker {} {} → {}", action, lc.target, r->status) : r.error();
     }
     asio::post(io_, [this, done] {
       if (!stopping_) feed(done);
@@ -246,20 +253,34 @@ asio::awaitable<void> Daemon::probe_loop(std::string service) {
 }
 
 asio::awaitable<void> Daemon::tick_loop() {
+  // Sleeps until the Arbiter's next deadline (feed() wakes it when a sooner one appears), so
+  // nothing polls while nothing is due.
+  bool managed = false;
+  for (const auto& svc : arbiter_.config().services) managed |= !svc.start.empty();
   while (!stopping_) {
-    tick_timer_.expires_after(kTickInterval);
+    std::optional<MonoTime> due = arbiter_.next_deadline();
+    tick_at_ = due ? std::min(*due, mono_now() + kIdleWake) : mono_now() + kIdleWake;
+    tick_timer_.expires_at(tick_at_);
     boost::system::error_code ec;
     co_await tick_timer_.async_wait(asio::redirect_error(use_awaitable, ec));
     if (stopping_) break;
-    // Nothing has a deadline: no unload being verified, nobody waiting, no lease.
-    bool managed = false;
-    for (const auto& svc : arbiter_.config().services) managed |= !svc.start.empty();
-    if (managed && std::chrono::steady_clock::now() - last_rotation_ > std::chrono::seconds(10)) {
-      last_rotation_ = std::chrono::steady_clock::now();
+    if (managed && mono_now() - last_rotation_ >= kIdleWake) {
+      last_rotation_ = mono_now();
       rotate_logs();
     }
-    if (!arbiter_.fast_sampling() && waiters_.empty() && !arbiter_.has_leases() && !managed) continue;
-    feed(Tick{});
+    if (ec) continue;  // woken for a sooner deadline: wait for that one
+    if (due = arbiter_.next_deadline(); due && mono_now() >= *due) feed(Tick{});
+  }
+}
+
+asio::awaitable<void> Daemon::watchdog_loop(std::chrono::microseconds interval) {
+  // Pinged from the event loop itself: a loop that hangs stops the pings and systemd restarts it.
+  asio::steady_timer timer(io_);
+  while (!stopping_) {
+    sd_notify("WATCHDOG=1");
+    timer.expires_after(interval / 2);
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
   }
 }
 
@@ -292,7 +313,7 @@ asio::awaitable<void> Daemon::sample_loop() {
 
 uint64_t Daemon::request_unload(const std::string& service, bool force) {
   uint64_t id = next_request_++;
-  auto waiter = std::make_unique<UnloadWaiter>(io_);
+  auto waiter = std::make_unique<Waiter<UnloadFinished>>(io_);
   waiter->timer.expires_after(kUnloadWaitLimit);
   waiters_[id] = std::move(waiter);
   feed(UnloadRequested{service, "manual", id, force});
@@ -303,7 +324,7 @@ asio::awaitable<UnloadFinished> Daemon::wait_unload(uint64_t request_id) {
   auto it = waiters_.find(request_id);
   UnloadFinished out;
   if (it == waiters_.end()) co_return out;
-  UnloadWaiter* w = it->second.get();
+  Waiter<UnloadFinished>* w = it->second.get();
   if (!w->result) {
     boost::system::error_code ec;
     co_await w->timer.async_wait(asio::redirect_error(use_awaitable, ec));
@@ -371,8 +392,8 @@ asio::awaitable<void> Daemon::stream_events(HttpStream& stream, int64_t after_id
 void Daemon::save_lease(const Lease& lease) {
   ++lease_writes_pending_[lease.id];
   uint64_t id = lease.id;
-  asio::post(store_thread_, [this, store = lease_store_, lease, id] {
-    if (auto r = store->save(lease); !r) spdlog::error("{}", r.error());
+  asio::post(store_thread_, [this, store = lease_store_, lease, id, now = read_clocks()] {
+    if (auto r = store->save(lease, now); !r) spdlog::error("{}", r.error());
     asio::post(io_, [this, id] {
       if (--lease_writes_pending_[id] <= 0) lease_writes_pending_.erase(id);
       wake_lease_waiters(id);
@@ -388,14 +409,14 @@ void Daemon::wake_lease_waiters(uint64_t id) {
 Status Daemon::restore_leases() {
   auto max = lease_store_->max_id();
   if (!max) return make_error(max.error());
-  auto kept = lease_store_->active();
+  auto kept = lease_store_->active(read_clocks());
   if (!kept) return make_error(kept.error());
   std::vector<uint64_t> alive;
   for (const auto& l : *kept)
     if (l.request.pid && process_alive("/proc", *l.request.pid, l.request.pid_start_ticks))
       alive.push_back(l.id);
   if (!kept->empty()) spdlog::info("restoring {} leases from the store", kept->size());
-  apply(arbiter_.restore_leases(std::move(*kept), alive, system_now(), *max + 1));
+  apply(arbiter_.restore_leases(std::move(*kept), alive, read_clocks(), *max + 1));
   return Ok{};
 }
 

@@ -46,7 +46,7 @@ class Daemon : public DaemonControl {
 
   // DaemonControl
   const Arbiter& arbiter() const override { return arbiter_; }
-  TimePoint now() const override;
+  Now now() const override;
   uint64_t request_unload(const std::string& service, bool force) override;
   boost::asio::awaitable<UnloadFinished> wait_unload(uint64_t request_id) override;
   boost::asio::awaitable<Result<std::vector<StoredEvent>>> events(
@@ -58,7 +58,7 @@ class Daemon : public DaemonControl {
   boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max) override;
   boost::asio::awaitable<Result<std::vector<JobRecord>>> jobs(std::string label,
                                                               size_t limit) override;
-  uint64_t service_command(const std::string& service, const std::string& action,
+  uint64_t service_command(const std::string& service, Command action,
                            bool force = false) override;
   boost::asio::awaitable<CommandFinished> wait_command(uint64_t request_id, Duration max) override;
   boost::asio::awaitable<Result<std::vector<CrashRecord>>> crashes(std::string service,
@@ -84,6 +84,7 @@ class Daemon : public DaemonControl {
   boost::asio::awaitable<void> sample_loop();
   boost::asio::awaitable<void> probe_loop(std::string service);
   boost::asio::awaitable<void> tick_loop();
+  boost::asio::awaitable<void> watchdog_loop(std::chrono::microseconds interval);
   boost::asio::awaitable<void> call_unload(CallUnload call);
   void feed(const Event& event);
   void apply(std::vector<Action> actions);
@@ -102,10 +103,12 @@ class Daemon : public DaemonControl {
   void rotate_logs();
   std::string pid_file(const std::string& service) const;
 
-  struct UnloadWaiter {
-    explicit UnloadWaiter(boost::asio::io_context& io) : timer(io) {}
+  // Someone awaits the answer to a request: the timer is cancelled when `result` arrives.
+  template <typename T>
+  struct Waiter {
+    explicit Waiter(boost::asio::io_context& io) : timer(io) {}
     boost::asio::steady_timer timer;
-    std::optional<UnloadFinished> result;
+    std::optional<T> result;
   };
   struct Subscriber {
     explicit Subscriber(boost::asio::io_context& io) : wake(io) {}
@@ -124,16 +127,11 @@ class Daemon : public DaemonControl {
   std::shared_ptr<LeaseStore> lease_store_;
   std::shared_ptr<CrashStore> crash_store_;
   std::map<std::string, std::shared_ptr<boost::asio::posix::stream_descriptor>> child_watches_;
-  struct CommandWaiter {
-    explicit CommandWaiter(boost::asio::io_context& io) : timer(io) {}
-    boost::asio::steady_timer timer;
-    std::optional<CommandFinished> result;
-  };
-  std::map<uint64_t, std::unique_ptr<CommandWaiter>> command_waiters_;
+  std::map<uint64_t, std::unique_ptr<Waiter<CommandFinished>>> command_waiters_;
   MetricsCounters metrics_;
   uint64_t next_command_ = 1;
-  std::chrono::steady_clock::time_point last_rotation_{};
-  std::chrono::steady_clock::time_point last_watchdog_{};
+  MonoTime last_rotation_{};
+  MonoTime tick_at_{};  // when the tick loop wakes next
   std::map<uint64_t, int> lease_writes_pending_;                  // lease id -> writes in flight
   std::multimap<uint64_t, boost::asio::steady_timer*> lease_waiters_;  // woken on changes
   bool holder_check_running_ = false;
@@ -144,7 +142,7 @@ class Daemon : public DaemonControl {
   boost::asio::steady_timer sample_timer_;
   boost::asio::steady_timer tick_timer_;
   std::list<boost::asio::steady_timer> probe_timers_;
-  std::map<uint64_t, std::unique_ptr<UnloadWaiter>> waiters_;
+  std::map<uint64_t, std::unique_ptr<Waiter<UnloadFinished>>> waiters_;
   uint64_t next_request_ = 1;
   std::list<std::shared_ptr<Subscriber>> subscribers_;
   int64_t next_stream_id_ = 1;

@@ -47,7 +47,7 @@ void Daemon::spawn_child(const std::string& service) {
   if (!found) return;
   // Its port must be free, or held by something vramd runs.
   std::vector<int> ours;
-  for (const auto& st : arbiter_.services(now()))
+  for (const auto& st : arbiter_.services())
     if (st.managed && st.managed->pid) ours.push_back(*st.managed->pid);
   // The port check walks every process's fds and a reclaim waits for the port: the worker does
   // both, and the spawn, then the loop watches the child and tells the Arbiter.
@@ -174,7 +174,7 @@ void Daemon::record_crash(RecordCrash crash) {
         metrics_.crash(rec.service, rec.signature);
         std::string msg = fmt::format("{} crashed: {}", rec.service, rec.title);
         if (!rec.suggestion.empty()) msg += fmt::format(". Suggested: {}", rec.suggestion);
-        apply({EmitEvent{{now(), "service.diagnosis", std::nullopt, rec.service, msg}}});
+        apply({make_event(now(), "service.diagnosis", std::nullopt, rec.service, msg)});
       });
     });
   });
@@ -204,9 +204,9 @@ void Daemon::rotate_logs() {
   });
 }
 
-uint64_t Daemon::service_command(const std::string& service, const std::string& action, bool force) {
+uint64_t Daemon::service_command(const std::string& service, Command action, bool force) {
   uint64_t id = next_command_++;
-  command_waiters_[id] = std::make_unique<CommandWaiter>(io_);
+  command_waiters_[id] = std::make_unique<Waiter<CommandFinished>>(io_);
   feed(ServiceCommand{service, action, id, force});
   return id;
 }
@@ -215,7 +215,7 @@ asio::awaitable<CommandFinished> Daemon::wait_command(uint64_t request_id, Durat
   CommandFinished out{request_id, false, ""};
   auto it = command_waiters_.find(request_id);
   if (it == command_waiters_.end()) co_return out;
-  CommandWaiter* w = it->second.get();
+  Waiter<CommandFinished>* w = it->second.get();
   if (!w->result && max.count() > 0) {
     w->timer.expires_after(max);
     boost::system::error_code ec;

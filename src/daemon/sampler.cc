@@ -17,4 +17,10 @@ TimePoint system_now() {
   return std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::system_clock::now());
 }
 
+MonoTime mono_now() {
+  return std::chrono::time_point_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now());
+}
+
+Now read_clocks() { return Now{mono_now(), system_now()}; }
+
 }  // namespace vramd

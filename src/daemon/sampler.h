@@ -9,7 +9,10 @@ namespace vramd {
 
 SampleTaken take_sample(GpuReader& reader, HostScanner& scanner, const HostScanRequest& request);
 
-// The wall clock at millisecond resolution: the shell's only clock read.
+// The clocks at millisecond resolution: the shell's only clock reads. The core decides on the
+// monotonic one; the wall clock is for what people read.
 TimePoint system_now();
+MonoTime mono_now();
+Now read_clocks();
 
 }  // namespace vramd

@@ -12,6 +12,7 @@
 
 #include "daemon/children.h"
 #include "server/json_view.h"
+#include "core/eviction.h"
 
 namespace vramd {
 
@@ -42,9 +43,14 @@ std::string url_decode(std::string_view s) {
   return out;
 }
 
+// Every JSON answer: messages may quote what the client sent, so bytes that are not UTF-8 are
+// replaced, not thrown on.
+HttpResponse json_reply(unsigned status, const json& body) {
+  return json_response(status, body.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
 HttpResponse error(unsigned status, const std::string& code, const std::string& message) {
-  // Messages may quote what the client sent: bytes that are not UTF-8 are replaced, not thrown on.
-  return json_response(status, error_json(code, message).dump(-1, ' ', false, json::error_handler_t::replace));
+  return json_reply(status, error_json(code, message));
 }
 
 }  // namespace
@@ -86,17 +92,17 @@ boost::asio::awaitable<HttpResponse> Api::unload(const std::string& service, boo
   json body = to_json(f.verdict);
   if (f.refused) {
     body["error"] = {{"code", "refused"}, {"message", f.verdict.message}};
-    co_return json_response(409, body.dump(-1, ' ', false, json::error_handler_t::replace));
+    co_return json_reply(409, body);
   }
-  co_return json_response(200, body.dump(-1, ' ', false, json::error_handler_t::replace));
+  co_return json_reply(200, body);
 }
 
 boost::asio::awaitable<HttpResponse> Api::free_idle() {
   // Every idle service holding memory, unloaded side by side; the answer waits for all verdicts.
   std::vector<uint64_t> ids;
-  TimePoint now = daemon_.now();
-  for (const auto& s : daemon_.arbiter().services(now)) {
-    if (!s.idle_since || s.bytes < 256 * MiB) continue;
+  MonoTime now = daemon_.now().mono;
+  for (const auto& s : daemon_.arbiter().services()) {
+    if (!s.idle_since || s.bytes < kWorthUnloading) continue;
     if (s.backoff_until && now < *s.backoff_until) continue;
     ids.push_back(daemon_.request_unload(s.name, false));
   }
@@ -107,7 +113,7 @@ boost::asio::awaitable<HttpResponse> Api::free_idle() {
     v["refused"] = f.refused;
     out.push_back(std::move(v));
   }
-  co_return json_response(200, json{{"unloads", out}}.dump(-1, ' ', false, json::error_handler_t::replace));
+  co_return json_reply(200, json{{"unloads", out}});
 }
 
 boost::asio::awaitable<HttpResponse> Api::events(const HttpRequest& req, HttpStream& stream) {
@@ -147,7 +153,7 @@ boost::asio::awaitable<HttpResponse> Api::events(const HttpRequest& req, HttpStr
     if (!e.data.is_null()) j["data"] = e.data;
     out.push_back(std::move(j));
   }
-  co_return json_response(200, json{{"events", out}}.dump(-1, ' ', false, json::error_handler_t::replace));
+  co_return json_reply(200, json{{"events", out}});
 }
 
 namespace {
@@ -191,8 +197,9 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
   if (t.path == "/v1/leases") {
     if (get) {
       json out = json::array();
-      for (const auto& l : arbiter.leases()) out.push_back(to_json(l, arbiter));
-      co_return json_response(200, json{{"leases", out}}.dump(-1, ' ', false, json::error_handler_t::replace));
+      Now now = daemon_.now();
+      for (const auto& l : arbiter.leases()) out.push_back(to_json(l, arbiter, now));
+      co_return json_reply(200, json{{"leases", out}});
     }
     if (req.method() != http::verb::post)
       co_return error(405, "method_not_allowed", "/v1/leases accepts GET and POST");
@@ -263,7 +270,7 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     co_await daemon_.wait_lease(*id, wait.value_or(Duration(0)));
     const Lease* l = daemon_.arbiter().lease(*id);
     if (!l) co_return error(500, "internal", "the lease vanished");
-    co_return json_response(201, to_json(*l, daemon_.arbiter()).dump(-1, ' ', false, json::error_handler_t::replace));
+    co_return json_reply(201, to_json(*l, daemon_.arbiter(), daemon_.now()));
   }
 
   // /v1/leases/ID[/heartbeat]
@@ -302,7 +309,7 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
   }
   const Lease* l = daemon_.arbiter().lease(id);
   if (!l) co_return error(404, "not_found", fmt::format("no lease #{}", id));
-  co_return json_response(200, to_json(*l, daemon_.arbiter()).dump(-1, ' ', false, json::error_handler_t::replace));
+  co_return json_reply(200, to_json(*l, daemon_.arbiter(), daemon_.now()));
 }
 
 boost::asio::awaitable<HttpResponse> Api::jobs(const HttpRequest& req) {
@@ -322,7 +329,7 @@ boost::asio::awaitable<HttpResponse> Api::jobs(const HttpRequest& req) {
   if (!stats) {
     json out = json::array();
     for (const auto& j : *jobs) out.push_back(to_json(j));
-    co_return json_response(200, json{{"jobs", out}}.dump(-1, ' ', false, json::error_handler_t::replace));
+    co_return json_reply(200, json{{"jobs", out}});
   }
   std::vector<int64_t> wait, run;
   std::vector<Bytes> peak;
@@ -346,7 +353,7 @@ boost::asio::awaitable<HttpResponse> Api::jobs(const HttpRequest& req) {
               {"wait_ms", {{"p50", pct(wait, 0.5)}, {"p95", pct(wait, 0.95)}}},
               {"run_ms", {{"p50", pct(run, 0.5)}, {"p95", pct(run, 0.95)}}},
               {"peak_bytes", {{"p50", pct(peak, 0.5)}, {"max", peak.empty() ? json(nullptr) : json(peak.back())}}}};
-  co_return json_response(200, out.dump(-1, ' ', false, json::error_handler_t::replace));
+  co_return json_reply(200, out);
 }
 
 boost::asio::awaitable<HttpResponse> Api::lifecycle(const std::string& service,
@@ -354,7 +361,10 @@ boost::asio::awaitable<HttpResponse> Api::lifecycle(const std::string& service,
   if (!daemon_.arbiter().service(service))
     co_return error(404, "not_found", fmt::format("no service named '{}'", service));
   bool wait = t.flag("wait");
-  uint64_t id = daemon_.service_command(service, action, action == "start" && t.flag("force"));
+  std::optional<Command> command = parse_command(action);
+  if (!command) co_return error(404, "not_found", fmt::format("no action '{}'", action));
+  uint64_t id =
+      daemon_.service_command(service, *command, *command == Command::start && t.flag("force"));
   // A first model load can take minutes: --wait waits up to 15 min.
   CommandFinished f = co_await daemon_.wait_command(id, wait ? Duration(std::chrono::minutes(15)) : Duration(0));
   const ServiceStatus* st = daemon_.arbiter().service(service);
@@ -363,13 +373,13 @@ boost::asio::awaitable<HttpResponse> Api::lifecycle(const std::string& service,
                {"done", !f.message.empty() || f.ok},
                {"ok", f.ok},
                {"message", f.message},
-               {"state", st && st->managed ? json(st->managed->state) : json(nullptr)}};
-  if (f.message.empty() && !f.ok) co_return json_response(202, body.dump(-1, ' ', false, json::error_handler_t::replace));  // under way
+               {"state", st && st->managed ? json(to_string(st->managed->state)) : json(nullptr)}};
+  if (f.message.empty() && !f.ok) co_return json_reply(202, body);  // under way
   if (!f.ok) {
     body["error"] = {{"code", "failed"}, {"message", f.message}};
-    co_return json_response(409, body.dump(-1, ' ', false, json::error_handler_t::replace));
+    co_return json_reply(409, body);
   }
-  co_return json_response(200, body.dump(-1, ' ', false, json::error_handler_t::replace));
+  co_return json_reply(200, body);
 }
 
 boost::asio::awaitable<HttpResponse> Api::logs(const std::string& service, const Target& t) {
@@ -392,7 +402,7 @@ boost::asio::awaitable<HttpResponse> Api::logs(const std::string& service, const
   auto read = daemon_.read_log(path, lines, after);  // GCC 12: no temporaries inside co_await
   LogPage page = co_await std::move(read);
   json out = {{"lines", std::move(page.lines)}, {"offset", page.offset}, {"path", path}};
-  co_return json_response(200, out.dump(-1, ' ', false, json::error_handler_t::replace));
+  co_return json_reply(200, out);
 }
 
 namespace {
@@ -430,7 +440,7 @@ boost::asio::awaitable<HttpResponse> Api::crashes(const std::string& service, co
   if (!list) co_return error(500, "store", list.error());
   json out = json::array();
   for (const auto& c : *list) out.push_back(crash_json(c, true));
-  co_return json_response(200, json{{"crashes", out}}.dump(-1, ' ', false, json::error_handler_t::replace));
+  co_return json_reply(200, json{{"crashes", out}});
 }
 
 boost::asio::awaitable<HttpResponse> Api::doctor(const Target& t) {
@@ -443,7 +453,7 @@ boost::asio::awaitable<HttpResponse> Api::doctor(const Target& t) {
   auto list = co_await daemon_.crashes(only, 5000);
   if (!list) co_return error(500, "store", list.error());
   json services = json::array();
-  for (const auto& st : daemon_.arbiter().services(daemon_.now())) {
+  for (const auto& st : daemon_.arbiter().services()) {
     if (!only.empty() && st.name != only) continue;
     // Crashes grouped by signature, most frequent first.
     std::map<std::string, json> groups;
@@ -467,13 +477,13 @@ boost::asio::awaitable<HttpResponse> Api::doctor(const Target& t) {
     if (sorted.empty() && !st.managed && only.empty()) continue;
     json entry = {{"service", st.name}, {"crashes", sorted}};
     if (st.managed) {
-      entry["state"] = st.managed->state;
+      entry["state"] = to_string(st.managed->state);
       entry["reason"] = st.managed->reason.empty() ? json(nullptr) : json(st.managed->reason);
       entry["restarts"] = st.managed->restart_count;
     }
     services.push_back(std::move(entry));
   }
-  co_return json_response(200, json{{"services", services}}.dump(-1, ' ', false, json::error_handler_t::replace));
+  co_return json_reply(200, json{{"services", services}});
 }
 
 boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& stream) {
@@ -487,13 +497,14 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
 
   if (t.path == "/v1/status") {
     if (!get) co_return only("GET");
-    co_return json_response(200, to_json(arbiter.status()).dump(-1, ' ', false, json::error_handler_t::replace));
+    co_return json_reply(200, to_json(arbiter.status(), daemon_.now()));
   }
   if (t.path == "/v1/services") {
     if (!get) co_return only("GET");
     json out = json::array();
-    for (const auto& s : arbiter.services(daemon_.now())) out.push_back(to_json(s, daemon_.now()));
-    co_return json_response(200, json{{"services", out}}.dump(-1, ' ', false, json::error_handler_t::replace));
+    Now now = daemon_.now();
+    for (const auto& s : arbiter.services()) out.push_back(to_json(s, now));
+    co_return json_reply(200, json{{"services", out}});
   }
   if (t.path.starts_with("/v1/services/")) {
     std::string rest = t.path.substr(13);
@@ -503,7 +514,7 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
       if (!get) co_return only("GET");
       const ServiceStatus* s = arbiter.service(name);
       if (!s) co_return error(404, "not_found", fmt::format("no service named '{}'", name));
-      co_return json_response(200, to_json(*s, daemon_.now()).dump(-1, ' ', false, json::error_handler_t::replace));
+      co_return json_reply(200, to_json(*s, daemon_.now()));
     }
     if (action == "unload") {
       if (!post) co_return only("POST");
@@ -552,7 +563,7 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
     bool known = false;
     for (const auto& g : arbiter.status().gpus) known |= g.sample.index == gpu;
     if (!known) co_return error(404, "not_found", fmt::format("no GPU {}", gpu));
-    co_return json_response(200, to_json(arbiter.history(gpu, daemon_.now(), window, points), gpu).dump(-1, ' ', false, json::error_handler_t::replace));
+    co_return json_reply(200, to_json(arbiter.history(gpu, daemon_.now().mono, window, points), gpu, daemon_.now()));
   }
   if (t.path == "/v1/events") {
     if (!get) co_return only("GET");
@@ -581,7 +592,7 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
   }
   if (t.path == "/v1/version") {
     if (!get) co_return only("GET");
-    co_return json_response(200, json{{"version", VRAMD_VERSION_STRING}}.dump(-1, ' ', false, json::error_handler_t::replace));
+    co_return json_reply(200, json{{"version", VRAMD_VERSION_STRING}});
   }
   co_return error(404, "not_found", fmt::format("no such endpoint: {} {}", std::string(req.method_string()), t.path));
 }

@@ -18,7 +18,7 @@ class DaemonControl {
  public:
   virtual ~DaemonControl() = default;
   virtual const Arbiter& arbiter() const = 0;
-  virtual TimePoint now() const = 0;
+  virtual Now now() const = 0;  // both clocks, read now
   // Asks for an unload; the id is then awaited with wait_unload (the verdict may come at once).
   virtual uint64_t request_unload(const std::string& service, bool force) = 0;
   virtual boost::asio::awaitable<UnloadFinished> wait_unload(uint64_t request_id) = 0;
@@ -39,7 +39,7 @@ class DaemonControl {
 
   // start | stop | restart a service; the id is then awaited with wait_command.
   // force: a start skips start admission (no wait for GPU room).
-  virtual uint64_t service_command(const std::string& service, const std::string& action,
+  virtual uint64_t service_command(const std::string& service, Command action,
                                    bool force) = 0;
   virtual boost::asio::awaitable<CommandFinished> wait_command(uint64_t request_id, Duration max) = 0;
   virtual boost::asio::awaitable<Result<std::vector<CrashRecord>>> crashes(std::string service,

@@ -11,21 +11,26 @@ template <typename T>
 json opt(const std::optional<T>& v) {
   return v ? json(*v) : json(nullptr);
 }
+// A time the core keeps (monotonic) as people read it: RFC 3339, by the clocks' offset now.
+json when(const Now& now, MonoTime t) { return format_rfc3339(now.wall_of(t)); }
+json when(const Now& now, const std::optional<MonoTime>& t) {
+  return t ? when(now, *t) : json(nullptr);
+}
 }  // namespace
 
-json to_json(const Holding& h) {
+json to_json(const Holding& h, const Now& now) {
   json candidates = json::array();
   for (const auto& c : h.candidates) candidates.push_back({{"pid", c.pid}, {"name", c.name}});
   return {{"owner", h.owner.name},   {"owner_kind", to_string(h.owner.kind)},
           {"bytes", h.bytes},        {"source", to_string(h.source)},
-          {"pids", h.pids},          {"since", format_rfc3339(h.since)},
+          {"pids", h.pids},          {"since", when(now, h.since)},
           {"candidates", candidates}};
 }
 
-json to_json(const GpuStatus& g) {
+json to_json(const GpuStatus& g, const Now& now) {
   const GpuSample& s = g.sample;
   json holdings = json::array();
-  for (const auto& h : g.holdings) holdings.push_back(to_json(h));
+  for (const auto& h : g.holdings) holdings.push_back(to_json(h, now));
   json processes = json::array();
   for (const auto& p : s.processes) {
     json j = {{"pid", p.pid}, {"used_bytes", opt(p.used)}};
@@ -51,19 +56,19 @@ json to_json(const GpuStatus& g) {
           {"processes", processes}};
 }
 
-json to_json(const StatusSnapshot& s) {
+json to_json(const StatusSnapshot& s, const Now& now) {
   json gpus = json::array();
-  for (const auto& g : s.gpus) gpus.push_back(to_json(g));
-  return {{"sampled_at", s.sampled ? json(format_rfc3339(s.sampled_at)) : json(nullptr)},
+  for (const auto& g : s.gpus) gpus.push_back(to_json(g, now));
+  return {{"sampled_at", s.sampled ? when(now, s.sampled_at) : json(nullptr)},
           {"backend", s.backend},
           {"driver_version", s.driver_version},
           {"error", s.error.empty() ? json(nullptr) : json(s.error)},
           {"gpus", gpus}};
 }
 
-json to_json(const HistoryView& v, unsigned gpu) {
-  json times = json::array();
-  for (auto t : v.times) times.push_back(t.time_since_epoch().count() / 1000.0);
+json to_json(const HistoryView& v, unsigned gpu, const Now& now) {
+  json times = json::array();  // Unix seconds
+  for (auto t : v.times) times.push_back(now.wall_of(t).time_since_epoch().count() / 1000.0);
   json series = json::array();
   for (const auto& s : v.series)
     series.push_back({{"owner", s.owner.name}, {"owner_kind", to_string(s.owner.kind)}, {"bytes", s.values}});
@@ -100,16 +105,14 @@ json to_json(const UnloadVerdict& v) {
           {"at", format_rfc3339(v.at)}};
 }
 
-json to_json(const ServiceStatus& s, TimePoint now) {
-  auto time = [](const std::optional<TimePoint>& t) {
-    return t ? json(format_rfc3339(*t)) : json(nullptr);
-  };
+json to_json(const ServiceStatus& s, const Now& now) {
+  auto time = [&](const std::optional<MonoTime>& t) { return when(now, t); };
   json per_gpu = json::array();
   for (const auto& [gpu, b] : s.per_gpu) per_gpu.push_back({{"gpu", gpu}, {"bytes", b}});
   return {{"name", s.name},
           {"kind", s.kind},
           {"url", s.url},
-          {"state", s.state},
+          {"state", to_string(s.state)},
           {"busy", opt(s.busy)},
           {"queue_depth", opt(s.queue_depth)},
           {"models", s.models},
@@ -117,7 +120,7 @@ json to_json(const ServiceStatus& s, TimePoint now) {
           {"last_probe", time(s.last_probe)},
           {"last_activity", time(s.last_activity)},
           {"idle_since", time(s.idle_since)},
-          {"idle_seconds", s.idle_since ? json((now - *s.idle_since).count() / 1000.0) : json(nullptr)},
+          {"idle_seconds", s.idle_since ? json((now.mono - *s.idle_since).count() / 1000.0) : json(nullptr)},
           {"bytes", s.bytes},
           {"per_gpu", per_gpu},
           {"rss_bytes", opt(s.rss)},
@@ -126,10 +129,10 @@ json to_json(const ServiceStatus& s, TimePoint now) {
            s.unload_after_idle ? json(s.unload_after_idle->count() / 1000.0) : json(nullptr)},
           {"last_unload", s.last_unload ? to_json(*s.last_unload) : json(nullptr)},
           {"backoff_until", time(s.backoff_until)},
-          {"can_restart", s.can_restart.empty() ? json(nullptr) : json(s.can_restart)},
+          {"can_restart", s.control == Control::none ? json(nullptr) : json(to_string(s.control))},
           {"reload_cost_seconds", s.reload_cost.count() / 1000.0},
           {"reload_cost_measured", s.reload_measured},
-          {"process", s.managed ? json{{"state", s.managed->state},
+          {"process", s.managed ? json{{"state", to_string(s.managed->state)},
                                        {"pid", opt(s.managed->pid)},
                                        {"adopted", s.managed->adopted},
                                        {"started_at", time(s.managed->started_at)},
@@ -145,10 +148,8 @@ json to_json(const ServiceStatus& s, TimePoint now) {
                                 : json(nullptr)}};
 }
 
-json to_json(const Lease& l, const Arbiter& arbiter) {
-  auto time = [](const std::optional<TimePoint>& t) {
-    return t ? json(format_rfc3339(*t)) : json(nullptr);
-  };
+json to_json(const Lease& l, const Arbiter& arbiter, const Now& now) {
+  auto time = [&](const std::optional<MonoTime>& t) { return when(now, t); };
   const LeaseRequest& r = l.request;
   json reason = nullptr;
   std::optional<size_t> position;
@@ -200,7 +201,7 @@ json to_json(const Lease& l, const Arbiter& arbiter) {
           {"start", r.start},
           {"position", opt(position)},
           {"reason", reason},
-          {"requested_at", format_rfc3339(l.requested_at)},
+          {"requested_at", when(now, l.requested_at)},
           {"granted_at", time(l.granted_at)},
           {"ended_at", time(l.ended_at)},
           {"end_reason", l.end_reason.empty() ? json(nullptr) : json(l.end_reason)},

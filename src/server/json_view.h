@@ -8,16 +8,17 @@
 
 namespace vramd {
 
-nlohmann::json to_json(const Holding& h);
-nlohmann::json to_json(const GpuStatus& g);
-nlohmann::json to_json(const StatusSnapshot& s);
-nlohmann::json to_json(const HistoryView& v, unsigned gpu);
+// The core keeps monotonic times; `now` turns them into the wall times people read.
+nlohmann::json to_json(const Holding& h, const Now& now);
+nlohmann::json to_json(const GpuStatus& g, const Now& now);
+nlohmann::json to_json(const StatusSnapshot& s, const Now& now);
+nlohmann::json to_json(const HistoryView& v, unsigned gpu, const Now& now);
 nlohmann::json to_json(const EventRecord& e);
 nlohmann::json to_json(const UnloadVerdict& v);
-nlohmann::json to_json(const ServiceStatus& s, TimePoint now);
+nlohmann::json to_json(const ServiceStatus& s, const Now& now);
 // A lease as the API shows it; `arbiter` fills its queue position and, for a lease behind
 // another, which one.
-nlohmann::json to_json(const Lease& l, const Arbiter& arbiter);
+nlohmann::json to_json(const Lease& l, const Arbiter& arbiter, const Now& now);
 nlohmann::json to_json(const JobRecord& j);
 
 // {"error": {"code": code, "message": message}}

@@ -8,10 +8,10 @@ namespace vramd {
 
 namespace {
 
-// Every state a service can report, so the enum-style gauge always has the same series.
-constexpr std::array kProbeStates = {"unknown", "up", "unloading", "unreachable"};
-constexpr std::array kProcessStates = {"stopped", "queued",  "starting", "running",
-                                       "stopping", "backoff", "failed"};
+// Every state a service's API can report, so the enum-style gauge always has the same series
+// (the process states are all_managed_phases()).
+constexpr std::array kProbeStates = {ServiceState::unknown, ServiceState::up,
+                                     ServiceState::unloading, ServiceState::unreachable};
 
 class Out {
  public:
@@ -85,7 +85,7 @@ void MetricsCounters::observe(const Action& action) {
       wait_sum += s;
     }
   } else if (const auto* lf = std::get_if<Lifecycle>(&action)) {
-    if (lf->action == "restart") ++lifecycle_restarts[lf->service];
+    if (lf->action == Command::restart) ++lifecycle_restarts[lf->service];
   }
 }
 
@@ -93,7 +93,7 @@ void MetricsCounters::crash(const std::string& service, const std::string& signa
   ++crashes[{service, signature}];
 }
 
-std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& c, TimePoint now) {
+std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& c, const Now& now) {
   Out o;
   const StatusSnapshot& status = arbiter.status();
 
@@ -131,17 +131,18 @@ std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& c, Tim
                static_cast<double>(bytes));
   }
 
-  std::vector<ServiceStatus> services = arbiter.services(now);
+  std::vector<ServiceStatus> services = arbiter.services();
   o.family("vramd_service_state", "gauge",
            "1 for the service's current state, 0 for the others: the process state for services "
            "vramd runs, else the state of its API.");
   for (const auto& s : services) {
-    std::string current = s.managed ? s.managed->state : s.state;
+    std::string current = s.managed ? to_string(s.managed->state) : to_string(s.state);
     auto emit = [&](const auto& states) {
-      for (const char* st : states)
-        o.sample("vramd_service_state", labels("service", s.name, "state", st), current == st ? 1 : 0);
+      for (auto st : states)
+        o.sample("vramd_service_state", labels("service", s.name, "state", to_string(st)),
+                 current == to_string(st) ? 1 : 0);
     };
-    if (s.managed) emit(kProcessStates);
+    if (s.managed) emit(all_managed_phases());
     else emit(kProbeStates);
   }
   o.family("vramd_service_idle_seconds", "gauge",
@@ -149,7 +150,7 @@ std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& c, Tim
   for (const auto& s : services)
     if (s.idle_since && !s.busy.value_or(false))
       o.sample("vramd_service_idle_seconds", label("service", s.name),
-               std::max(0.0, std::chrono::duration<double>(now - *s.idle_since).count()));
+               std::max(0.0, std::chrono::duration<double>(now.mono - *s.idle_since).count()));
 
   o.family("vramd_unloads_total", "counter", "Unloads by their verified outcome, since vramd started.");
   for (const auto& [key, n] : c.unloads)

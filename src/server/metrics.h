@@ -37,7 +37,7 @@ class MetricsCounters {
 };
 
 // The whole exposition: HELP and TYPE lines, then samples.
-std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& counters, TimePoint now);
+std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& counters, const Now& now);
 
 // Label value escaping of the text format: backslash, double quote and newline.
 std::string escape_label(std::string_view value);

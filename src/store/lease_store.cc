@@ -12,6 +12,10 @@ namespace {
 
 int64_t ms(TimePoint t) { return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count(); }
 TimePoint from_ms(int64_t v) { return TimePoint(std::chrono::milliseconds(v)); }
+// The store keeps wall times (they outlive the monotonic clock across a reboot); the core keeps
+// monotonic ones, converted by the clocks' offset at the moment of writing or reading.
+int64_t ms(const Now& now, MonoTime t) { return ms(now.wall_of(t)); }
+MonoTime from_ms(const Now& now, int64_t v) { return now.mono_of(from_ms(v)); }
 template <typename T>
 json opt(const std::optional<T>& v) {
   return v ? json(*v) : json(nullptr);
@@ -19,15 +23,15 @@ json opt(const std::optional<T>& v) {
 
 }  // namespace
 
-std::string lease_to_json(const Lease& l) {
+std::string lease_to_json(const Lease& l, const Now& now) {
   const LeaseRequest& r = l.request;
   json j = {{"id", l.id},
             {"seq", l.seq},
             {"state", to_string(l.state)},
             {"gpu", opt(l.gpu)},
-            {"requested_ms", ms(l.requested_at)},
-            {"granted_ms", l.granted_at ? json(ms(*l.granted_at)) : json(nullptr)},
-            {"ended_ms", l.ended_at ? json(ms(*l.ended_at)) : json(nullptr)},
+            {"requested_ms", ms(now, l.requested_at)},
+            {"granted_ms", l.granted_at ? json(ms(now, *l.granted_at)) : json(nullptr)},
+            {"ended_ms", l.ended_at ? json(ms(now, *l.ended_at)) : json(nullptr)},
             {"end_reason", l.end_reason},
             {"peak_vram", l.peak_vram},
             {"exit_status", opt(l.exit_status)},
@@ -48,7 +52,7 @@ std::string lease_to_json(const Lease& l) {
   return j.dump();
 }
 
-Result<Lease> lease_from_json(const std::string& text) {
+Result<Lease> lease_from_json(const std::string& text, const Now& now) {
   try {
     json j = json::parse(text);
     Lease l;
@@ -58,9 +62,9 @@ Result<Lease> lease_from_json(const std::string& text) {
     if (!st) return make_error("bad lease state");
     l.state = *st;
     if (!j["gpu"].is_null()) l.gpu = j["gpu"].get<unsigned>();
-    l.requested_at = from_ms(j.at("requested_ms").get<int64_t>());
-    if (!j["granted_ms"].is_null()) l.granted_at = from_ms(j["granted_ms"].get<int64_t>());
-    if (!j["ended_ms"].is_null()) l.ended_at = from_ms(j["ended_ms"].get<int64_t>());
+    l.requested_at = from_ms(now, j.at("requested_ms").get<int64_t>());
+    if (!j["granted_ms"].is_null()) l.granted_at = from_ms(now, j["granted_ms"].get<int64_t>());
+    if (!j["ended_ms"].is_null()) l.ended_at = from_ms(now, j["ended_ms"].get<int64_t>());
     l.end_reason = j.value("end_reason", "");
     l.peak_vram = j.value("peak_vram", Bytes{0});
     if (!j["exit_status"].is_null()) l.exit_status = j["exit_status"].get<int>();
@@ -108,13 +112,13 @@ Result<std::unique_ptr<LeaseStore>> LeaseStore::open(const std::string& path) {
   }
 }
 
-Status LeaseStore::save(const Lease& l) {
+Status LeaseStore::save(const Lease& l, const Now& now) {
   try {
     SQLite::Transaction tx(*db_);
     if (is_active(l.state)) {
       SQLite::Statement q(*db_, "INSERT OR REPLACE INTO leases (id, data) VALUES (?, ?)");
       q.bind(1, static_cast<int64_t>(l.id));
-      q.bind(2, lease_to_json(l));
+      q.bind(2, lease_to_json(l, now));
       q.exec();
     } else {
       SQLite::Statement del(*db_, "DELETE FROM leases WHERE id = ?");
@@ -124,7 +128,7 @@ Status LeaseStore::save(const Lease& l) {
                           "INSERT OR REPLACE INTO jobs (id, label, command, holder, state, gpu, vram,"
                           " requested_ms, wait_ms, run_ms, peak_vram, exit_status, end_reason)"
                           " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-      TimePoint end = l.ended_at.value_or(l.requested_at);
+      MonoTime end = l.ended_at.value_or(l.requested_at);
       q.bind(1, static_cast<int64_t>(l.id));
       q.bind(2, l.request.label);
       q.bind(3, l.request.command);
@@ -133,9 +137,9 @@ Status LeaseStore::save(const Lease& l) {
       if (l.gpu) q.bind(6, static_cast<int64_t>(*l.gpu));
       else q.bind(6);
       q.bind(7, static_cast<int64_t>(l.request.vram));
-      q.bind(8, ms(l.requested_at));
-      q.bind(9, ms(l.granted_at.value_or(end)) - ms(l.requested_at));
-      if (l.granted_at) q.bind(10, ms(end) - ms(*l.granted_at));
+      q.bind(8, ms(now, l.requested_at));
+      q.bind(9, (l.granted_at.value_or(end) - l.requested_at).count());
+      if (l.granted_at) q.bind(10, (end - *l.granted_at).count());
       else q.bind(10);
       q.bind(11, static_cast<int64_t>(l.peak_vram));
       if (l.exit_status) q.bind(12, *l.exit_status);
@@ -150,12 +154,12 @@ Status LeaseStore::save(const Lease& l) {
   }
 }
 
-Result<std::vector<Lease>> LeaseStore::active() const {
+Result<std::vector<Lease>> LeaseStore::active(const Now& now) const {
   try {
     std::vector<Lease> out;
     SQLite::Statement q(*db_, "SELECT data FROM leases ORDER BY id");
     while (q.executeStep()) {
-      auto l = lease_from_json(q.getColumn(0).getString());
+      auto l = lease_from_json(q.getColumn(0).getString(), now);
       if (!l) return make_error(l.error());
       out.push_back(std::move(*l));
     }

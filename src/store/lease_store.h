@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/lease.h"
 #include "core/result.h"
 
@@ -39,8 +40,10 @@ class LeaseStore {
 
   // An active lease is written as it is; an ended one leaves the active table for the jobs table,
   // in one transaction.
-  Status save(const Lease& lease);
-  Result<std::vector<Lease>> active() const;
+  // `now`: the clocks at the moment, to store the lease's (monotonic) times as wall times.
+  Status save(const Lease& lease, const Now& now);
+  // The active leases, their times turned back into monotonic ones by `now`.
+  Result<std::vector<Lease>> active(const Now& now) const;
   // The highest lease id ever stored (active or ended); 0 when none.
   Result<uint64_t> max_id() const;
   // Jobs, newest first; only those with `label` when it is not empty.
@@ -52,7 +55,7 @@ class LeaseStore {
 };
 
 // Persistence form of a lease (also used by tests).
-std::string lease_to_json(const Lease& l);
-Result<Lease> lease_from_json(const std::string& text);
+std::string lease_to_json(const Lease& l, const Now& now);
+Result<Lease> lease_from_json(const std::string& text, const Now& now);
 
 }  // namespace vramd

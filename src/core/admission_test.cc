@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/arbiter.h"
+#include "core/eviction.h"
 
 namespace vramd {
 namespace {
@@ -96,7 +97,7 @@ class World {
   LeaseState state(uint64_t id) const { return arbiter_->lease(id)->state; }
   const Lease& lease(uint64_t id) const { return *arbiter_->lease(id); }
   Arbiter& arbiter() { return *arbiter_; }
-  TimePoint now() const { return now_; }
+  MonoTime now() const { return now_; }
   template <typename T>
   std::vector<T> all() const {
     std::vector<T> out;
@@ -117,7 +118,7 @@ class World {
   std::map<int, Proc> procs_;
   std::set<std::string> stubborn_;
   std::vector<CallUnload> pending_;
-  TimePoint now_{Duration(1'800'000'000'000)};
+  MonoTime now_{Duration(1'800'000'000'000)};
   std::vector<Action> all_;
   uint64_t next_id_ = 1;
 };
@@ -428,31 +429,6 @@ TEST(ArbiterLeases, HostRamLeasesCountAgainstMemAvailable) {
   EXPECT_EQ(w.state(b), LeaseState::granted);
 }
 
-TEST(ChooseEviction, ExactCheapestSetLruOnTiesGreedyBeyondTwelve) {
-  TimePoint t0{};
-  std::vector<EvictionCandidate> c = {
-      {"a", 8 * GiB, 60s, t0 + 1s}, {"b", 6 * GiB, 20s, t0 + 2s}, {"c", 3 * GiB, 10s, t0 + 3s}};
-  auto pick = choose_eviction(c, 6 * GiB);
-  ASSERT_TRUE(pick);
-  EXPECT_EQ(*pick, (std::vector<size_t>{1}));  // b alone: 20 s
-  pick = choose_eviction(c, 9 * GiB);
-  EXPECT_EQ(*pick, (std::vector<size_t>{1, 2}));  // b + c: 30 s < a + anything
-  EXPECT_FALSE(choose_eviction(c, 18 * GiB));
-  EXPECT_EQ(choose_eviction(c, 0)->size(), 0u);
-  // Ties on cost: the least recently used goes.
-  std::vector<EvictionCandidate> tie = {{"new", 4 * GiB, 10s, t0 + 9s}, {"old", 4 * GiB, 10s, t0 + 1s}};
-  EXPECT_EQ(*choose_eviction(tie, 3 * GiB), (std::vector<size_t>{1}));
-  // 40 candidates: greedy still covers the shortfall without useless members.
-  std::vector<EvictionCandidate> many;
-  for (int i = 0; i < 40; ++i)
-    many.push_back({"s" + std::to_string(i), Bytes(1 + i % 4) * GiB, std::chrono::seconds(5 + i % 7), t0});
-  auto big = choose_eviction(many, 20 * GiB);
-  ASSERT_TRUE(big);
-  Bytes got = 0;
-  for (size_t i : *big) got += many[i].bytes;
-  EXPECT_GE(got, 20 * GiB);
-  for (size_t i : *big) EXPECT_LT(got - many[i].bytes, 20 * GiB);
-}
 
 
 // --- Start admission: a start of a service with vram_estimate waits for room like a lease ---
@@ -476,9 +452,9 @@ TEST(ArbiterStartAdmission, StartWaitsForRoomEvictsTheIdleHolderThenLaunches) {
   w.sample();
   w.probe("ollama", false);
   w.run(31s);  // idle past min_idle
-  w.feed(ServiceCommand{"comfy", "start", 9});
+  w.feed(ServiceCommand{"comfy", Command::start, 9});
   EXPECT_TRUE(w.all<SpawnService>().empty());  // 4 GiB free: it waits
-  EXPECT_EQ(w.arbiter().service("comfy")->managed->state, "queued");
+  EXPECT_EQ(w.arbiter().service("comfy")->managed->state, ManagedPhase::queued);
   const Lease* l = start_lease_of(w.arbiter(), "comfy");
   ASSERT_NE(l, nullptr);
   EXPECT_TRUE(l->request.start);
@@ -493,13 +469,13 @@ TEST(ArbiterStartAdmission, StartWaitsForRoomEvictsTheIdleHolderThenLaunches) {
   ASSERT_EQ(w.all<SpawnService>().size(), 1u);
   EXPECT_EQ(w.all<SpawnService>()[0].service, "comfy");
   EXPECT_EQ(w.state(lease_id), LeaseState::granted);
-  EXPECT_EQ(w.arbiter().service("comfy")->managed->state, "starting");
+  EXPECT_EQ(w.arbiter().service("comfy")->managed->state, ManagedPhase::starting);
   // It comes up: the start lease ends, its memory is its own from then on.
   w.feed(ChildStarted{"comfy", true, 200, 1, "", false});
   w.hold(200, 0, "svc-comfy", 15 * GiB);
   w.run(1s);
   w.feed(HealthChecked{"comfy", true, "200"});
-  EXPECT_EQ(w.arbiter().service("comfy")->managed->state, "running");
+  EXPECT_EQ(w.arbiter().service("comfy")->managed->state, ManagedPhase::running);
   EXPECT_EQ(w.state(lease_id), LeaseState::released);
   bool answered = false;
   for (const auto& f : w.all<CommandFinished>()) answered |= f.request_id == 9 && f.ok;
@@ -512,7 +488,7 @@ TEST(ArbiterStartAdmission, ForceSkipsTheWaitAndABusyHolderIsNeverEvicted) {
   w.sample();
   w.probe("ollama", true);  // busy
   w.run(31s);
-  w.feed(ServiceCommand{"comfy", "start", 1});
+  w.feed(ServiceCommand{"comfy", Command::start, 1});
   w.run(5s);
   EXPECT_TRUE(w.unload_calls.empty());
   EXPECT_TRUE(w.all<SpawnService>().empty());
@@ -520,7 +496,7 @@ TEST(ArbiterStartAdmission, ForceSkipsTheWaitAndABusyHolderIsNeverEvicted) {
             std::string::npos);
   uint64_t queued = *w.arbiter().service("comfy")->managed->start_lease;
   // --force: at once; the start lease it waited on is cancelled.
-  w.feed(ServiceCommand{"comfy", "start", 2, /*force=*/true});
+  w.feed(ServiceCommand{"comfy", Command::start, 2, /*force=*/true});
   EXPECT_EQ(w.all<SpawnService>().size(), 1u);
   EXPECT_EQ(w.state(queued), LeaseState::cancelled);
   EXPECT_FALSE(w.arbiter().service("comfy")->managed->start_lease.has_value());
@@ -531,10 +507,10 @@ TEST(ArbiterStartAdmission, StopWhileQueuedCancelsTheStart) {
   w.hold(100, 0, "svc-ollama", 20 * GiB);
   w.sample();
   w.probe("ollama", true);
-  w.feed(ServiceCommand{"comfy", "start", 3});
+  w.feed(ServiceCommand{"comfy", Command::start, 3});
   uint64_t queued = *w.arbiter().service("comfy")->managed->start_lease;
-  w.feed(ServiceCommand{"comfy", "stop", 4});
-  EXPECT_EQ(w.arbiter().service("comfy")->managed->state, "stopped");
+  w.feed(ServiceCommand{"comfy", Command::stop, 4});
+  EXPECT_EQ(w.arbiter().service("comfy")->managed->state, ManagedPhase::stopped);
   EXPECT_EQ(w.state(queued), LeaseState::cancelled);
   std::map<uint64_t, bool> ok;
   for (const auto& f : w.all<CommandFinished>()) ok[f.request_id] = f.ok;
@@ -547,11 +523,11 @@ TEST(ArbiterStartAdmission, StopWhileQueuedCancelsTheStart) {
 
 TEST(ArbiterStartAdmission, StartingAGroupMemberStopsTheOtherBeforeItLaunches) {
   World w({run_by_vramd("a", 12 * GiB, "img"), run_by_vramd("b", 16 * GiB, "img")}, 1);
-  w.feed(ServiceCommand{"a", "start", 1, true});
+  w.feed(ServiceCommand{"a", Command::start, 1, true});
   w.feed(ChildStarted{"a", true, 300, 1, "", false});
   w.hold(300, 0, "svc-a", 12 * GiB);
   w.run(1s);
-  w.feed(ServiceCommand{"b", "start", 2});
+  w.feed(ServiceCommand{"b", Command::start, 2});
   // a is asked to stop; b waits until a's memory is gone.
   ASSERT_FALSE(w.all<SignalService>().empty());
   EXPECT_EQ(w.all<SignalService>()[0].service, "a");

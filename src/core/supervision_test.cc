@@ -76,7 +76,7 @@ class World {
 
  private:
   std::unique_ptr<Arbiter> arbiter_;
-  TimePoint now_{Duration(1'800'000'000'000)};
+  MonoTime now_{Duration(1'800'000'000'000)};
 };
 
 ServiceConfig managed(std::string name, std::string group = "") {
@@ -95,7 +95,7 @@ ServiceConfig managed(std::string name, std::string group = "") {
 
 // Starts `name` as pid `pid` and answers its first health check.
 void start_healthy(World& w, const std::string& name, int pid) {
-  w.feed(ServiceCommand{name, "start", 1});
+  w.feed(ServiceCommand{name, Command::start, 1});
   w.feed(ChildStarted{name, true, pid, 99, "", false});
   w.tick(1s);
   w.feed(HealthChecked{name, true, "GET /system_stats → 200"});
@@ -103,18 +103,18 @@ void start_healthy(World& w, const std::string& name, int pid) {
 
 TEST(ArbiterSupervisor, StartThenHealthyIsRunningAndAnswersTheRequest) {
   World w({managed("comfy")});
-  w.feed(ServiceCommand{"comfy", "start", 7});
+  w.feed(ServiceCommand{"comfy", Command::start, 7});
   EXPECT_EQ(w.spawns, std::vector<std::string>{"comfy"});
   w.feed(ChildStarted{"comfy", true, 500, 99, "", false});
-  EXPECT_EQ(w.m("comfy").state, "starting");
+  EXPECT_EQ(w.m("comfy").state, ManagedPhase::starting);
   w.tick(1s);
   ASSERT_EQ(w.checks.size(), 1u);
   w.feed(HealthChecked{"comfy", false, "connect: refused"});
-  EXPECT_EQ(w.m("comfy").state, "starting");  // not yet
+  EXPECT_EQ(w.m("comfy").state, ManagedPhase::starting);  // not yet
   EXPECT_TRUE(w.finished.empty());
   w.tick(1s);
   w.feed(HealthChecked{"comfy", true, "200"});
-  EXPECT_EQ(w.m("comfy").state, "running");
+  EXPECT_EQ(w.m("comfy").state, ManagedPhase::running);
   ASSERT_EQ(w.finished.size(), 1u);
   EXPECT_EQ(w.finished[0].request_id, 7u);
   EXPECT_TRUE(w.finished[0].ok);
@@ -125,7 +125,7 @@ TEST(ArbiterSupervisor, StartThenHealthyIsRunningAndAnswersTheRequest) {
 
 TEST(ArbiterSupervisor, StartTimeoutEndsItAsACrashAndBacksOff) {
   World w({managed("comfy")});
-  w.feed(ServiceCommand{"comfy", "start", 1});
+  w.feed(ServiceCommand{"comfy", Command::start, 1});
   w.feed(ChildStarted{"comfy", true, 500, 99, "", false});
   for (int i = 0; i < 12; ++i) {
     w.tick(1s);
@@ -137,7 +137,7 @@ TEST(ArbiterSupervisor, StartTimeoutEndsItAsACrashAndBacksOff) {
   w.feed(ChildExited{"comfy", 500, std::nullopt, SIGTERM});
   ASSERT_EQ(w.crashes.size(), 1u);
   EXPECT_NE(w.crashes[0].reason.find("start_timeout 10s"), std::string::npos) << w.crashes[0].reason;
-  EXPECT_EQ(w.m("comfy").state, "backoff");
+  EXPECT_EQ(w.m("comfy").state, ManagedPhase::backoff);
 }
 
 TEST(ArbiterSupervisor, FailedHealthChecksRestartIt) {
@@ -167,7 +167,7 @@ TEST(ArbiterSupervisor, CrashLoopBacksOffExponentiallyThenFails) {
   std::vector<Duration> waits;
   for (int crash = 0; crash < 3; ++crash) {
     w.feed(ChildExited{"comfy", pid, 1, std::nullopt});
-    EXPECT_EQ(w.m("comfy").state, "backoff");
+    EXPECT_EQ(w.m("comfy").state, ManagedPhase::backoff);
     size_t spawns = w.spawns.size();
     Duration waited{0};
     while (w.spawns.size() == spawns) {
@@ -179,25 +179,25 @@ TEST(ArbiterSupervisor, CrashLoopBacksOffExponentiallyThenFails) {
   }
   EXPECT_EQ(waits, (std::vector<Duration>{1s, 2s, 4s}));
   w.feed(ChildExited{"comfy", pid, 1, std::nullopt});  // a 4th within the window: > max_restarts 3
-  EXPECT_EQ(w.m("comfy").state, "failed");
+  EXPECT_EQ(w.m("comfy").state, ManagedPhase::failed);
   EXPECT_NE(w.m("comfy").reason.find("4 times in"), std::string::npos) << w.m("comfy").reason;
   EXPECT_EQ(w.crashes.size(), 4u);
   w.tick(10min);
-  EXPECT_EQ(w.m("comfy").state, "failed");  // until a start by hand
-  w.feed(ServiceCommand{"comfy", "start", 2});
-  EXPECT_EQ(w.m("comfy").state, "starting");
+  EXPECT_EQ(w.m("comfy").state, ManagedPhase::failed);  // until a start by hand
+  w.feed(ServiceCommand{"comfy", Command::start, 2});
+  EXPECT_EQ(w.m("comfy").state, ManagedPhase::starting);
 }
 
 TEST(ArbiterSupervisor, StopKillsAfterTheTimeoutAndChecksTheMemoryWent) {
   World w({managed("comfy")});
   start_healthy(w, "comfy", 500);
   w.sample(500, 16 * GiB);
-  w.feed(ServiceCommand{"comfy", "stop", 9});
+  w.feed(ServiceCommand{"comfy", Command::stop, 9});
   ASSERT_EQ(w.signals.back(), (std::pair<std::string, int>{"comfy", SIGTERM}));
   w.tick(5s);
   ASSERT_EQ(w.signals.back(), (std::pair<std::string, int>{"comfy", SIGKILL}));
   w.feed(ChildExited{"comfy", 500, std::nullopt, SIGKILL});
-  EXPECT_EQ(w.m("comfy").state, "stopped");
+  EXPECT_EQ(w.m("comfy").state, ManagedPhase::stopped);
   EXPECT_TRUE(w.crashes.empty());  // asked for: not a crash
   EXPECT_TRUE(w.finished.size() == 1u);  // the start's answer only: the stop waits for the memory
   w.sample();
@@ -212,7 +212,7 @@ TEST(ArbiterSupervisor, StopKillsAfterTheTimeoutAndChecksTheMemoryWent) {
 TEST(ArbiterSupervisor, StartingAGroupMemberStopsTheOthers) {
   World w({managed("a", "heavy"), managed("b", "heavy")});
   start_healthy(w, "a", 500);
-  w.feed(ServiceCommand{"b", "start", 3});
+  w.feed(ServiceCommand{"b", Command::start, 3});
   ASSERT_EQ(w.signals.size(), 1u);
   EXPECT_EQ(w.signals[0], (std::pair<std::string, int>{"a", SIGTERM}));
   EXPECT_EQ(w.spawns.back(), "b");
@@ -222,12 +222,12 @@ TEST(ArbiterSupervisor, StartingAGroupMemberStopsTheOthers) {
 TEST(ArbiterSupervisor, RestartStopsThenStartsAndAPortConflictFailsTheStart) {
   World w({managed("comfy")});
   start_healthy(w, "comfy", 500);
-  w.feed(ServiceCommand{"comfy", "restart", 4});
+  w.feed(ServiceCommand{"comfy", Command::restart, 4});
   EXPECT_EQ(w.signals.back().second, SIGTERM);
   w.feed(ChildExited{"comfy", 500, 0, std::nullopt});
   EXPECT_EQ(w.spawns.size(), 2u);
   w.feed(ChildStarted{"comfy", false, 0, 0, "port 8188 is taken by python3[812]", false});
-  EXPECT_EQ(w.m("comfy").state, "failed");
+  EXPECT_EQ(w.m("comfy").state, ManagedPhase::failed);
   EXPECT_FALSE(w.finished.back().ok);
   EXPECT_EQ(w.finished.back().message, "port 8188 is taken by python3[812]");
 }
@@ -238,7 +238,7 @@ TEST(ArbiterSupervisor, ServicesWithoutStartCannotBeStarted) {
   plain.kind = "ollama";
   plain.url = "http://127.0.0.1:11434";
   World w({plain});
-  w.feed(ServiceCommand{"ollama", "start", 5});
+  w.feed(ServiceCommand{"ollama", Command::start, 5});
   ASSERT_EQ(w.finished.size(), 1u);
   EXPECT_FALSE(w.finished[0].ok);
   EXPECT_NE(w.finished[0].message.find("no start command, container or unit"), std::string::npos);

@@ -1,0 +1,104 @@
+// The Arbiter's output: what the shell must do, as plain values (DESIGN.md: actions in, effects
+// out). The shell answers some of them with an event (named in each comment).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/lease.h"
+#include "core/service_status.h"
+#include "core/unload.h"
+
+namespace vramd {
+
+// ---- Actions: what the shell must do ----
+
+// A change worth telling people about ("comfyui now holds 16.3 GiB on GPU 0").
+struct EventRecord {
+  TimePoint at{};  // wall time: what people read
+  std::string
+      type;  // "gpu.lost", "gpu.recovered", "gpu.error", "owner.appeared", "owner.gone", ...
+  std::optional<unsigned> gpu;
+  std::string subject;  // owner or service name, when there is one
+  std::string message;
+  std::optional<UnloadVerdict> verdict;  // for "unload.*" verdicts: the figures
+};
+struct EmitEvent {
+  EventRecord event;
+};
+// Call the service's unload API; answer with UnloadCallDone.
+struct CallUnload {
+  std::string service;
+  uint64_t unload_id = 0;
+};
+// Sample every 250 ms while an unload (or a stop) is being verified, at the configured interval
+// otherwise.
+struct SetFastSampling {
+  bool on = false;
+};
+// An unload has its verdict. request_id is that of the UnloadRequested (0 for TTL unloads).
+struct UnloadFinished {
+  uint64_t request_id = 0;
+  bool refused = false;  // not attempted (busy, in backoff, unknown service): see message
+  UnloadVerdict verdict;
+};
+// Restart or stop a service by the means vramd has for it; answer with LifecycleDone.
+struct Lifecycle {
+  std::string service;
+  Command action = Command::restart;
+  Control via = Control::container;  // container | unit
+  std::string target;                // container name or unit name
+};
+// A lease was created or changed state: persist it, wake whoever waits on it; an ended one
+// leaves the Arbiter (its job record is the shell's to keep).
+struct LeaseChanged {
+  Lease lease;
+};
+// Start the service's `start` command (own process group and session, output to its log);
+// answer with ChildStarted.
+struct SpawnService {
+  std::string service;
+};
+// Send a signal to a managed child's process group.
+struct SignalService {
+  std::string service;
+  int pid = 0;
+  int signal = 0;
+};
+// Run the service's health check; answer with HealthChecked.
+struct CheckHealth {
+  std::string service;
+};
+// A managed child died unexpectedly: keep its log tail and diagnose it (the shell reads the log).
+struct RecordCrash {
+  std::string service;
+  int pid = 0;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  TimePoint at{};      // wall time
+  std::string reason;  // vramd's own cause when it has one ("start timed out after 2m")
+  std::vector<std::pair<std::string, Bytes>>
+      gpu_holders;  // who held GPU memory then, largest first
+};
+// A start/stop/restart request has its outcome.
+struct CommandFinished {
+  uint64_t request_id = 0;
+  bool ok = false;
+  std::string message;
+};
+using Action =
+    std::variant<EmitEvent, CallUnload, SetFastSampling, UnloadFinished, Lifecycle, LeaseChanged,
+                 SpawnService, SignalService, CheckHealth, RecordCrash, CommandFinished>;
+
+// An event to emit now ("comfyui now holds 16.3 GiB on GPU 0"), stamped with the wall time.
+inline EmitEvent make_event(const Now& now, std::string type, std::optional<unsigned> gpu,
+                            std::string subject, std::string message) {
+  return EmitEvent{
+      EventRecord{now.wall, std::move(type), gpu, std::move(subject), std::move(message)}};
+}
+
+}  // namespace vramd

@@ -1,0 +1,547 @@
+#include "core/admission.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/eviction.h"
+#include "core/service_policy.h"
+#include "core/supervision.h"
+
+namespace vramd {
+
+namespace {
+
+constexpr Bytes kOveruseTolerance = 256 * MiB;  // a holder may exceed its lease by this much
+constexpr size_t kEndedKept = 256;              // ended leases kept for queries
+constexpr Duration kDeadlineWalk = std::chrono::seconds(1);  // lease deadlines are seconds apart
+
+std::string gpu_text(const std::optional<unsigned>& gpu) {
+  return gpu ? fmt::format("GPU {}", *gpu) : "any GPU";
+}
+
+}  // namespace
+
+Admission::Admission(const Config& config) : config_(config) {}
+
+std::string Admission::group_of(const LeaseRequest& r) const {
+  if (!r.group.empty()) return r.group;
+  if (const ServiceConfig* s = config_.find_service(r.service)) return s->group;
+  return "";
+}
+
+Bytes Admission::budget(const GpuStatus& g) const {
+  Bytes promised = 0;
+  for (uint64_t id : granted_) {  // few; the queue may hold thousands
+    const Lease& l = leases_.at(id);
+    if (l.gpu == g.sample.index && l.request.vram > l.held) promised += l.request.vram - l.held;
+  }
+  Bytes taken = g.sample.used + config_.gpu.reserve + promised;
+  return g.sample.total > taken ? g.sample.total - taken : 0;
+}
+
+std::optional<Bytes> Admission::ram_available(std::optional<Bytes> mem_available) const {
+  if (!mem_available) return std::nullopt;
+  Bytes promised = 0;
+  for (uint64_t id : granted_)
+    if (const Lease& l = leases_.at(id); l.request.ram) promised += *l.request.ram;
+  return *mem_available > promised ? *mem_available - promised : 0;
+}
+
+std::vector<Lease> Admission::leases() const {
+  std::vector<Lease> out;
+  for (const auto& key : queue_) out.push_back(leases_.at(std::get<2>(key)));
+  for (uint64_t id : granted_) out.push_back(leases_.at(id));
+  return out;
+}
+
+const Lease* Admission::find(uint64_t id) const {
+  if (auto it = leases_.find(id); it != leases_.end()) return &it->second;
+  for (const auto& l : ended_)
+    if (l.id == id) return &l;
+  return nullptr;
+}
+
+std::optional<size_t> Admission::queue_position(uint64_t id) const {
+  auto it = leases_.find(id);
+  if (it == leases_.end() || it->second.state != LeaseState::queued) return std::nullopt;
+  const Lease& me = it->second;
+  size_t ahead = 0;
+  for (const auto& key : queue_) {
+    if (std::get<2>(key) == id) break;
+    const Lease& other = leases_.at(std::get<2>(key));
+    // Leases for another GPU are not in the way; `any` ones may be.
+    if (!me.request.gpu || !other.request.gpu || other.request.gpu == me.request.gpu) ++ahead;
+  }
+  return ahead;
+}
+
+std::vector<std::tuple<uint64_t, int, uint64_t>> Admission::holders() const {
+  std::vector<std::tuple<uint64_t, int, uint64_t>> out;
+  for (const auto& [id, l] : leases_)
+    if (l.request.pid) out.emplace_back(id, *l.request.pid, l.request.pid_start_ticks);
+  return out;
+}
+
+std::vector<std::pair<std::string, int>> Admission::granted_holder_pids() const {
+  std::vector<std::pair<std::string, int>> out;
+  for (uint64_t id : granted_)  // a queued holder's memory is its own until granted
+    if (const Lease& l = leases_.at(id); l.request.pid)
+      out.emplace_back(l.owner_name(), *l.request.pid);
+  return out;
+}
+
+std::set<std::string> Admission::services_in_use() const {
+  std::set<std::string> out;
+  for (uint64_t id : granted_)
+    if (const Lease& l = leases_.at(id); !l.request.service.empty()) out.insert(l.request.service);
+  return out;
+}
+
+std::optional<MonoTime> Admission::next_deadline() const {
+  std::optional<MonoTime> out;
+  auto earliest = [&](MonoTime t) {
+    if (!out || t < *out) out = t;
+  };
+  for (const auto& [id, l] : leases_) {
+    if (!l.request.pid && !l.request.start)
+      earliest(l.last_heartbeat + config_.daemon.lease_heartbeat + Duration(1));
+    if (l.state == LeaseState::queued && l.request.wait_timeout)
+      earliest(l.requested_at + *l.request.wait_timeout);
+  }
+  // Deadlines are walked at most once a second.
+  if (out && last_deadline_check_ && *out < *last_deadline_check_ + kDeadlineWalk)
+    out = *last_deadline_check_ + kDeadlineWalk;
+  return out;
+}
+
+void Admission::on_requested(const LeaseRequested& e, const Now& now,
+                             std::vector<Action>& actions) {
+  if (leases_.count(e.id) || e.id == 0) return;  // ids never repeat
+  next_id_ = std::max(next_id_, e.id + 1);
+  LeaseRequest request = e.request;
+  request.start = false;  // only vramd makes start leases
+  queue(e.id, std::move(request), now, actions);
+}
+
+uint64_t Admission::queue_start(LeaseRequest request, const Now& now,
+                                std::vector<Action>& actions) {
+  uint64_t id = next_id_++;
+  request.start = true;
+  queue(id, std::move(request), now, actions);
+  return id;
+}
+
+void Admission::queue(uint64_t id, LeaseRequest request, const Now& now,
+                      std::vector<Action>& actions) {
+  Lease l;
+  l.id = id;
+  l.seq = next_seq_++;
+  l.request = std::move(request);
+  l.requested_at = now.mono;
+  l.last_heartbeat = now.mono;
+  l.reason.gpu = l.request.gpu;
+  l.reason.needs = l.request.vram;
+  l.reason.text = fmt::format("needs {} on {}; not yet considered", format_size(l.request.vram),
+                              gpu_text(l.request.gpu));
+  queue_.insert(queue_key(l));
+  ++queued_for_[l.request.gpu];
+  actions.push_back(make_event(now, "lease.queued", l.request.gpu, l.owner_name(),
+                               fmt::format("lease #{} ({}) asks for {} on {}", l.id, l.owner_name(),
+                                           format_size(l.request.vram), gpu_text(l.request.gpu))));
+  actions.push_back(LeaseChanged{l});
+  leases_.emplace(l.id, std::move(l));
+}
+
+void Admission::on_released(const LeaseReleased& e, const Now& now, std::vector<Action>& actions) {
+  auto it = leases_.find(e.id);
+  if (it == leases_.end()) return;
+  it->second.exit_status = e.exit_status;
+  bool granted = it->second.state == LeaseState::granted;
+  end_as(e.id, granted ? LeaseState::released : LeaseState::cancelled,
+         granted ? "released by its holder" : "cancelled while queued", now, actions);
+}
+
+void Admission::on_heartbeat(const LeaseHeartbeat& e, const Now& now) {
+  if (auto it = leases_.find(e.id); it != leases_.end()) it->second.last_heartbeat = now.mono;
+}
+
+void Admission::on_holder_exited(const HolderExited& e, const Now& now,
+                                 std::vector<Action>& actions) {
+  auto it = leases_.find(e.id);
+  if (it == leases_.end()) return;
+  end_as(e.id, LeaseState::expired,
+         fmt::format("holder pid {} exited", it->second.request.pid.value_or(0)), now, actions);
+}
+
+void Admission::end(uint64_t id, const std::string& why, const Now& now,
+                    std::vector<Action>& actions) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return;
+  bool granted = it->second.state == LeaseState::granted;
+  end_as(id, granted ? LeaseState::released : LeaseState::cancelled, why, now, actions);
+}
+
+void Admission::restore(std::vector<Lease> kept, const std::vector<uint64_t>& alive, const Now& now,
+                        uint64_t first_free_id, std::vector<Action>& actions) {
+  next_id_ = std::max(next_id_, first_free_id);
+  for (Lease& l : kept) {
+    next_id_ = std::max(next_id_, l.id + 1);
+    if (!is_active(l.state) || leases_.count(l.id)) continue;
+    next_seq_ = std::max(next_seq_, l.seq + 1);
+    l.last_heartbeat = now.mono;  // clients get one heartbeat period to come back
+    l.held = 0;
+    uint64_t id = l.id;
+    bool holder_alive = !l.request.pid || std::find(alive.begin(), alive.end(), id) != alive.end();
+    if (l.state == LeaseState::queued) {
+      queue_.insert(queue_key(l));
+      ++queued_for_[l.request.gpu];
+    } else {
+      granted_.insert(id);
+    }
+    bool start = l.request.start;
+    bool was_granted = l.state == LeaseState::granted;
+    leases_.emplace(id, std::move(l));
+    if (start)  // the start it was for did not survive the restart of vramd
+      end_as(id, was_granted ? LeaseState::released : LeaseState::cancelled,
+             was_granted ? "vramd restarted"
+                         : "vramd restarted before the start was admitted; start it again",
+             now, actions);
+    else if (!holder_alive)
+      end_as(id, LeaseState::expired, "holder exited while vramd was down", now, actions);
+  }
+}
+
+void Admission::end_as(uint64_t id, LeaseState state, const std::string& why, const Now& now,
+                       std::vector<Action>& actions) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return;
+  Lease l = std::move(it->second);
+  leases_.erase(it);
+  if (queue_.erase(queue_key(l)) && --queued_for_[l.request.gpu] == 0)
+    queued_for_.erase(l.request.gpu);
+  granted_.erase(l.id);
+  l.state = state;
+  l.ended_at = now.mono;
+  l.end_reason = why;
+  std::string message =
+      l.granted_at
+          ? fmt::format("lease #{} ({}) {}: {} on GPU {} for {}, peak {}", l.id, l.owner_name(),
+                        to_string(state), format_size(l.request.vram), l.gpu.value_or(0),
+                        format_age(now.mono - *l.granted_at), format_size(l.peak_vram))
+          : fmt::format("lease #{} ({}) {} after waiting {}: {}", l.id, l.owner_name(),
+                        to_string(state), format_age(now.mono - l.requested_at), why);
+  if (state != LeaseState::released && state != LeaseState::cancelled)
+    message += fmt::format(" ({})", why);
+  actions.push_back(
+      make_event(now, fmt::format("lease.{}", to_string(state)), l.gpu, l.owner_name(), message));
+  actions.push_back(LeaseChanged{l});
+  ended_.push_back(std::move(l));
+  if (ended_.size() > kEndedKept) ended_.pop_front();
+}
+
+void Admission::check_deadlines(const Now& now, std::vector<Action>& actions) {
+  if (last_deadline_check_ && now.mono - *last_deadline_check_ < kDeadlineWalk) return;
+  last_deadline_check_ = now.mono;
+  std::vector<std::pair<uint64_t, std::pair<LeaseState, std::string>>> ending;
+  for (const auto& [id, l] : leases_) {
+    if (!l.request.pid && !l.request.start &&
+        now.mono - l.last_heartbeat > config_.daemon.lease_heartbeat)
+      ending.push_back(
+          {id,
+           {LeaseState::expired,
+            fmt::format("no heartbeat for {}", format_age(now.mono - l.last_heartbeat))}});
+    else if (l.state == LeaseState::queued && l.request.wait_timeout &&
+             now.mono - l.requested_at >= *l.request.wait_timeout)
+      ending.push_back({id,
+                        {LeaseState::timed_out,
+                         fmt::format("not granted within {}; {}",
+                                     format_duration(*l.request.wait_timeout), l.reason.text)}});
+  }
+  for (const auto& [id, what] : ending) end_as(id, what.first, what.second, now, actions);
+}
+
+void Admission::update_holdings(const World& world, const Now& now, std::vector<Action>& actions) {
+  for (uint64_t id : granted_) {
+    Lease& l = leases_.at(id);
+    if (!l.gpu) continue;
+    Owner me{OwnerKind::lease, l.owner_name()};
+    Bytes held = 0;
+    for (const auto& g : world.ledger.status().gpus) {
+      if (g.sample.index != *l.gpu) continue;
+      for (const auto& h : g.holdings)
+        if (h.owner == me) held += h.bytes;
+    }
+    // A lease for a service covers what that service holds: its work runs there.
+    if (!l.request.service.empty()) held += world.services.bytes_on(l.request.service, *l.gpu);
+    l.held = held;
+    l.peak_vram = std::max(l.peak_vram, held);
+    if (!l.overuse_reported && held > l.request.vram + kOveruseTolerance) {
+      l.overuse_reported = true;
+      actions.push_back(make_event(now, "lease.overuse", l.gpu, l.owner_name(),
+                                   fmt::format("job {} uses {}, leased {}", l.owner_name(),
+                                               format_size(held), format_size(l.request.vram))));
+    }
+  }
+}
+
+void Admission::admit(const World& world, const Now& now, std::vector<Action>& actions,
+                      Intents& intents) {
+  // Evictions whose unload has its verdict are over.
+  for (auto it = evicting_for_.begin(); it != evicting_for_.end();) {
+    const ServiceStatus* s = world.services.find(it->first);
+    if (!s || s->state != ServiceState::unloading)
+      it = evicting_for_.erase(it);
+    else
+      ++it;
+  }
+  const StatusSnapshot& status = world.ledger.status();
+  if (queue_.empty() || !status.sampled) return;
+
+  std::map<unsigned, Bytes> free;
+  std::map<unsigned, const GpuStatus*> gpus;
+  for (const auto& g : status.gpus) {
+    if (g.sample.health != GpuHealth::ok) continue;
+    free[g.sample.index] = budget(g);
+    gpus[g.sample.index] = &g;
+  }
+  std::optional<Bytes> ram = ram_available(world.ledger.mem_available());
+  std::set<std::string> groups_granted;
+  for (uint64_t id : granted_)
+    if (auto g = group_of(leases_.at(id).request); !g.empty()) groups_granted.insert(g);
+  // GPUs someone waits for: once each has its head, the rest of the queue waits behind them.
+  size_t gpus_wanted = 0;
+  if (queued_for_.count(std::nullopt)) {
+    gpus_wanted = gpus.size();
+  } else {
+    for (const auto& [gpu, n] : queued_for_)
+      if (gpu && gpus.count(*gpu)) ++gpus_wanted;
+  }
+
+  std::map<unsigned, uint64_t>& head = heads_;  // GPU -> the lease that holds the line there
+  head.clear();
+  std::vector<uint64_t> granted;
+  for (const auto& key : queue_) {
+    if (head.size() >= gpus_wanted) break;  // every GPU someone waits for has its head
+    uint64_t id = std::get<2>(key);
+    Lease& l = leases_.at(id);
+    std::vector<unsigned> choices;
+    if (l.request.gpu) {
+      if (gpus.count(*l.request.gpu) && !head.count(*l.request.gpu))
+        choices.push_back(*l.request.gpu);
+    } else {
+      for (const auto& [idx, g] : gpus)
+        if (!head.count(idx)) choices.push_back(idx);
+    }
+    if (choices.empty()) {  // behind another lease (or its GPU is not readable)
+      unsigned g = l.request.gpu.value_or(head.empty() ? 0 : head.begin()->first);
+      if (auto h = head.find(g); h != head.end() && l.reason.behind != h->second) {
+        l.reason = LeaseReason{};
+        l.reason.gpu = g;
+        l.reason.needs = l.request.vram;
+        l.reason.behind = h->second;
+        l.reason.text = fmt::format("needs {} on GPU {}; queued behind lease #{}",
+                                    format_size(l.request.vram), g, h->second);
+      }
+      continue;
+    }
+    // What it still needs on a GPU: a lease for a service counts what that service holds.
+    auto need = [&](unsigned idx) {
+      Bytes own = l.request.service.empty() ? 0 : world.services.bytes_on(l.request.service, idx);
+      return l.request.vram > own ? l.request.vram - own : Bytes{0};
+    };
+
+    std::string group = group_of(l.request);
+    // Exclusive group: the other members hold nothing while this lease runs.
+    std::vector<std::string> group_members;
+    if (!group.empty())
+      for (const auto& svc : config_.services)
+        if (svc.group == group && svc.name != l.request.service &&
+            world.services.at(svc.name).bytes >= kWorthUnloading)
+          group_members.push_back(svc.name);
+    bool group_lease_running = !group.empty() && groups_granted.count(group);
+    bool ram_short = l.request.ram && ram && *ram < *l.request.ram;
+
+    // Where it fits now: the tightest fit keeps the larger holes for larger work.
+    std::optional<unsigned> fit;
+    if (group_members.empty() && !group_lease_running && !ram_short)
+      for (unsigned idx : choices)
+        if (free[idx] >= need(idx) && (!fit || free[idx] < free[*fit])) fit = idx;
+    if (fit) {
+      l.state = LeaseState::granted;
+      l.gpu = *fit;
+      l.granted_at = now.mono;
+      l.reason = LeaseReason{};
+      free[*fit] -= need(*fit);
+      if (l.request.ram && ram) *ram -= std::min(*ram, *l.request.ram);
+      if (!group.empty()) groups_granted.insert(group);
+      granted.push_back(id);
+      granted_.insert(id);
+      actions.push_back(make_event(
+          now, "lease.granted", l.gpu, l.owner_name(),
+          fmt::format("lease #{} ({}) granted {} on GPU {} after {}", l.id, l.owner_name(),
+                      format_size(l.request.vram), *fit, format_age(now.mono - l.requested_at))));
+      actions.push_back(LeaseChanged{l});
+      if (l.request.start)
+        intents.push_back(LaunchIntent{l.request.service, id});
+      else if (!l.request.service.empty())
+        intents.push_back(StartForLeaseIntent{l.request.service, id, l.owner_name()});
+      continue;
+    }
+
+    // It waits. Plan evictions on each GPU it may take; the cheapest feasible plan wins.
+    struct GpuPlan {
+      unsigned gpu = 0;
+      std::vector<EvictionCandidate> candidates;
+      std::optional<std::vector<size_t>> pick;
+      int64_t cost = 0;
+    };
+    std::optional<GpuPlan> best;
+    std::set<std::string> in_use = services_in_use();
+    for (unsigned idx : choices) {
+      GpuPlan p;
+      p.gpu = idx;
+      Bytes shortfall = need(idx) > free[idx] ? need(idx) - free[idx] : 0;
+      Bytes coming = 0;  // what unloads under way for leases will free there
+      for (const auto& [svc, for_lease] : evicting_for_)
+        coming += world.services.bytes_on(svc, idx);
+      Bytes more = shortfall > coming ? shortfall - coming : 0;
+      for (const auto& svc : config_.services) {
+        const ServiceStatus& st = world.services.at(svc.name);
+        if (evicting_for_.count(svc.name) || !evictable(st, svc, now.mono)) continue;
+        if (svc.name == l.request.service || in_use.count(svc.name)) continue;  // in use
+        if (std::find(group_members.begin(), group_members.end(), svc.name) != group_members.end())
+          continue;
+        Bytes b = world.services.bytes_on(svc.name, idx);
+        if (b >= kWorthUnloading)
+          p.candidates.push_back({svc.name, b, st.reload_cost, *idle_since(st)});
+      }
+      p.pick = choose_eviction(p.candidates, more);
+      if (p.pick)
+        for (size_t i : *p.pick) p.cost += p.candidates[i].reload_cost.count();
+      bool better = !best || (p.pick && !best->pick) ||
+                    (p.pick && best->pick && p.cost < best->cost) ||
+                    (!p.pick && !best->pick && free[idx] > free[best->gpu]);
+      if (better) best = std::move(p);
+    }
+    // An `any` lease holds the line only where it means to go: the other GPUs go on admitting
+    // their own leases, and on each pass it takes the first GPU where it fits.
+    unsigned target = best->gpu;
+    head[target] = id;
+
+    // Start the evictions: the plan's services, and the group's other members when idle.
+    std::set<std::string> evict;
+    if (best->pick && !group_lease_running && !ram_short)
+      for (size_t i : *best->pick) evict.insert(best->candidates[i].service);
+    for (const auto& m : group_members) {
+      const ServiceStatus& st = world.services.at(m);
+      const ServiceConfig* cfg = config_.find_service(m);
+      const ManagedState* ms = world.supervision.find(m);
+      // Starting a member of an exclusive group stops the members vramd runs.
+      if (l.request.start && ms && ms->pid && ms->state != ManagedPhase::stopping) {
+        actions.push_back(make_event(
+            now, "service.group_stop", std::nullopt, m,
+            fmt::format("stopping {}: {} of group '{}' starts", m, l.request.service, group)));
+        intents.push_back(CommandIntent{m, Command::stop});
+        continue;
+      }
+      // A member in the way is unloaded once idle, whatever its min_idle: the group says so.
+      if (!evicting_for_.count(m) && st.state == ServiceState::up && idle_since(st) &&
+          !cfg->pinned && !(st.backoff_until && now.mono < *st.backoff_until))
+        evict.insert(m);
+    }
+    for (const auto& svc : evict) {
+      evicting_for_[svc] = id;
+      intents.push_back(UnloadIntent{svc, "eviction", id});
+    }
+
+    WaitContext c;
+    c.lease = &l;
+    c.gpu = target;
+    c.free = free[target];
+    c.group = group;
+    c.group_lease_running = group_lease_running;
+    if (ram_short) c.ram_short_of = *ram;
+    c.group_members = group_members;
+    c.evicting = evict;
+    c.eviction_planned = best->pick.has_value();
+    l.reason = wait_reason(c, world, now.mono);
+  }
+  for (uint64_t id : granted) {
+    const Lease& l = leases_.at(id);
+    queue_.erase(queue_key(l));
+    if (--queued_for_[l.request.gpu] == 0) queued_for_.erase(l.request.gpu);
+  }
+}
+
+LeaseReason wait_reason(const WaitContext& c, const World& world, MonoTime now) {
+  const Lease& l = *c.lease;
+  LeaseReason reason;
+  reason.needs = l.request.vram;
+  reason.gpu = c.gpu;
+  reason.free = c.free;
+  const GpuStatus* g = nullptr;
+  for (const auto& x : world.ledger.status().gpus)
+    if (x.sample.index == c.gpu) g = &x;
+  std::vector<LeaseBlocker> blockers;
+  for (const auto& h : g ? g->holdings : std::vector<Holding>{}) {
+    if (h.owner.kind == OwnerKind::baseline || h.bytes < kWorthUnloading) continue;
+    LeaseBlocker b;
+    b.owner = h.owner.name;
+    b.kind = to_string(h.owner.kind);
+    b.bytes = h.bytes;
+    if (h.owner.kind == OwnerKind::service) {
+      const ServiceStatus& st = world.services.at(h.owner.name);
+      b.evicting = world.admission.evicting(h.owner.name) || c.evicting.count(h.owner.name);
+      b.state = blocker_state(st, world.config.find_service(h.owner.name), b.evicting, now);
+    } else if (h.owner.kind == OwnerKind::lease) {
+      b.state = "granted lease";
+    } else if (h.owner.kind == OwnerKind::unknown) {
+      b.state = "unknown owner";
+      for (const auto& cand : h.candidates)
+        b.candidates.push_back(process_owner_name(cand.pid, cand.name));
+    } else {
+      b.state = "not managed by vramd";
+    }
+    blockers.push_back(std::move(b));
+  }
+  std::stable_sort(blockers.begin(), blockers.end(),
+                   [](const LeaseBlocker& a, const LeaseBlocker& b) { return a.bytes > b.bytes; });
+  std::string text = fmt::format("needs {} on GPU {}; {} free", format_size(l.request.vram), c.gpu,
+                                 format_size(c.free));
+  if (c.group_lease_running)
+    text += fmt::format("; another lease of group '{}' is running", c.group);
+  if (c.ram_short_of)
+    text += fmt::format("; needs {} host RAM, {} available", format_size(*l.request.ram),
+                        format_size(*c.ram_short_of));
+  size_t shown = 0;
+  for (const auto& b : blockers) {
+    if (shown++ == 4) {
+      text += fmt::format("; {} more", blockers.size() - 4);
+      break;
+    }
+    text += fmt::format("; {} holds {}, {}", b.owner, format_size(b.bytes), b.state);
+    if (!b.candidates.empty()) {
+      std::string list;
+      for (const auto& x : b.candidates) list += (list.empty() ? "" : ", ") + x;
+      text += fmt::format(" (candidates: {})", list);
+    }
+  }
+  for (const auto& m : c.group_members) {
+    const ServiceStatus& ms = world.services.at(m);
+    const ManagedState* managed = world.supervision.find(m);
+    if (managed && managed->pid)
+      text += fmt::format("; {} (group '{}') must stop first: {}", m, c.group,
+                          to_string(managed->state));
+    else if (!c.evicting.count(m) && !world.admission.evicting(m))
+      text += fmt::format("; {} (group '{}') must unload first: {}", m, c.group,
+                          ms.busy.value_or(false) ? "busy" : to_string(ms.state));
+  }
+  if (!c.eviction_planned && !c.group_lease_running && !c.ram_short_of && c.group_members.empty())
+    text += "; nothing idle enough to unload: waiting for memory to be released";
+  reason.text = std::move(text);
+  reason.blockers = std::move(blockers);
+  return reason;
+}
+
+}  // namespace vramd

@@ -1,0 +1,108 @@
+// Admission (DESIGN.md "Budget", "Admission"): the lease queue in priority then FIFO order per
+// GPU, the budget, grants, exclusive groups, why each waiting lease waits (one function), and the
+// lifetimes of leases (heartbeats, holders, wait timeouts). What it needs done elsewhere, an
+// eviction, a group member stopped, a start launched, it returns as intents.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/actions.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/events.h"
+#include "core/intents.h"
+#include "core/lease.h"
+#include "core/ledger.h"
+
+namespace vramd {
+
+class Admission {
+ public:
+  // REQUIRES: `config` outlives it (the Arbiter owns both).
+  explicit Admission(const Config& config);
+
+  // A client's lease. Ids never repeat; an id seen before is ignored.
+  void on_requested(const LeaseRequested& e, const Now& now, std::vector<Action>& actions);
+  // vramd's own lease for starting a service (start admission). Returns its id.
+  uint64_t queue_start(LeaseRequest request, const Now& now, std::vector<Action>& actions);
+  void on_released(const LeaseReleased& e, const Now& now, std::vector<Action>& actions);
+  void on_heartbeat(const LeaseHeartbeat& e, const Now& now);
+  void on_holder_exited(const HolderExited& e, const Now& now, std::vector<Action>& actions);
+  // Ends a lease: granted → released, queued → cancelled. Unknown ids are ignored.
+  void end(uint64_t id, const std::string& why, const Now& now, std::vector<Action>& actions);
+  // Heartbeats and wait timeouts (at most one walk a second).
+  void check_deadlines(const Now& now, std::vector<Action>& actions);
+  // After a sample: what each granted lease's holder uses (and overuse).
+  void update_holdings(const World& world, const Now& now, std::vector<Action>& actions);
+  // One admission pass: grants what fits, plans evictions for the rest and says why each waits.
+  void admit(const World& world, const Now& now, std::vector<Action>& actions, Intents& intents);
+  bool wants_admission() const { return !queue_.empty() || !evicting_for_.empty(); }
+
+  // Brings back the active leases the store kept across a restart. `alive`: lease ids whose
+  // holder pid still runs (same start time). `first_free_id`: the lowest id never used.
+  void restore(std::vector<Lease> leases, const std::vector<uint64_t>& alive, const Now& now,
+               uint64_t first_free_id, std::vector<Action>& actions);
+
+  // Active leases (queued in admission order, then granted).
+  std::vector<Lease> leases() const;
+  bool empty() const { return leases_.empty(); }
+  const Lease* find(uint64_t id) const;  // active or recently ended
+  std::optional<size_t> queue_position(uint64_t id) const;
+  const std::map<unsigned, uint64_t>& queue_heads() const { return heads_; }
+  std::vector<std::tuple<uint64_t, int, uint64_t>> holders() const;
+  // (owner name, holder pid) of granted leases: the ledger names their memory.
+  std::vector<std::pair<std::string, int>> granted_holder_pids() const;
+  // Services a granted lease works through: never evicted, never unloaded by TTL.
+  std::set<std::string> services_in_use() const;
+  bool evicting(const std::string& service) const { return evicting_for_.count(service) > 0; }
+  std::optional<Bytes> ram_available(std::optional<Bytes> mem_available) const;
+  uint64_t next_id() const { return next_id_; }
+  // The earliest heartbeat or wait timeout; nullopt when no lease has one.
+  std::optional<MonoTime> next_deadline() const;
+
+ private:
+  using QueueKey = std::tuple<int, uint64_t, uint64_t>;  // (-priority, seq, id)
+  static QueueKey queue_key(const Lease& l) { return {-l.request.priority, l.seq, l.id}; }
+  void queue(uint64_t id, LeaseRequest request, const Now& now, std::vector<Action>& actions);
+  void end_as(uint64_t id, LeaseState state, const std::string& why, const Now& now,
+              std::vector<Action>& actions);
+  // Free for a new lease on a GPU: total − reserve − used − what granted leases still reserve.
+  Bytes budget(const GpuStatus& g) const;
+  std::string group_of(const LeaseRequest& r) const;
+
+  const Config& config_;
+  std::map<uint64_t, Lease> leases_;                      // active, by id
+  std::set<QueueKey> queue_;                              // queued ones, in admission order
+  std::set<uint64_t> granted_;                            // granted ones
+  std::map<std::optional<unsigned>, size_t> queued_for_;  // queued per GPU asked (nullopt: any)
+  std::optional<MonoTime> last_deadline_check_;
+  std::deque<Lease> ended_;  // the last ones that ended, newest last
+  uint64_t next_seq_ = 1;
+  uint64_t next_id_ = 1;
+  std::map<std::string, uint64_t> evicting_for_;  // service being unloaded -> lease id
+  std::map<unsigned, uint64_t> heads_;            // GPU -> the queued lease first in line there
+};
+
+// Why a lease waits on `gpu`: what it needs, what is free, and everyone in the way (the one
+// place a wait reason is written). `group_members`: other members of its exclusive group that
+// hold memory; `evicting`: services being unloaded for it now.
+struct WaitContext {
+  const Lease* lease = nullptr;
+  unsigned gpu = 0;
+  Bytes free = 0;
+  std::string group;
+  bool group_lease_running = false;
+  std::optional<Bytes> ram_short_of;  // host RAM available when short of it
+  std::vector<std::string> group_members;
+  std::set<std::string> evicting;
+  bool eviction_planned = false;  // a set of idle services that frees enough was found
+};
+LeaseReason wait_reason(const WaitContext& c, const World& world, MonoTime now);
+
+}  // namespace vramd

@@ -1,0 +1,105 @@
+// The Arbiter's input: what happened, as plain values (DESIGN.md: the shell turns the world into
+// events). Each is handed to Arbiter::handle() with the time it happened (core/clock.h).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "core/lease.h"
+#include "core/model.h"
+#include "core/service_model.h"
+#include "core/service_status.h"
+
+namespace vramd {
+
+// ---- Events: what happened ----
+
+// One sample of every GPU and of the host, taken together.
+struct SampleTaken {
+  GpuReading gpus;
+  HostSnapshot host;
+};
+// A service's API answered a probe (or failed to).
+struct ProbeDone {
+  std::string service;
+  ServiceProbe probe;
+};
+// Someone asks to free a service's memory. request_id (non-zero) is echoed in UnloadFinished.
+struct UnloadRequested {
+  std::string service;
+  std::string reason = "manual";  // "manual" | "eviction"
+  uint64_t request_id = 0;
+  bool force = false;  // ignore the backoff and a busy probe
+};
+// The server answered the unload call that CallUnload asked for.
+struct UnloadCallDone {
+  std::string service;
+  uint64_t unload_id = 0;
+  UnloadCall call;
+  Duration took{0};
+};
+// A restart or stop that the Arbiter asked for has finished.
+struct LifecycleDone {
+  std::string service;
+  Command action = Command::restart;
+  bool ok = false;
+  std::string message;
+};
+// Time passes: the shell sends one at Arbiter::next_deadline() (and may send more), so deadlines
+// fire even when no sample arrives.
+struct Tick {};
+// A client asks for a lease. The shell numbers it (ids never repeat, across restarts too) and
+// fills the holder pid's start ticks; the Arbiter queues it and admits it when it fits.
+struct LeaseRequested {
+  uint64_t id = 0;
+  LeaseRequest request;
+};
+// The client is done with a lease (granted: released; queued: cancelled).
+struct LeaseReleased {
+  uint64_t id = 0;
+  std::optional<int> exit_status;
+};
+// The client is still there (any request about the lease counts).
+struct LeaseHeartbeat {
+  uint64_t id = 0;
+};
+// A lease holder's process is gone (its pid exited, or was reused by another process).
+struct HolderExited {
+  uint64_t id = 0;
+};
+// Someone asks to start, stop or restart a service. request_id (non-zero) is echoed in
+// CommandFinished.
+struct ServiceCommand {
+  std::string service;
+  Command action = Command::start;
+  uint64_t request_id = 0;
+  bool force = false;  // start at once, without waiting for GPU room (start admission)
+};
+// The shell started (or failed to start, or re-adopted after a restart of vramd) a managed child.
+struct ChildStarted {
+  std::string service;
+  bool ok = false;
+  int pid = 0;
+  uint64_t start_ticks = 0;
+  std::string error;  // why it could not start ("port 8188 is taken by python3[812]")
+  bool adopted = false;
+};
+// A managed child exited. Adopted children are not ours to wait for: no status then.
+struct ChildExited {
+  std::string service;
+  int pid = 0;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+};
+// A health check that CheckHealth asked for has its answer.
+struct HealthChecked {
+  std::string service;
+  bool ok = false;
+  std::string message;
+};
+using Event = std::variant<SampleTaken, ProbeDone, UnloadRequested, UnloadCallDone, LifecycleDone,
+                           Tick, LeaseRequested, LeaseReleased, LeaseHeartbeat, HolderExited,
+                           ServiceCommand, ChildStarted, ChildExited, HealthChecked>;
+
+}  // namespace vramd

@@ -1,0 +1,90 @@
+// The eviction policy: which services may be evicted, how one in the way reads, and the cheapest
+// set that frees the shortfall.
+#include "core/eviction.h"
+
+#include <gtest/gtest.h>
+
+namespace vramd {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(ChooseEviction, ExactCheapestSetLruOnTiesGreedyBeyondTwelve) {
+  MonoTime t0{};
+  std::vector<EvictionCandidate> c = {
+      {"a", 8 * GiB, 60s, t0 + 1s}, {"b", 6 * GiB, 20s, t0 + 2s}, {"c", 3 * GiB, 10s, t0 + 3s}};
+  auto pick = choose_eviction(c, 6 * GiB);
+  ASSERT_TRUE(pick);
+  EXPECT_EQ(*pick, (std::vector<size_t>{1}));  // b alone: 20 s
+  pick = choose_eviction(c, 9 * GiB);
+  EXPECT_EQ(*pick, (std::vector<size_t>{1, 2}));  // b + c: 30 s < a + anything
+  EXPECT_FALSE(choose_eviction(c, 18 * GiB));
+  EXPECT_EQ(choose_eviction(c, 0)->size(), 0u);
+  // Ties on cost: the least recently used goes.
+  std::vector<EvictionCandidate> tie = {{"new", 4 * GiB, 10s, t0 + 9s},
+                                        {"old", 4 * GiB, 10s, t0 + 1s}};
+  EXPECT_EQ(*choose_eviction(tie, 3 * GiB), (std::vector<size_t>{1}));
+  // 40 candidates: greedy still covers the shortfall without useless members.
+  std::vector<EvictionCandidate> many;
+  for (int i = 0; i < 40; ++i)
+    many.push_back(
+        {"s" + std::to_string(i), Bytes(1 + i % 4) * GiB, std::chrono::seconds(5 + i % 7), t0});
+  auto big = choose_eviction(many, 20 * GiB);
+  ASSERT_TRUE(big);
+  Bytes got = 0;
+  for (size_t i : *big) got += many[i].bytes;
+  EXPECT_GE(got, 20 * GiB);
+  for (size_t i : *big) EXPECT_LT(got - many[i].bytes, 20 * GiB);
+}
+
+ServiceStatus idle_service(MonoTime idle_since_t) {
+  ServiceStatus st;
+  st.name = "comfy";
+  st.state = ServiceState::up;
+  st.busy = false;
+  st.last_activity = idle_since_t;
+  return st;
+}
+
+TEST(Evictable, UpIdleLongEnoughUnpinnedAndOutOfBackoffOnly) {
+  MonoTime t0{Duration(1'000'000)};
+  ServiceConfig cfg;
+  cfg.name = "comfy";
+  cfg.min_idle = 30s;
+  ServiceStatus st = idle_service(t0);
+  EXPECT_FALSE(evictable(st, cfg, t0 + 29s));  // idle less than min_idle
+  EXPECT_TRUE(evictable(st, cfg, t0 + 30s));
+  st.busy = true;
+  EXPECT_FALSE(evictable(st, cfg, t0 + 60s));
+  st.busy = std::nullopt;  // no busy call: idle since its last activity
+  EXPECT_TRUE(evictable(st, cfg, t0 + 60s));
+  st.state = ServiceState::unreachable;
+  EXPECT_FALSE(evictable(st, cfg, t0 + 60s));  // cannot tell if idle
+  st.state = ServiceState::up;
+  st.backoff_until = t0 + 90s;
+  EXPECT_FALSE(evictable(st, cfg, t0 + 60s));
+  EXPECT_TRUE(evictable(st, cfg, t0 + 90s));
+  cfg.pinned = true;
+  EXPECT_FALSE(evictable(st, cfg, t0 + 120s));
+}
+
+TEST(BlockerState, SaysWhyEachHolderIsInTheWay) {
+  MonoTime t0{Duration(1'000'000)};
+  ServiceConfig cfg;
+  cfg.min_idle = 30s;
+  ServiceStatus st = idle_service(t0);
+  EXPECT_EQ(blocker_state(st, &cfg, true, t0 + 12min), "idle 12 min: unloading");
+  EXPECT_EQ(blocker_state(st, &cfg, false, t0 + 10s), "idle 10 s (< min_idle 30s)");
+  EXPECT_EQ(blocker_state(st, &cfg, false, t0 + 2min), "idle 2 min");
+  st.busy = true;
+  EXPECT_EQ(blocker_state(st, &cfg, false, t0 + 2min), "busy");
+  cfg.pinned = true;
+  EXPECT_EQ(blocker_state(st, &cfg, false, t0 + 2min), "pinned");
+  ServiceStatus unknown;
+  EXPECT_EQ(blocker_state(unknown, nullptr, false, t0), "not probed yet");
+  unknown.state = ServiceState::unreachable;
+  EXPECT_EQ(blocker_state(unknown, nullptr, false, t0), "unreachable: cannot tell if idle");
+}
+
+}  // namespace
+}  // namespace vramd

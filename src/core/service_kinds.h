@@ -1,0 +1,34 @@
+// One table of service kinds (docs/adapters.md): per kind, the traits every part reads. Config
+// validation, the core's defaults and the adapter factory all read this table, and a test checks
+// that every kind in it has an adapter.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/units.h"
+
+namespace vramd {
+
+struct ServiceKind {
+  std::string_view name;
+  // How long an unload may take to show on the GPU before it is judged (unload_timeout default).
+  Duration unload_timeout;
+  // A first guess at how long loading again takes, until vramd has measured one.
+  Duration reload_cost;
+  // Its own memory figure covers what its processes hold on the GPU (Ollama's size_vram). Where it
+  // does not (ComfyUI's torch_vram_total under cudaMallocAsync), it is evidence only.
+  bool self_report_covers_process = false;
+  bool has_unload = true;  // it has an unload call (else only stopping its process frees memory)
+  bool has_wake = false;  // it has a call that loads again (else its next request does, or a start)
+  bool needs_url = true;  // it is reached over HTTP
+  std::vector<std::string_view> own_keys;  // config keys that only this kind reads
+};
+
+// Every kind, in documentation order.
+const std::vector<ServiceKind>& service_kinds();
+// nullptr when no kind has this name.
+const ServiceKind* find_service_kind(std::string_view name);
+
+}  // namespace vramd

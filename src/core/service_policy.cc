@@ -1,0 +1,380 @@
+#include "core/service_policy.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/eviction.h"
+#include "core/service_kinds.h"
+
+namespace vramd {
+
+namespace {
+
+// GPU utilisation above this while only one service holds a GPU counts as that service working.
+constexpr double kActiveUtilizationPct = 5.0;
+constexpr Bytes kStableStep = 64 * MiB;  // a load has finished when it grows less than this
+constexpr Bytes kOnGpu = 64 * MiB;       // holding at least this: the service is on that GPU
+
+Duration unload_timeout(const ServiceConfig& svc) {
+  if (svc.unload_timeout) return *svc.unload_timeout;
+  const ServiceKind* kind = find_service_kind(svc.kind);
+  return kind ? kind->unload_timeout : std::chrono::seconds(20);
+}
+
+}  // namespace
+
+std::optional<MonoTime> idle_since(const ServiceStatus& st) {
+  bool up = st.state == ServiceState::up || st.state == ServiceState::unloading;
+  if (!up || st.busy.value_or(false)) return std::nullopt;
+  return st.last_activity;
+}
+
+ServicePolicy::ServicePolicy(const Config& config) : config_(config) {
+  for (const auto& svc : config_.services) {
+    ServiceStatus st;
+    st.name = svc.name;
+    st.kind = svc.kind;
+    st.url = svc.url;
+    st.unload_after_idle = svc.unload_after_idle;
+    const ServiceKind* kind = find_service_kind(svc.kind);
+    st.reload_cost = kind ? kind->reload_cost : Duration(std::chrono::seconds(30));
+    if (!svc.start.empty())
+      st.control = Control::managed;
+    else if (!svc.match.container.empty())
+      st.control = Control::container;
+    else if (!svc.match.unit.empty())
+      st.control = Control::unit;
+    services_[svc.name] = std::move(st);
+  }
+}
+
+const ServiceStatus* ServicePolicy::find(const std::string& name) const {
+  auto it = services_.find(name);
+  return it == services_.end() ? nullptr : &it->second;
+}
+
+bool ServicePolicy::unloading(const std::string& name) const {
+  for (const auto& [id, run] : unloads_)
+    if (run.service == name) return true;
+  return false;
+}
+
+std::map<Owner, Bytes> ServicePolicy::self_reports() const {
+  std::map<Owner, Bytes> out;
+  for (const auto& [name, st] : services_) {
+    const ServiceKind* kind = find_service_kind(st.kind);
+    if (st.self_reported_vram && kind && kind->self_report_covers_process)
+      out[{OwnerKind::service, name}] = *st.self_reported_vram;
+  }
+  return out;
+}
+
+Bytes ServicePolicy::bytes_on(const std::string& service, unsigned gpu) const {
+  auto it = services_.find(service);
+  if (it == services_.end()) return 0;
+  for (const auto& [g, b] : it->second.per_gpu)
+    if (g == gpu) return b;
+  return 0;
+}
+
+std::optional<MonoTime> ServicePolicy::next_deadline() const {
+  std::optional<MonoTime> out;
+  for (const auto& [id, run] : unloads_)
+    if (run.verification) {
+      MonoTime t = run.verification->start() + run.timeout;
+      if (!out || t < *out) out = t;
+    }
+  return out;
+}
+
+void ServicePolicy::on_probe(const ProbeDone& e, const Now& now, std::vector<Action>& actions) {
+  auto it = services_.find(e.service);
+  if (it == services_.end()) return;
+  ServiceStatus& st = it->second;
+  const ServiceProbe& p = e.probe;
+  bool was_reachable = st.state != ServiceState::unreachable && st.state != ServiceState::unknown;
+  bool unloading = st.state == ServiceState::unloading;
+  st.last_probe = now.mono;
+  std::string previous_error = std::exchange(st.probe_error, p.error);
+  if (!p.reachable) {
+    if (st.state != ServiceState::unreachable && !unloading)
+      actions.push_back(make_event(now, "service.unreachable", std::nullopt, st.name,
+                                   fmt::format("{} is unreachable: {}", st.name, p.error)));
+    if (!unloading) st.state = ServiceState::unreachable;
+    st.busy.reset();
+    return;
+  }
+  if (!was_reachable && st.state == ServiceState::unreachable)
+    actions.push_back(make_event(now, "service.reachable", std::nullopt, st.name,
+                                 fmt::format("{} answers again", st.name)));
+  // It answers, but not in its API's shape (HTTP 500, garbage): once per change of the error.
+  if (!p.error.empty() && p.error != previous_error)
+    actions.push_back(
+        make_event(now, "service.error", std::nullopt, st.name,
+                   fmt::format("{} answers but its API is broken: {}", st.name, p.error)));
+  if (!unloading) st.state = ServiceState::up;
+  bool models_changed = st.last_activity.has_value() && p.models != st.models;
+  if (!st.last_activity) st.last_activity = now.mono;  // first sight: count from now
+  bool was_busy = st.busy.value_or(false);
+  st.busy = p.busy;
+  st.queue_depth = p.queue_depth;
+  st.models = p.models;
+  st.self_reported_vram = p.self_reported_vram;
+  // Activity: working now, the end of work seen, or a change in what is loaded.
+  if (p.busy.value_or(false) || was_busy || models_changed) st.last_activity = now.mono;
+}
+
+void ServicePolicy::on_sample(const Ledger& ledger, const std::set<std::string>& in_use,
+                              const Now& now, std::vector<Action>& actions, Intents& intents) {
+  last_sample_at_ = ledger.status().sampled_at;
+  for (auto& [name, st] : services_) {
+    auto it = ledger.service_rss().find(name);
+    st.rss = it != ledger.service_rss().end() ? std::optional<Bytes>(it->second) : std::nullopt;
+  }
+  update_holdings(ledger, now);
+  learn_reload_costs(now);
+  advance_unloads(now, actions, intents);
+  check_idle_ttl(in_use, now, actions);
+}
+
+void ServicePolicy::on_tick(const Now& now, std::vector<Action>& actions, Intents& intents) {
+  advance_unloads(now, actions, intents);
+}
+
+void ServicePolicy::update_holdings(const Ledger& ledger, const Now& now) {
+  for (auto& [name, st] : services_) {
+    st.bytes = 0;
+    st.per_gpu.clear();
+  }
+  for (const auto& g : ledger.status().gpus) {
+    ServiceStatus* alone = nullptr;
+    int holders = 0;
+    for (const auto& h : g.holdings) {
+      if (h.owner.kind == OwnerKind::baseline) continue;
+      ++holders;
+      if (h.owner.kind != OwnerKind::service) continue;
+      auto it = services_.find(h.owner.name);
+      if (it == services_.end()) continue;
+      it->second.bytes += h.bytes;
+      it->second.per_gpu.emplace_back(g.sample.index, h.bytes);
+      if (h.bytes >= kOnGpu) it->second.last_gpu = g.sample.index;
+      alone = &it->second;
+    }
+    // The GPU works while only this service holds it: the service is working, whatever its API
+    // says (servers without a busy call).
+    if (holders == 1 && alone && g.sample.utilization_pct.value_or(0) > kActiveUtilizationPct)
+      alone->last_activity = now.mono;
+  }
+}
+
+void ServicePolicy::learn_reload_costs(const Now& now) {
+  // A load: the service's memory grows from (almost) nothing; it has finished when a sample
+  // grows less than kStableStep. What it took is that service's reload cost from then on.
+  for (auto& [name, st] : services_) {
+    auto prev = last_bytes_.find(name);
+    if (prev != last_bytes_.end()) {
+      Bytes before = prev->second;
+      if (before < kWorthUnloading && st.bytes >= kWorthUnloading &&
+          st.state != ServiceState::unloading) {
+        st.load_started = now.mono;
+      } else if (st.load_started && st.bytes >= kWorthUnloading &&
+                 (st.bytes > before ? st.bytes - before : before - st.bytes) < kStableStep) {
+        Duration took = now.mono - *st.load_started;
+        st.reload_cost = st.reload_measured ? (st.reload_cost + took) / 2 : took;
+        st.reload_measured = true;
+        st.load_started.reset();
+      } else if (st.bytes < kWorthUnloading) {
+        st.load_started.reset();
+      }
+    }
+    last_bytes_[name] = st.bytes;
+  }
+}
+
+void ServicePolicy::start_unload(const std::string& service, const std::string& reason,
+                                 uint64_t request_id, const Now& now,
+                                 std::vector<Action>& actions) {
+  ServiceStatus& st = services_.at(service);
+  const ServiceConfig* cfg = config_.find_service(service);
+  UnloadRun run;
+  run.id = next_unload_id_++;
+  run.request_id = request_id;
+  run.service = service;
+  run.reason = reason;
+  run.requested_at = now.mono;
+  run.timeout = cfg ? unload_timeout(*cfg) : Duration(std::chrono::seconds(20));
+  for (const auto& [gpu, bytes] : st.per_gpu) run.before[gpu] = bytes;
+  run.rss_before = st.rss;
+  st.state = ServiceState::unloading;
+  actions.push_back(make_event(
+      now, "unload.started", std::nullopt, service,
+      fmt::format("unloading {} ({}): holds {}", service, reason, format_size(st.bytes))));
+  actions.push_back(CallUnload{service, run.id});
+  unloads_.emplace(run.id, std::move(run));
+}
+
+void ServicePolicy::on_unload_requested(const UnloadRequested& e, const Now& now,
+                                        std::vector<Action>& actions) {
+  auto refuse = [&](std::string message) {
+    UnloadFinished f;
+    f.request_id = e.request_id;
+    f.refused = true;
+    f.verdict.service = e.service;
+    f.verdict.reason = e.reason;
+    f.verdict.outcome = UnloadOutcome::failed;
+    f.verdict.message = std::move(message);
+    f.verdict.at = now.wall;
+    actions.push_back(std::move(f));
+  };
+  auto it = services_.find(e.service);
+  if (it == services_.end()) return refuse(fmt::format("no service named '{}'", e.service));
+  ServiceStatus& st = it->second;
+  if (unloading(e.service)) return refuse(fmt::format("{} is already being unloaded", e.service));
+  if (!e.force && st.busy.value_or(false))
+    return refuse(fmt::format("{} is busy{}: not unloading (use force to override)", e.service,
+                              st.queue_depth ? fmt::format(" (queue {})", *st.queue_depth) : ""));
+  if (!e.force && st.backoff_until && now.mono < *st.backoff_until)
+    return refuse(fmt::format(
+        "the last unload of {} was {}; next try in {} (unload_backoff; use force to override)",
+        e.service, st.last_unload ? to_string(st.last_unload->outcome) : "unsuccessful",
+        format_age(*st.backoff_until - now.mono)));
+  start_unload(e.service, e.reason, e.request_id, now, actions);
+}
+
+void ServicePolicy::on_unload_call_done(const UnloadCallDone& e, const Now& now,
+                                        std::vector<Action>& actions, Intents& intents) {
+  auto it = unloads_.find(e.unload_id);
+  if (it == unloads_.end()) return;
+  UnloadRun& run = it->second;
+  run.call_duration = e.took;
+  if (e.call.result == UnloadCall::Result::failed) {
+    finish_unload(run, UnloadOutcome::failed, "the unload call failed: " + e.call.message, "", now,
+                  actions, intents);
+    unloads_.erase(it);
+    return;
+  }
+  if (e.call.result == UnloadCall::Result::not_supported) {
+    // No unload API: only ending the process frees its memory.
+    finish_unload(run, UnloadOutcome::failed, e.call.message, "stop", now, actions, intents);
+    unloads_.erase(it);
+    return;
+  }
+  Bytes before = 0;
+  for (const auto& [gpu, b] : run.before) before += b;
+  run.verification.emplace(before, now.mono, run.timeout);
+  advance_unloads(now, actions, intents);
+}
+
+void ServicePolicy::advance_unloads(const Now& now, std::vector<Action>& actions,
+                                    Intents& intents) {
+  std::vector<uint64_t> finished;
+  for (auto& [id, run] : unloads_) {
+    if (!run.verification) continue;
+    auto& v = *run.verification;
+    // Only samples taken after the call returned count (add_sample drops older ones).
+    if (last_sample_at_) v.add_sample(*last_sample_at_, services_.at(run.service).bytes);
+    if (!v.done(now.mono)) continue;
+    UnloadOutcome outcome = classify_unload(v.before(), v.current());
+    std::string message;
+    if (v.before() < kIneffectiveBelow)
+      message = fmt::format("{} held nothing on the GPU", run.service);
+    else if (!v.settled() && outcome == UnloadOutcome::ineffective)
+      message = fmt::format("nothing came back within {} of the call",
+                            format_duration(now.mono - v.start()));
+    finish_unload(run, outcome, message, "", now, actions, intents);
+    finished.push_back(id);
+  }
+  for (auto id : finished) unloads_.erase(id);
+}
+
+void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const std::string& message,
+                                  const std::string& escalate, const Now& now,
+                                  std::vector<Action>& actions, Intents& intents) {
+  ServiceStatus& st = services_.at(run.service);
+  const ServiceConfig* cfg = config_.find_service(run.service);
+  UnloadVerdict v;
+  v.id = run.id;
+  v.service = run.service;
+  v.reason = run.reason;
+  v.outcome = outcome;
+  for (const auto& [gpu, b] : run.before) v.before_bytes += b;
+  v.after_bytes = run.verification ? run.verification->current() : v.before_bytes;
+  for (const auto& [gpu, b] : run.before) {
+    Bytes after = 0;
+    for (const auto& [g2, b2] : st.per_gpu)
+      if (g2 == gpu) after = b2;
+    v.per_gpu.push_back({gpu, {b, run.verification ? after : b}});
+  }
+  v.rss_before = run.rss_before;
+  v.rss_after = st.rss;
+  v.call_duration = run.call_duration;
+  v.duration = now.mono - run.requested_at;
+  if (run.verification) {
+    if (auto at = run.verification->settled_at(); at && run.verification->settled())
+      v.duration = *at - run.requested_at;
+  }
+  v.at = now.wall;
+  std::string what =
+      fmt::format("{}: {} → {} in {:.1f} s", to_string(outcome), format_size(v.before_bytes),
+                  format_size(v.after_bytes), v.duration.count() / 1000.0);
+  v.message = message.empty() ? what : what + "; " + message;
+
+  // Escalation: an unload that frees nothing, or a server without one, needs the process ended;
+  // a call that failed (refused, timed out, garbage) is reported and tried again after backoff.
+  if (outcome != UnloadOutcome::freed) {
+    std::string want = escalate;
+    if (want.empty() && outcome != UnloadOutcome::failed && cfg) want = cfg->on_ineffective_unload;
+    if (want == "restart" || want == "stop") {
+      Command action = want == "stop" ? Command::stop : Command::restart;
+      if (st.control == Control::managed) {
+        v.escalation = want;
+        intents.push_back(CommandIntent{run.service, action});
+      } else if (st.control != Control::none && cfg) {
+        v.escalation = want;
+        actions.push_back(
+            Lifecycle{run.service, action, st.control,
+                      st.control == Control::container ? cfg->match.container : cfg->match.unit});
+      } else {
+        v.escalation = "report";
+        v.message += fmt::format(
+            "; vramd would {} {} but cannot: vramd neither starts it (start) nor knows its "
+            "container or unit (match.container, match.unit)",
+            want, run.service);
+      }
+    } else {
+      v.escalation = "report";
+    }
+    st.backoff_until = now.mono + (cfg ? cfg->unload_backoff : Duration(std::chrono::minutes(10)));
+  } else {
+    st.backoff_until.reset();
+  }
+  st.state = ServiceState::up;
+  st.last_unload = v;
+  st.last_unload_at = now.mono;
+  EmitEvent e = make_event(now, "unload." + std::string(to_string(outcome)), std::nullopt,
+                           run.service, fmt::format("unload {} {}", run.service, v.message));
+  e.event.verdict = v;
+  actions.push_back(std::move(e));
+  actions.push_back(UnloadFinished{run.request_id, false, std::move(v)});
+}
+
+void ServicePolicy::check_idle_ttl(const std::set<std::string>& in_use, const Now& now,
+                                   std::vector<Action>& actions) {
+  for (const auto& cfg : config_.services) {
+    if (!cfg.unload_after_idle) continue;
+    ServiceStatus& st = services_.at(cfg.name);
+    auto idle = idle_since(st);
+    if (st.state != ServiceState::up || !idle) continue;
+    if (now.mono - *idle < *cfg.unload_after_idle) continue;
+    if (st.bytes < kWorthUnloading) continue;
+    if (st.backoff_until && now.mono < *st.backoff_until) continue;
+    if (in_use.count(cfg.name)) continue;  // a granted lease works through it
+    // One TTL unload per idle period: activity starts a new one.
+    if (st.last_unload_at && *st.last_unload_at >= *idle) continue;
+    start_unload(cfg.name, "idle", 0, now, actions);
+  }
+}
+
+}  // namespace vramd

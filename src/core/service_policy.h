@@ -1,0 +1,90 @@
+// Service policy: what each service's API says (probes), how much it holds, how long it has been
+// idle, its idle TTL, verified unloads with their verdict, escalation and backoff, and its learned
+// reload cost. It owns every ServiceStatus but the `managed` part (supervision's).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/actions.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/events.h"
+#include "core/intents.h"
+#include "core/ledger.h"
+#include "core/service_status.h"
+#include "core/unload.h"
+
+namespace vramd {
+
+class ServicePolicy {
+ public:
+  // REQUIRES: `config` outlives it (the Arbiter owns both).
+  explicit ServicePolicy(const Config& config);
+
+  void on_probe(const ProbeDone& e, const Now& now, std::vector<Action>& actions);
+  // After the ledger attributed a sample: each service's bytes and activity, reload costs, the
+  // verification of unloads under way, and idle TTLs. `in_use`: services a granted lease works
+  // through (never unloaded by TTL).
+  void on_sample(const Ledger& ledger, const std::set<std::string>& in_use, const Now& now,
+                 std::vector<Action>& actions, Intents& intents);
+  // Time passes: unloads whose verification timed out get their verdict.
+  void on_tick(const Now& now, std::vector<Action>& actions, Intents& intents);
+
+  void on_unload_requested(const UnloadRequested& e, const Now& now, std::vector<Action>& actions);
+  void on_unload_call_done(const UnloadCallDone& e, const Now& now, std::vector<Action>& actions,
+                           Intents& intents);
+  // Starts an unload (for an eviction, an exclusive group) without the checks a request gets.
+  // REQUIRES: `service` is configured.
+  void start_unload(const std::string& service, const std::string& reason, uint64_t request_id,
+                    const Now& now, std::vector<Action>& actions);
+
+  // nullptr for an unknown name. `managed` is not filled here (the Arbiter joins it).
+  const ServiceStatus* find(const std::string& name) const;
+  // REQUIRES: `name` is configured.
+  const ServiceStatus& at(const std::string& name) const { return services_.at(name); }
+  bool unloading(const std::string& name) const;
+  bool any_unloading() const { return !unloads_.empty(); }
+  // Services' own memory figures that cover their processes (core/service_kinds).
+  std::map<Owner, Bytes> self_reports() const;
+  // What a service holds on one GPU.
+  Bytes bytes_on(const std::string& service, unsigned gpu) const;
+  // The earliest moment an unload's verification times out; nullopt when none runs.
+  std::optional<MonoTime> next_deadline() const;
+
+ private:
+  // An unload in progress: from the call to the verdict.
+  struct UnloadRun {
+    uint64_t id = 0;
+    uint64_t request_id = 0;
+    std::string service;
+    std::string reason;
+    MonoTime requested_at{};
+    std::map<unsigned, Bytes> before;  // per GPU
+    std::optional<Bytes> rss_before;
+    std::optional<UnloadVerification> verification;  // set once the call returned
+    Duration timeout{0};
+    Duration call_duration{0};
+  };
+  void update_holdings(const Ledger& ledger, const Now& now);
+  void learn_reload_costs(const Now& now);
+  void check_idle_ttl(const std::set<std::string>& in_use, const Now& now,
+                      std::vector<Action>& actions);
+  void advance_unloads(const Now& now, std::vector<Action>& actions, Intents& intents);
+  // escalate: "" (by outcome and on_ineffective_unload) or the action wanted ("stop").
+  void finish_unload(UnloadRun& run, UnloadOutcome outcome, const std::string& message,
+                     const std::string& escalate, const Now& now, std::vector<Action>& actions,
+                     Intents& intents);
+
+  const Config& config_;
+  std::map<std::string, ServiceStatus> services_;  // by name
+  std::map<uint64_t, UnloadRun> unloads_;          // in progress, by id
+  uint64_t next_unload_id_ = 1;
+  std::map<std::string, Bytes> last_bytes_;  // each service's bytes in the previous sample
+  std::optional<MonoTime> last_sample_at_;
+};
+
+}  // namespace vramd

@@ -1,0 +1,425 @@
+// Service policy driven through the Arbiter on a virtual clock: idle TTL, verified unloads, escalation.
+#include "core/arbiter.h"
+
+#include <gtest/gtest.h>
+
+namespace vramd {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A world with one 24 GiB GPU and services whose processes hold memory; every call advances the
+// virtual clock and feeds the Arbiter.
+class World {
+ public:
+  explicit World(std::vector<ServiceConfig> services) {
+    Config c;
+    c.gpu.baseline = 400 * MiB;
+    c.services = std::move(services);
+    arbiter_ = std::make_unique<Arbiter>(c);
+  }
+
+  // Process `pid` (named by cmdline "svc-NAME") holds `bytes` (nullopt: N/A, card_bytes used).
+  void hold(int pid, const std::string& service, std::optional<Bytes> bytes, Bytes card_bytes = 0) {
+    procs_[pid] = {service, bytes, bytes ? *bytes : card_bytes};
+  }
+  void release(int pid) { procs_.erase(pid); }
+  void set_util(double pct) { util_ = pct; }
+
+  std::vector<Action> sample() {
+    SampleTaken s;
+    GpuSample g;
+    g.index = 0;
+    g.name = "NVIDIA GeForce RTX 3090";
+    g.total = 24 * GiB;
+    g.used = 400 * MiB;
+    g.utilization_pct = util_;
+    for (const auto& [pid, p] : procs_) {
+      g.processes.push_back({pid, p.bytes, ""});
+      g.used += p.card;
+      ProcessInfo info;
+      info.pid = pid;
+      info.ppid = 1;
+      info.comm = "python3";
+      info.cmdline = "svc-" + p.service;
+      info.rss = 2 * GiB;
+      s.host.processes.push_back(info);
+    }
+    s.gpus.backend = "test";
+    s.gpus.gpus.push_back(g);
+    return feed(s);
+  }
+  std::vector<Action> probe(const std::string& service, std::optional<bool> busy,
+                            std::vector<std::string> models = {"model"},
+                            std::optional<Bytes> self_report = std::nullopt) {
+    ServiceProbe p;
+    p.reachable = true;
+    p.busy = busy;
+    p.models = std::move(models);
+    p.self_reported_vram = self_report;
+    return feed(ProbeDone{service, p});
+  }
+  std::vector<Action> feed(const Event& e) {
+    auto actions = arbiter_->handle(e, now_);
+    all_.insert(all_.end(), actions.begin(), actions.end());
+    return actions;
+  }
+  void advance(Duration d) { now_ += d; }
+  // Advances in sample steps of `step`, sampling (and ticking) each time, for `total`.
+  void run(Duration total, Duration step = 250ms) {
+    for (Duration t{0}; t < total; t += step) {
+      advance(step);
+      sample();
+      feed(Tick{});
+    }
+  }
+
+  const Arbiter& arbiter() const { return *arbiter_; }
+  MonoTime now() const { return now_; }
+  template <typename T>
+  std::vector<T> all() const {
+    std::vector<T> out;
+    for (const auto& a : all_)
+      if (auto* x = std::get_if<T>(&a)) out.push_back(*x);
+    return out;
+  }
+  void clear() { all_.clear(); }
+
+ private:
+  struct Proc {
+    std::string service;
+    std::optional<Bytes> bytes;
+    Bytes card;
+  };
+  std::unique_ptr<Arbiter> arbiter_;
+  std::map<int, Proc> procs_;
+  double util_ = 0;
+  MonoTime now_{Duration(1'800'000'000'000)};
+  std::vector<Action> all_;
+};
+
+ServiceConfig svc(std::string name, std::string kind = "comfyui") {
+  ServiceConfig s;
+  s.name = name;
+  s.kind = std::move(kind);
+  s.url = "http://127.0.0.1:8188";
+  s.match.cmdline = "^svc-" + name + "$";
+  return s;
+}
+
+TEST(ArbiterUnload, TtlUnloadsAfterTheTtlAndNotBefore) {
+  auto c = svc("comfyui");
+  c.unload_after_idle = 5min;
+  World w({c});
+  w.hold(100, "comfyui", 16 * GiB);
+  w.sample();
+  w.probe("comfyui", false);
+  w.run(4min + 50s, 1s);
+  for (int i = 0; i < 5; ++i) w.probe("comfyui", false);
+  EXPECT_TRUE(w.all<CallUnload>().empty()) << "unloaded before the TTL";
+  w.run(15s, 1s);
+  ASSERT_EQ(w.all<CallUnload>().size(), 1u);
+  EXPECT_EQ(w.all<CallUnload>()[0].service, "comfyui");
+  // The server frees it; the verdict is "freed" and no second TTL unload follows.
+  w.feed(UnloadCallDone{"comfyui", w.all<CallUnload>()[0].unload_id,
+                        {UnloadCall::Result::requested, "POST /free → 200"}, 20ms});
+  w.hold(100, "comfyui", 380 * MiB);
+  w.run(2s);
+  auto done = w.all<UnloadFinished>();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].verdict.outcome, UnloadOutcome::freed);
+  EXPECT_EQ(done[0].verdict.reason, "idle");
+  EXPECT_EQ(done[0].verdict.before_bytes, 16 * GiB);
+  EXPECT_EQ(done[0].verdict.after_bytes, 380 * MiB);
+  EXPECT_EQ(done[0].verdict.escalation, "");
+  w.run(10min, 1s);
+  EXPECT_EQ(w.all<CallUnload>().size(), 1u);
+}
+
+TEST(ArbiterUnload, TtlNeverUnloadsABusyService) {
+  auto c = svc("comfyui");
+  c.unload_after_idle = 1min;
+  World w({c});
+  w.hold(100, "comfyui", 16 * GiB);
+  w.sample();
+  for (int i = 0; i < 30; ++i) {
+    w.probe("comfyui", true);
+    w.run(10s, 1s);
+  }
+  EXPECT_TRUE(w.all<CallUnload>().empty());
+  // Idle again: the TTL counts from the end of the work.
+  w.probe("comfyui", false);
+  w.run(50s, 1s);
+  EXPECT_TRUE(w.all<CallUnload>().empty());
+  w.run(15s, 1s);
+  EXPECT_EQ(w.all<CallUnload>().size(), 1u);
+}
+
+TEST(ArbiterUnload, GpuUtilisationWhileAloneCountsAsActivity) {
+  auto c = svc("ollama", "ollama");
+  c.unload_after_idle = 1min;
+  World w({c});
+  w.hold(100, "ollama", 8 * GiB);
+  w.sample();
+  w.probe("ollama", std::nullopt);  // Ollama has no busy call
+  w.set_util(80);
+  w.run(3min, 1s);
+  EXPECT_TRUE(w.all<CallUnload>().empty());
+  w.set_util(0);
+  w.run(65s, 1s);
+  EXPECT_EQ(w.all<CallUnload>().size(), 1u);
+}
+
+TEST(ArbiterUnload, AReleaseThatTakesTwoSecondsIsFreedNotIneffective) {
+  World w({svc("comfyui")});
+  w.hold(100, "comfyui", 16 * GiB);
+  w.sample();
+  w.probe("comfyui", false);
+  w.feed(UnloadRequested{"comfyui", "manual", 7});
+  auto call = w.all<CallUnload>().at(0);
+  w.feed(UnloadCallDone{"comfyui", call.unload_id, {UnloadCall::Result::requested, "200"}, 5ms});
+  EXPECT_TRUE(w.arbiter().fast_sampling());
+  w.run(2s);  // nothing moves for 2 s: not a verdict yet
+  EXPECT_TRUE(w.all<UnloadFinished>().empty());
+  w.hold(100, "comfyui", 370 * MiB);
+  w.run(1s);
+  auto done = w.all<UnloadFinished>();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].request_id, 7u);
+  EXPECT_EQ(done[0].verdict.outcome, UnloadOutcome::freed);
+  EXPECT_GE(done[0].verdict.duration, 2s);
+  EXPECT_LT(done[0].verdict.duration, 3s);
+  EXPECT_FALSE(w.arbiter().fast_sampling());
+  EXPECT_EQ(w.all<SetFastSampling>().size(), 2u);
+}
+
+TEST(ArbiterUnload, AnsweredButNothingFreedIsIneffectiveAndRestartsARestartableService) {
+  auto c2 = svc("comfyui");
+  c2.on_ineffective_unload = "restart";
+  c2.match.container = "";
+  World w2({c2});
+  w2.hold(100, "comfyui", 16 * GiB);
+  w2.sample();
+  w2.probe("comfyui", false);
+  w2.feed(UnloadRequested{"comfyui", "manual", 1});
+  w2.feed(UnloadCallDone{"comfyui", w2.all<CallUnload>().at(0).unload_id,
+                         {UnloadCall::Result::requested, "200"}, 5ms});
+  w2.run(31s);
+  auto done = w2.all<UnloadFinished>();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].verdict.outcome, UnloadOutcome::ineffective);
+  // Matched by cmdline only: vramd cannot restart it, so it reports why.
+  EXPECT_EQ(done[0].verdict.escalation, "report");
+  EXPECT_NE(done[0].verdict.message.find("cannot"), std::string::npos) << done[0].verdict.message;
+  EXPECT_TRUE(w2.all<Lifecycle>().empty());
+}
+
+TEST(ArbiterUnload, IneffectiveUnloadOfAUnitServiceRestartsIt) {
+  auto c = svc("comfyui");
+  c.on_ineffective_unload = "restart";
+  c.match = {};
+  c.match.unit = "comfyui.service";
+  World w({c});
+  // Processes in the unit: build the sample by hand with the cgroup set.
+  SampleTaken s;
+  GpuSample g;
+  g.total = 24 * GiB;
+  g.used = 16 * GiB + 400 * MiB;
+  g.processes.push_back({100, 16 * GiB, ""});
+  s.gpus.gpus.push_back(g);
+  ProcessInfo p;
+  p.pid = 100;
+  p.comm = "python3";
+  p.cgroup.kind = CgroupIdentity::Kind::unit;
+  p.cgroup.unit = "comfyui.service";
+  s.host.processes.push_back(p);
+  w.feed(s);
+  w.probe("comfyui", false);
+  w.feed(UnloadRequested{"comfyui", "manual", 1});
+  w.feed(UnloadCallDone{"comfyui", w.all<CallUnload>().at(0).unload_id,
+                        {UnloadCall::Result::requested, "200"}, 5ms});
+  for (int i = 0; i < 130; ++i) {
+    w.advance(250ms);
+    w.feed(s);
+  }
+  auto done = w.all<UnloadFinished>();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].verdict.outcome, UnloadOutcome::ineffective);
+  EXPECT_EQ(done[0].verdict.escalation, "restart");
+  auto lc = w.all<Lifecycle>();
+  ASSERT_EQ(lc.size(), 1u);
+  EXPECT_EQ(lc[0].action, Command::restart);
+  EXPECT_EQ(lc[0].via, Control::unit);
+  EXPECT_EQ(lc[0].target, "comfyui.service");
+}
+
+TEST(ArbiterUnload, ReportPlusBackoffAndNoSecondCallInsideTheBackoff) {
+  auto c = svc("comfyui");
+  c.unload_after_idle = 1min;
+  c.unload_backoff = 10min;
+  World w({c});
+  w.hold(100, "comfyui", 16 * GiB);
+  w.sample();
+  w.probe("comfyui", false);
+  w.run(61s, 1s);
+  ASSERT_EQ(w.all<CallUnload>().size(), 1u);
+  w.feed(UnloadCallDone{"comfyui", w.all<CallUnload>().at(0).unload_id,
+                        {UnloadCall::Result::requested, "200"}, 5ms});
+  w.run(31s);
+  auto done = w.all<UnloadFinished>();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].verdict.outcome, UnloadOutcome::ineffective);
+  EXPECT_EQ(done[0].verdict.escalation, "report");
+  // Activity and a new idle period inside the backoff: still no second call.
+  w.probe("comfyui", true);
+  w.probe("comfyui", false);
+  w.run(5min, 1s);
+  EXPECT_EQ(w.all<CallUnload>().size(), 1u);
+  // A manual free inside the backoff is refused with the reason, unless forced.
+  w.feed(UnloadRequested{"comfyui", "manual", 9});
+  auto refused = w.all<UnloadFinished>().back();
+  EXPECT_TRUE(refused.refused);
+  EXPECT_NE(refused.verdict.message.find("unload_backoff"), std::string::npos);
+  EXPECT_EQ(w.all<CallUnload>().size(), 1u);
+  w.feed(UnloadRequested{"comfyui", "manual", 10, true});
+  EXPECT_EQ(w.all<CallUnload>().size(), 2u);
+}
+
+TEST(ArbiterUnload, BackoffEndsAndTheTtlTriesAgain) {
+  auto c = svc("comfyui");
+  c.unload_after_idle = 1min;
+  c.unload_backoff = 10min;
+  World w({c});
+  w.hold(100, "comfyui", 16 * GiB);
+  w.sample();
+  w.probe("comfyui", false);
+  w.run(61s, 1s);
+  w.feed(UnloadCallDone{"comfyui", w.all<CallUnload>().at(0).unload_id,
+                        {UnloadCall::Result::requested, "200"}, 5ms});
+  w.run(31s);
+  w.probe("comfyui", true);  // worked in between: a new idle period
+  w.probe("comfyui", false);
+  w.run(11min, 1s);
+  EXPECT_EQ(w.all<CallUnload>().size(), 2u);
+}
+
+TEST(ArbiterUnload, PartialReleaseIsPartial) {
+  World w({svc("comfyui")});
+  w.hold(100, "comfyui", 16 * GiB);
+  w.sample();
+  w.feed(UnloadRequested{"comfyui", "manual", 1});
+  w.feed(UnloadCallDone{"comfyui", 1, {UnloadCall::Result::requested, "200"}, 5ms});
+  w.hold(100, "comfyui", 8 * GiB);
+  w.run(2s);
+  auto done = w.all<UnloadFinished>();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].verdict.outcome, UnloadOutcome::partial);
+  EXPECT_EQ(done[0].verdict.after_bytes, 8 * GiB);
+}
+
+TEST(ArbiterUnload, FailedCallIsFailedAndReported) {
+  World w({svc("comfyui")});
+  w.hold(100, "comfyui", 16 * GiB);
+  w.sample();
+  w.feed(UnloadRequested{"comfyui", "manual", 1});
+  w.feed(UnloadCallDone{"comfyui", 1, {UnloadCall::Result::failed, "POST /free → 500"}, 5ms});
+  auto done = w.all<UnloadFinished>();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].verdict.outcome, UnloadOutcome::failed);
+  EXPECT_EQ(done[0].verdict.escalation, "report");
+  EXPECT_NE(done[0].verdict.message.find("500"), std::string::npos);
+  EXPECT_FALSE(w.arbiter().fast_sampling());
+}
+
+TEST(ArbiterUnload, BusyServiceIsNotUnloadedOnRequest) {
+  World w({svc("comfyui")});
+  w.hold(100, "comfyui", 16 * GiB);
+  w.sample();
+  w.probe("comfyui", true);
+  w.feed(UnloadRequested{"comfyui", "manual", 3});
+  auto done = w.all<UnloadFinished>();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].refused);
+  EXPECT_NE(done[0].verdict.message.find("busy"), std::string::npos);
+  EXPECT_TRUE(w.all<CallUnload>().empty());
+}
+
+TEST(ArbiterUnload, UnknownServiceIsRefused) {
+  World w({svc("comfyui")});
+  w.feed(UnloadRequested{"comfyuj", "manual", 3});
+  auto done = w.all<UnloadFinished>();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].refused);
+}
+
+// The field case: ComfyUI holding 15.4 GiB on WSL (per-process N/A) while it reports
+// torch_vram_total 0.1 GB: named by residual, unloaded, before → after recorded.
+TEST(ArbiterUnload, WslComfyuiNamedByResidualUnloadedAndMeasured) {
+  World w({svc("comfyui")});
+  w.hold(79, "comfyui", std::nullopt, Bytes(15.4 * GiB));
+  w.sample();
+  w.probe("comfyui", false, {}, 100'000'000);
+  w.sample();
+  const auto& gpu = w.arbiter().status().gpus.at(0);
+  ASSERT_FALSE(gpu.per_process_available);
+  ASSERT_EQ(gpu.holdings.at(0).owner.name, "comfyui");
+  EXPECT_EQ(gpu.holdings.at(0).source, Source::residual);
+  EXPECT_EQ(gpu.holdings.at(0).bytes, Bytes(15.4 * GiB));
+  for (const auto& h : gpu.holdings) EXPECT_NE(h.owner.kind, OwnerKind::unknown);
+  w.feed(UnloadRequested{"comfyui", "manual", 1});
+  w.feed(UnloadCallDone{"comfyui", 1, {UnloadCall::Result::requested, "200"}, 5ms});
+  w.hold(79, "comfyui", std::nullopt, 370 * MiB);
+  w.run(2s);
+  auto done = w.all<UnloadFinished>();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].verdict.outcome, UnloadOutcome::freed);
+  EXPECT_EQ(done[0].verdict.before_bytes, Bytes(15.4 * GiB));
+  EXPECT_EQ(done[0].verdict.after_bytes, 370 * MiB);
+  ASSERT_TRUE(done[0].verdict.rss_before.has_value());
+}
+
+TEST(ArbiterUnload, NoUnloadApiMeansStopWhereVramdCanElseReport) {
+  auto c = svc("llama", "llamacpp");
+  World w({c});
+  w.hold(100, "llama", 8 * GiB);
+  w.sample();
+  w.feed(UnloadRequested{"llama", "manual", 1});
+  w.feed(UnloadCallDone{"llama", 1, {UnloadCall::Result::not_supported, "plain llama-server has no unload API"}, 1ms});
+  auto done = w.all<UnloadFinished>();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].verdict.outcome, UnloadOutcome::failed);
+  EXPECT_EQ(done[0].verdict.escalation, "report");
+  EXPECT_NE(done[0].verdict.message.find("would stop"), std::string::npos) << done[0].verdict.message;
+}
+
+TEST(ArbiterUnload, ServicesSnapshotCarriesStateIdleModelsAndLastUnload) {
+  World w({svc("comfyui")});
+  w.hold(100, "comfyui", 16 * GiB);
+  w.sample();
+  w.probe("comfyui", false, {"sdxl"});
+  w.run(3s, 1s);
+  auto s = w.arbiter().services();
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].state, ServiceState::up);
+  EXPECT_EQ(s[0].busy, false);
+  EXPECT_EQ(s[0].models, std::vector<std::string>{"sdxl"});
+  EXPECT_EQ(s[0].bytes, 16 * GiB);
+  ASSERT_TRUE(s[0].idle_since.has_value());
+  EXPECT_FALSE(s[0].last_unload.has_value());
+}
+
+TEST(ArbiterUnload, UnreachableProbeMarksTheServiceAndEmitsOneEvent) {
+  World w({svc("comfyui")});
+  ServiceProbe p;
+  p.reachable = false;
+  p.error = "connect: Connection refused";
+  w.feed(ProbeDone{"comfyui", p});
+  w.feed(ProbeDone{"comfyui", p});
+  EXPECT_EQ(w.arbiter().service("comfyui")->state, ServiceState::unreachable);
+  int events = 0;
+  for (const auto& e : w.all<EmitEvent>()) events += e.event.type == "service.unreachable";
+  EXPECT_EQ(events, 1);
+}
+
+}  // namespace
+}  // namespace vramd

@@ -1,0 +1,122 @@
+// What vramd knows about each configured service: the state of its API (service policy) and,
+// for services vramd runs, the state of its process (supervision). Typed states; strings only
+// where JSON and CLI text are written and read (to_string / parse_*).
+#pragma once
+
+#include <deque>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/units.h"
+#include "core/unload.h"
+
+namespace vramd {
+
+// The state of a service's API, as its probes see it.
+enum class ServiceState {
+  unknown,      // not probed yet
+  up,           // answers its probe
+  unreachable,  // no answer (refused, reset, timed out)
+  unloading,    // an unload of it is being verified
+};
+const char* to_string(ServiceState s);
+
+// The state of the process of a service vramd runs (`start`).
+enum class ManagedPhase {
+  stopped,   // not running, not asked to run
+  queued,    // waiting for GPU room before it starts (start admission)
+  starting,  // spawned, not yet healthy
+  running,   // passed its first health check (or adopted after a restart of vramd)
+  stopping,  // SIGTERM sent (SIGKILL after stop_timeout)
+  backoff,   // exited; restarts when the backoff runs out
+  failed,    // could not start, or crashed more than max_restarts in restart_window
+};
+const char* to_string(ManagedPhase p);
+// The phases a service vramd runs can be in, in declaration order (metrics, docs).
+const std::vector<ManagedPhase>& all_managed_phases();
+
+// A start, stop or restart asked of a service.
+enum class Command {
+  start,    // run it (through start admission when it has a vram_estimate)
+  stop,     // end it (TERM, KILL after stop_timeout), then verify its memory went
+  restart,  // stop, then start
+};
+const char* to_string(Command c);
+std::optional<Command> parse_command(std::string_view s);
+
+// How vramd can start, stop or restart a service.
+enum class Control {
+  none,       // it cannot: no `start`, container or unit
+  managed,    // vramd runs its process (`start`)
+  container,  // through the container engine (match.container)
+  unit,       // through systemd (match.unit)
+};
+const char* to_string(Control c);  // "" for none
+
+// A service vramd runs (it has `start`). All times monotonic.
+struct ManagedState {
+  ManagedPhase state = ManagedPhase::stopped;
+  std::optional<uint64_t> start_lease;  // the lease its start waits on, or holds until it is up
+  std::optional<int> pid;
+  uint64_t start_ticks = 0;
+  bool adopted = false;
+  std::optional<MonoTime> started_at;
+  std::optional<MonoTime> healthy_since;
+  std::optional<MonoTime> stop_sent_at;
+  bool kill_sent = false;
+  std::optional<MonoTime> next_health;
+  bool health_in_flight = false;
+  int health_failures = 0;
+  std::string last_health;        // the last check's message
+  std::deque<MonoTime> restarts;  // within restart_window
+  Duration backoff{0};
+  std::optional<MonoTime> restart_at;
+  bool restart_after_stop = false;
+  std::string crash_on_exit;  // set when vramd ends it for a failure (start timeout, health)
+  std::string reason;         // why it failed, or the last thing that happened
+  std::optional<int> last_exit_code, last_signal;
+  std::optional<MonoTime> last_exit_at;
+  int restart_count = 0;  // since vramd started
+  // Stop verification: the GPU holdings must go.
+  std::optional<MonoTime> verify_until;
+  MonoTime stop_requested_at{};
+  Bytes bytes_at_stop = 0;
+  std::vector<std::pair<uint64_t, Command>> waiting;  // (request id, what it waits for)
+};
+
+// What vramd knows about a configured service right now. All times monotonic.
+struct ServiceStatus {
+  std::string name;
+  std::string kind;
+  std::string url;
+  ServiceState state = ServiceState::unknown;
+  std::optional<bool> busy;
+  std::optional<int> queue_depth;
+  std::vector<std::string> models;
+  std::string probe_error;
+  std::optional<MonoTime> last_probe;
+  std::optional<MonoTime> last_activity;
+  std::optional<MonoTime> idle_since;  // while idle: last_activity (derived, not kept)
+  Bytes bytes = 0;                     // Σ of its holdings over all GPUs
+  std::vector<std::pair<unsigned, Bytes>> per_gpu;
+  std::optional<unsigned> last_gpu;  // the GPU it was last seen holding memory on
+  std::optional<Bytes> rss;
+  std::optional<Bytes> self_reported_vram;
+  std::optional<Duration> unload_after_idle;
+  std::optional<UnloadVerdict> last_unload;
+  std::optional<MonoTime> last_unload_at;  // when last_unload got its verdict
+  std::optional<MonoTime> backoff_until;
+  Control control = Control::none;       // how vramd can start, stop or restart it
+  Duration reload_cost{0};               // how long a load took (measured), or the kind's default
+  std::optional<MonoTime> load_started;  // its memory is growing from (almost) nothing
+  bool reload_measured = false;
+  std::optional<ManagedState> managed;  // services with `start` (filled from supervision)
+};
+
+// Idle since last activity while reachable and not busy; nullopt otherwise.
+std::optional<MonoTime> idle_since(const ServiceStatus& st);
+
+}  // namespace vramd

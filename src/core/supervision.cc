@@ -1,0 +1,500 @@
+#include "core/supervision.h"
+
+#include <csignal>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "core/ledger.h"
+#include "core/service_policy.h"
+
+namespace vramd {
+
+namespace {
+
+constexpr Duration kStartingHealthInterval = std::chrono::seconds(1);
+constexpr Duration kFirstBackoff = std::chrono::seconds(1);
+constexpr Duration kMaxBackoff = std::chrono::minutes(5);
+constexpr Duration kStopVerifyTimeout = std::chrono::seconds(10);
+constexpr Duration kHealthyResetsBackoff = std::chrono::minutes(1);
+constexpr Bytes kHeld = 64 * MiB;  // less than this left on the GPU counts as gone
+
+std::string exit_text(std::optional<int> code, std::optional<int> sig) {
+  if (sig) {
+    const char* name = sigabbrev_np(*sig);
+    return fmt::format("killed by SIG{}", name ? name : std::to_string(*sig).c_str());
+  }
+  if (code) return fmt::format("exited with status {}", *code);
+  return "exited (status unknown: vramd adopted it after a restart)";
+}
+
+}  // namespace
+
+Supervision::Supervision(const Config& config) : config_(config) {
+  for (const auto& svc : config_.services)
+    if (!svc.start.empty()) managed_[svc.name] = ManagedState{};
+}
+
+const ManagedState* Supervision::find(const std::string& service) const {
+  auto it = managed_.find(service);
+  return it == managed_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::pair<std::string, int>> Supervision::children() const {
+  std::vector<std::pair<std::string, int>> out;
+  for (const auto& [name, m] : managed_)
+    if (m.pid) out.emplace_back(name, *m.pid);
+  return out;
+}
+
+std::optional<MonoTime> Supervision::next_deadline() const {
+  std::optional<MonoTime> out;
+  auto earliest = [&](std::optional<MonoTime> t) {
+    if (t && (!out || *t < *out)) out = t;
+  };
+  for (const auto& [name, m] : managed_) {
+    const ServiceConfig* cfg = config_.find_service(name);
+    if (m.state == ManagedPhase::starting && m.started_at && m.pid)
+      earliest(*m.started_at + cfg->start_timeout + Duration(1));
+    if (m.state == ManagedPhase::stopping && m.pid && !m.kill_sent && m.stop_sent_at)
+      earliest(*m.stop_sent_at + cfg->stop_timeout);
+    if (m.state == ManagedPhase::backoff) earliest(m.restart_at);
+    if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) && m.pid &&
+        !m.health_in_flight)
+      earliest(m.next_health);
+    if (m.state == ManagedPhase::running && m.healthy_since && m.backoff != Duration(0))
+      earliest(*m.healthy_since + kHealthyResetsBackoff + Duration(1));
+  }
+  return out;
+}
+
+void Supervision::finish_waiters(ManagedState& m, std::optional<Command> kind, bool ok,
+                                 const std::string& message, std::vector<Action>& actions) {
+  for (auto it = m.waiting.begin(); it != m.waiting.end();) {
+    if (!kind || it->second == *kind) {
+      actions.push_back(CommandFinished{it->first, ok, message});
+      it = m.waiting.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Supervision::command(const std::string& service, Command action, uint64_t request_id,
+                          bool force, const World& world, const Now& now,
+                          std::vector<Action>& actions, Intents& intents) {
+  const ServiceStatus& st = world.services.at(service);
+  const ServiceConfig* cfg = config_.find_service(service);
+  auto it = managed_.find(service);
+  if (it == managed_.end()) {
+    // Containers and units: their own manager does it.
+    if (st.control == Control::none || !cfg) {
+      actions.push_back(CommandFinished{
+          request_id, false,
+          fmt::format("vramd cannot {} {}: it has no start command, container or unit",
+                      to_string(action), service)});
+      return;
+    }
+    actions.push_back(
+        Lifecycle{service, action, st.control,
+                  st.control == Control::container ? cfg->match.container : cfg->match.unit});
+    actions.push_back(CommandFinished{
+        request_id, true,
+        fmt::format("{} {}: asked its {}", to_string(action), service, to_string(st.control))});
+    return;
+  }
+  ManagedState& m = it->second;
+  if (action == Command::stop) {
+    m.restart_at.reset();
+    m.restart_after_stop = false;
+    m.crash_on_exit.clear();
+    if (m.pid && m.state != ManagedPhase::stopping) {
+      if (request_id) m.waiting.emplace_back(request_id, Command::stop);
+      stop_child(service, m, now, actions);
+    } else if (m.pid) {
+      if (request_id) m.waiting.emplace_back(request_id, Command::stop);
+    } else {
+      if (m.state == ManagedPhase::queued) {
+        end_start_lease(service, m, "start cancelled by a stop", intents);
+        finish_waiters(m, Command::start, false,
+                       fmt::format("the start of {} was cancelled by a stop", service), actions);
+        actions.push_back(make_event(
+            now, "service.start_cancelled", std::nullopt, service,
+            fmt::format("{} will not start: stop asked while it waited for GPU room", service)));
+      }
+      m.state = ManagedPhase::stopped;
+      actions.push_back(
+          CommandFinished{request_id, true, fmt::format("{} is not running", service)});
+    }
+    return;
+  }
+  if (action == Command::restart && m.pid) {
+    if (request_id) m.waiting.emplace_back(request_id, Command::start);
+    m.restart_after_stop = true;
+    if (m.state != ManagedPhase::stopping) stop_child(service, m, now, actions);
+    return;
+  }
+  if (m.state == ManagedPhase::running || m.state == ManagedPhase::starting) {
+    actions.push_back(CommandFinished{
+        request_id, true, fmt::format("{} is already {}", service, to_string(m.state))});
+    return;
+  }
+  if (m.state == ManagedPhase::queued && !force) {  // already waiting for room: wait with it
+    if (request_id) m.waiting.emplace_back(request_id, Command::start);
+    return;
+  }
+  // A start by hand clears a crash loop's verdict.
+  m.restarts.clear();
+  m.backoff = Duration(0);
+  if (request_id) m.waiting.emplace_back(request_id, Command::start);
+  spawn(service, m, force, world, now, actions, intents);
+}
+
+void Supervision::spawn(const std::string& service, ManagedState& m, bool force, const World& world,
+                        const Now& now, std::vector<Action>& actions, Intents& intents) {
+  const ServiceConfig* cfg = config_.find_service(service);
+  if (force) {
+    if (m.start_lease)
+      actions.push_back(make_event(
+          now, "service.start_forced", std::nullopt, service,
+          fmt::format("{} starts now (--force): no longer waits for GPU room", service)));
+    end_start_lease(service, m, "started with --force", intents);
+  } else if (cfg && cfg->vram_estimate && *cfg->vram_estimate > 0) {
+    // Start admission: the start waits for room like a lease (evicting idle services, stopping
+    // its exclusive group's other members), and launches once the lease is granted.
+    m.state = ManagedPhase::queued;
+    m.restart_at.reset();
+    if (m.start_lease) return;
+    LeaseRequest r;
+    r.vram = *cfg->vram_estimate;
+    // Its GPU: the only one, else where it was last seen; else any.
+    const auto& gpus = world.ledger.status().gpus;
+    if (gpus.size() == 1)
+      r.gpu = gpus[0].sample.index;
+    else
+      r.gpu = world.services.at(service).last_gpu;
+    r.holder = "vramd";
+    r.label = "start " + service;
+    r.service = service;
+    if (!cfg->start.empty()) r.command = cfg->start[0];
+    m.start_lease = 0;  // being queued: admission gives it its id (start_lease_queued)
+    intents.push_back(QueueStartLeaseIntent{service, std::move(r)});
+    return;
+  }
+  launch(service, m, world, now, actions, intents);
+}
+
+void Supervision::start_lease_queued(const std::string& service, uint64_t lease,
+                                     const LeaseRequest& r, const Now& now,
+                                     std::vector<Action>& actions) {
+  auto it = managed_.find(service);
+  if (it == managed_.end()) return;
+  it->second.start_lease = lease;
+  it->second.reason =
+      fmt::format("waiting for {} of GPU memory (lease #{})", format_size(r.vram), lease);
+  actions.push_back(make_event(
+      now, "service.queued", r.gpu, service,
+      fmt::format("{} waits for {} on {} before it starts (lease #{})", service,
+                  format_size(r.vram), r.gpu ? fmt::format("GPU {}", *r.gpu) : "any GPU", lease)));
+}
+
+void Supervision::end_start_lease(const std::string& service, ManagedState& m,
+                                  const std::string& why, Intents& intents) {
+  if (!m.start_lease) return;
+  uint64_t id = *m.start_lease;
+  m.start_lease.reset();
+  if (id) intents.push_back(EndLeaseIntent{id, fmt::format("{}: {}", service, why)});
+}
+
+void Supervision::launch_granted(const std::string& service, uint64_t lease, const World& world,
+                                 const Now& now, std::vector<Action>& actions, Intents& intents) {
+  auto it = managed_.find(service);
+  if (it == managed_.end()) return;
+  ManagedState& m = it->second;
+  if (m.start_lease == lease && m.state == ManagedPhase::queued)
+    launch(service, m, world, now, actions, intents);
+}
+
+void Supervision::launch(const std::string& service, ManagedState& m, const World& world,
+                         const Now& now, std::vector<Action>& actions, Intents& intents) {
+  const ServiceConfig* cfg = config_.find_service(service);
+  // Exclusive group: the other members give the GPU up first.
+  if (cfg && !cfg->group.empty()) {
+    for (const auto& other : config_.services) {
+      if (other.name == service || other.group != cfg->group) continue;
+      auto o = managed_.find(other.name);
+      const ServiceStatus& ost = world.services.at(other.name);
+      if (o != managed_.end() && o->second.pid && o->second.state != ManagedPhase::stopping) {
+        actions.push_back(make_event(
+            now, "service.group_stop", std::nullopt, other.name,
+            fmt::format("stopping {}: {} of group '{}' starts", other.name, service, cfg->group)));
+        command(other.name, Command::stop, 0, false, world, now, actions, intents);
+      } else if (o == managed_.end() && ost.state == ServiceState::up && ost.bytes >= kHeld &&
+                 !ost.busy.value_or(false)) {
+        intents.push_back(UnloadIntent{other.name, "group", 0});
+      }
+    }
+  }
+  m.state = ManagedPhase::starting;
+  m.restart_at.reset();
+  m.health_failures = 0;
+  m.crash_on_exit.clear();
+  actions.push_back(SpawnService{service});
+}
+
+void Supervision::start_for_lease(const StartForLeaseIntent& i, const World& world, const Now& now,
+                                  std::vector<Action>& actions, Intents& intents) {
+  const ServiceStatus* st = world.services.find(i.service);
+  if (!st) return;
+  auto it = managed_.find(i.service);
+  bool down;
+  if (it != managed_.end()) {
+    const ManagedState& m = it->second;
+    if (m.start_lease) return;  // its own start is under way
+    down = m.state == ManagedPhase::stopped || m.state == ManagedPhase::failed ||
+           m.state == ManagedPhase::backoff;
+  } else {
+    down = st->control != Control::none && st->state == ServiceState::unreachable;
+  }
+  if (!down) return;
+  actions.push_back(
+      make_event(now, "service.start_for_lease", std::nullopt, i.service,
+                 fmt::format("starting {} for lease #{} ({})", i.service, i.lease, i.lease_owner)));
+  // The lease holds the room: no start admission of its own.
+  command(i.service, Command::start, 0, /*force=*/true, world, now, actions, intents);
+}
+
+void Supervision::stop_child(const std::string& service, ManagedState& m, const Now& now,
+                             std::vector<Action>& actions) {
+  m.state = ManagedPhase::stopping;
+  m.stop_sent_at = now.mono;
+  m.kill_sent = false;
+  m.stop_requested_at = now.mono;
+  m.bytes_at_stop = holds_[service];
+  actions.push_back(SignalService{service, *m.pid, SIGTERM});
+}
+
+void Supervision::on_child_started(const ChildStarted& e, const Now& now,
+                                   std::vector<Action>& actions, Intents& intents) {
+  auto it = managed_.find(e.service);
+  if (it == managed_.end()) return;
+  ManagedState& m = it->second;
+  if (!e.ok) {
+    m.state = ManagedPhase::failed;
+    m.reason = e.error;
+    actions.push_back(make_event(now, "service.start_failed", std::nullopt, e.service,
+                                 fmt::format("cannot start {}: {}", e.service, e.error)));
+    finish_waiters(m, Command::start, false, e.error, actions);
+    end_start_lease(e.service, m, "could not start", intents);
+    return;
+  }
+  if (e.adopted) end_start_lease(e.service, m, "adopted", intents);
+  m.pid = e.pid;
+  m.start_ticks = e.start_ticks;
+  m.adopted = e.adopted;
+  m.started_at = now.mono;
+  m.healthy_since.reset();
+  m.health_in_flight = false;
+  m.next_health = now.mono + (e.adopted ? Duration(0) : kStartingHealthInterval);
+  m.state = e.adopted ? ManagedPhase::running : ManagedPhase::starting;
+  if (e.adopted) m.healthy_since = now.mono;
+  actions.push_back(
+      make_event(now, e.adopted ? "service.adopted" : "service.started", std::nullopt, e.service,
+                 e.adopted ? fmt::format("{} (pid {}) still runs: adopted again", e.service, e.pid)
+                           : fmt::format("started {} (pid {})", e.service, e.pid)));
+}
+
+void Supervision::on_child_exited(const ChildExited& e, const World& world, const Now& now,
+                                  std::vector<Action>& actions, Intents& intents) {
+  auto it = managed_.find(e.service);
+  if (it == managed_.end()) return;
+  ManagedState& m = it->second;
+  if (!m.pid || *m.pid != e.pid) return;
+  const ServiceConfig* cfg = config_.find_service(e.service);
+  m.pid.reset();
+  end_start_lease(e.service, m, "exited before it was up", intents);
+  m.last_exit_code = e.exit_code;
+  m.last_signal = e.signal;
+  m.last_exit_at = now.mono;
+  m.health_in_flight = false;
+  std::string how = exit_text(e.exit_code, e.signal);
+
+  bool asked = m.state == ManagedPhase::stopping && m.crash_on_exit.empty();
+  if (asked) {
+    m.verify_until = now.mono + kStopVerifyTimeout;  // verify_stops() says when the memory is gone
+    if (m.restart_after_stop) {
+      m.restart_after_stop = false;
+      ++m.restart_count;
+      actions.push_back(make_event(now, "service.restarting", std::nullopt, e.service,
+                                   fmt::format("{} {}; starting it again", e.service, how)));
+      spawn(e.service, m, false, world, now, actions, intents);
+    } else {
+      m.state = ManagedPhase::stopped;
+    }
+    return;
+  }
+
+  // It died on its own (or vramd ended it for failing): a crash.
+  bool ended_by_vramd = !m.crash_on_exit.empty();  // for failing: a failure whatever the status
+  std::string why = ended_by_vramd ? m.crash_on_exit : how;
+  m.crash_on_exit.clear();
+  bool failure = ended_by_vramd || !e.exit_code || *e.exit_code != 0 || e.signal;
+  RecordCrash crash{e.service,
+                    e.pid,
+                    e.exit_code,
+                    e.signal,
+                    now.wall,
+                    ended_by_vramd ? why : "",
+                    world.ledger.holders(kHeld)};
+  if (failure) actions.push_back(crash);
+  actions.push_back(make_event(now, failure ? "service.crashed" : "service.exited", std::nullopt,
+                               e.service, fmt::format("{} {}", e.service, why)));
+
+  std::string policy = cfg ? cfg->restart : "on-failure";
+  bool again = policy == "always" || (policy == "on-failure" && failure);
+  if (!again) {
+    m.state = failure ? ManagedPhase::failed : ManagedPhase::stopped;
+    m.reason = why;
+    finish_waiters(m, std::nullopt, false, fmt::format("{} {}", e.service, why), actions);
+    return;
+  }
+  while (!m.restarts.empty() && now.mono - m.restarts.front() > cfg->restart_window)
+    m.restarts.pop_front();
+  m.restarts.push_back(now.mono);
+  if (static_cast<int>(m.restarts.size()) > cfg->max_restarts) {
+    m.state = ManagedPhase::failed;
+    m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
+                           format_duration(cfg->restart_window), why);
+    actions.push_back(make_event(now, "service.failed", std::nullopt, e.service,
+                                 fmt::format("{} failed: crashed {}; start it by hand once fixed "
+                                             "(vramd doctor {})",
+                                             e.service, m.reason, e.service)));
+    finish_waiters(m, std::nullopt, false,
+                   fmt::format("{} failed: crashed {}", e.service, m.reason), actions);
+    return;
+  }
+  m.backoff = m.backoff == Duration(0) ? kFirstBackoff : std::min(m.backoff * 2, kMaxBackoff);
+  m.restart_at = now.mono + m.backoff;
+  m.state = ManagedPhase::backoff;
+  m.reason = why;
+  actions.push_back(make_event(
+      now, "service.backoff", std::nullopt, e.service,
+      fmt::format("{} {}; restarting in {}", e.service, why, format_duration(m.backoff))));
+}
+
+void Supervision::on_health_checked(const HealthChecked& e, const Now& now,
+                                    std::vector<Action>& actions, Intents& intents) {
+  auto it = managed_.find(e.service);
+  if (it == managed_.end()) return;
+  ManagedState& m = it->second;
+  const ServiceConfig* cfg = config_.find_service(e.service);
+  m.health_in_flight = false;
+  m.last_health = e.message;
+  if (m.state == ManagedPhase::starting) {
+    m.next_health = now.mono + kStartingHealthInterval;
+    if (!e.ok) return;
+    m.state = ManagedPhase::running;
+    m.healthy_since = now.mono;
+    m.health_failures = 0;
+    m.reason.clear();
+    m.next_health = now.mono + cfg->health_interval;
+    end_start_lease(e.service, m, "is up", intents);  // its memory is its own from now on
+    std::string took = m.started_at ? format_age(now.mono - *m.started_at) : "?";
+    actions.push_back(
+        make_event(now, "service.healthy", std::nullopt, e.service,
+                   fmt::format("{} is up (pid {}) after {}", e.service, m.pid.value_or(0), took)));
+    finish_waiters(m, Command::start, true, fmt::format("{} is up after {}", e.service, took),
+                   actions);
+    return;
+  }
+  if (m.state != ManagedPhase::running) return;
+  m.next_health = now.mono + cfg->health_interval;
+  if (e.ok) {
+    if (m.health_failures > 0)
+      actions.push_back(make_event(now, "service.healthy", std::nullopt, e.service,
+                                   fmt::format("{} answers its health check again", e.service)));
+    m.health_failures = 0;
+    return;
+  }
+  if (++m.health_failures == 1)
+    actions.push_back(
+        make_event(now, "service.unhealthy", std::nullopt, e.service,
+                   fmt::format("{} failed a health check: {}", e.service, e.message)));
+  if (m.health_failures >= cfg->health_failures && m.pid) {
+    std::string why =
+        fmt::format("failed {} health checks in a row (last: {})", m.health_failures, e.message);
+    actions.push_back(make_event(now, "service.restart", std::nullopt, e.service,
+                                 fmt::format("restarting {}: {}", e.service, why)));
+    stop_child(e.service, m, now, actions);
+    m.crash_on_exit = why;  // its exit counts as a failure: the restart policy and backoff apply
+  }
+}
+
+void Supervision::on_tick(const World& world, const Now& now, std::vector<Action>& actions,
+                          Intents& intents) {
+  for (auto& [name, m] : managed_) {
+    const ServiceConfig* cfg = config_.find_service(name);
+    if (m.state == ManagedPhase::starting && m.started_at &&
+        now.mono - *m.started_at > cfg->start_timeout && m.pid) {
+      std::string why = fmt::format(
+          "did not answer its health check within start_timeout {} (last: {})",
+          format_duration(cfg->start_timeout), m.last_health.empty() ? "no answer" : m.last_health);
+      actions.push_back(make_event(now, "service.start_timeout", std::nullopt, name,
+                                   fmt::format("{} {}", name, why)));
+      stop_child(name, m, now, actions);
+      m.crash_on_exit = why;
+    }
+    if (m.state == ManagedPhase::stopping && m.pid && !m.kill_sent && m.stop_sent_at &&
+        now.mono - *m.stop_sent_at >= cfg->stop_timeout) {
+      m.kill_sent = true;
+      actions.push_back(make_event(now, "service.kill", std::nullopt, name,
+                                   fmt::format("{} did not stop within {}: SIGKILL", name,
+                                               format_duration(cfg->stop_timeout))));
+      actions.push_back(SignalService{name, *m.pid, SIGKILL});
+    }
+    if (m.state == ManagedPhase::backoff && m.restart_at && now.mono >= *m.restart_at) {
+      ++m.restart_count;
+      spawn(name, m, false, world, now, actions, intents);
+    }
+    if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) && m.pid &&
+        !m.health_in_flight && m.next_health && now.mono >= *m.next_health) {
+      m.health_in_flight = true;
+      actions.push_back(CheckHealth{name});
+    }
+    if (m.state == ManagedPhase::running && m.healthy_since &&
+        now.mono - *m.healthy_since > kHealthyResetsBackoff)
+      m.backoff = Duration(0);
+  }
+}
+
+void Supervision::verify_stops(const World& world, const Now& now, std::vector<Action>& actions) {
+  for (auto& [name, m] : managed_) {
+    Bytes bytes = world.services.at(name).bytes;
+    holds_[name] = bytes;
+    if (!m.verify_until) continue;
+    bool gone = bytes < kHeld;
+    if (!gone && now.mono < *m.verify_until) continue;
+    m.verify_until.reset();
+    std::string message;
+    if (gone) {
+      message = fmt::format("stopped {}: {} → {} in {:.1f} s", name, format_size(m.bytes_at_stop),
+                            format_size(bytes), (now.mono - m.stop_requested_at).count() / 1000.0);
+    } else {
+      std::string where;
+      for (const auto& g : world.ledger.status().gpus)
+        for (const auto& h : g.holdings)
+          if (h.owner == Owner{OwnerKind::service, name}) {
+            std::string pids;
+            for (int p : h.pids) pids += (pids.empty() ? "" : ", ") + std::to_string(p);
+            where += fmt::format("{}{} on GPU {} (pids {})", where.empty() ? "" : "; ",
+                                 format_size(h.bytes), g.sample.index, pids.empty() ? "?" : pids);
+          }
+      message = fmt::format("stopped {}, but its processes still hold {}", name, where);
+    }
+    actions.push_back(make_event(now, gone ? "service.stopped" : "service.stop_incomplete",
+                                 std::nullopt, name, message));
+    finish_waiters(m, Command::stop, gone, message, actions);
+  }
+}
+
+}  // namespace vramd
