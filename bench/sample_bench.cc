@@ -27,7 +27,7 @@
 #include "daemon/sampler.h"
 #include "gpu/nvml_reader.h"
 #include "host/linux_host_scanner.h"
-#include "sim/fake_gpu_state.h"
+#include "testgpu/fake_gpu_state.h"
 
 namespace vramd {
 namespace {

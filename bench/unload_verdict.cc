@@ -41,7 +41,7 @@
 
 #include "cli/client.h"
 #include "core/units.h"
-#include "sim/fake_gpu_state.h"
+#include "testgpu/fake_gpu_state.h"
 
 namespace {
 

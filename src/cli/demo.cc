@@ -22,7 +22,7 @@
 #include "daemon/sampler.h"
 #include "host/linux_host_scanner.h"
 #include "server/json_view.h"
-#include "sim/fake_gpu_state.h"
+#include "testgpu/fake_gpu_state.h"
 
 namespace vramd {
 

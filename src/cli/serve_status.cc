@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/daemon_call.h"
 #include "cli/status_printer.h"
+#include "daemon/config_file.h"
 #include "daemon/daemon.h"
 #include "daemon/sampler.h"
 #include "host/linux_host_scanner.h"

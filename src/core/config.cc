@@ -1,4 +1,5 @@
 #include "core/config.h"
+#include "core/text.h"
 
 #include "core/service_kinds.h"
 
@@ -19,11 +20,6 @@ namespace {
 
 // ---- small text helpers ----
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 // Optimal string alignment distance: Levenshtein plus adjacent transpositions ("servcies").
 size_t edit_distance(std::string_view a, std::string_view b) {
@@ -923,18 +919,5 @@ Result<Config> parse_config(std::string_view text, const std::string& path) {
   return ConfigParser(path).parse(text);
 }
 
-Result<Config> load_config(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return make_error(path + ": cannot read config: " + std::strerror(errno));
-  std::string text;
-  char buf[8192];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-  int read_errno = std::ferror(f) ? errno : 0;
-  std::fclose(f);
-  if (read_errno != 0)
-    return make_error(path + ": cannot read config: " + std::strerror(read_errno));
-  return parse_config(text, path);
-}
 
 }  // namespace vramd

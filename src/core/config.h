@@ -121,8 +121,8 @@ struct Config {
 // Parses TOML text. `path` is used in error messages: "vramd.toml:12:5: unknown key 'urll'
 // in [services.comfyui]; did you mean 'url'?". On failure the error lists every mistake found,
 // one per line, in file order (a syntax error stops parsing, so it comes alone).
+// (The core parses text; reading the file is the shell's: daemon/config_file.h.)
 Result<Config> parse_config(std::string_view text, const std::string& path);
-Result<Config> load_config(const std::string& path);
 
 // The adapters a service's `kind` may name, in documentation order.
 const std::vector<std::string>& known_service_kinds();

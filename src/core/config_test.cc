@@ -437,25 +437,7 @@ TEST(Config, Suggest) {
   EXPECT_EQ(suggest("nvidia_smi", {"auto", "nvml", "nvidia-smi"}), "nvidia-smi");
 }
 
-TEST(Config, LoadMissingFile) {
-  Result<Config> c = load_config("/nonexistent/vramd.toml");
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.error(), "/nonexistent/vramd.toml: cannot read config: No such file or directory");
-}
 
-TEST(Config, LoadReadsFile) {
-  std::string path = ::testing::TempDir() + "config_test_load.toml";
-  {
-    std::ofstream out(path);
-    out << "[daemon]\nsample_interval = \"2s\"\n[gpu]\nbackend = \"nvml\"\n";
-  }
-  Result<Config> c = load_config(path);
-  std::remove(path.c_str());
-  ASSERT_TRUE(c.ok()) << c.error();
-  EXPECT_EQ(c->path, path);
-  EXPECT_EQ(c->daemon.sample_interval, std::chrono::seconds(2));
-  EXPECT_EQ(c->gpu.backend, "nvml");
-}
 
 TEST(Config, AdapterKeysParse) {
   Result<Config> c = parse_config(R"toml(

@@ -1,4 +1,5 @@
 #include "core/units.h"
+#include "core/text.h"
 
 #include <cctype>
 #include <cmath>
@@ -10,17 +11,7 @@
 namespace vramd {
 namespace {
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
 
 // Reads a non-negative decimal number ("12", "1.5") at the front of `s`.
 std::optional<double> take_number(std::string_view& s) {

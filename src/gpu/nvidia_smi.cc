@@ -1,4 +1,5 @@
 #include "gpu/nvidia_smi.h"
+#include "core/text.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -22,14 +23,6 @@ namespace {
 constexpr std::size_t kQueryGpuFields = 8;
 constexpr std::size_t kComputeAppsFields = 4;
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() &&
-         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
 
 std::vector<std::string_view> lines_of(std::string_view text) {
   std::vector<std::string_view> lines;

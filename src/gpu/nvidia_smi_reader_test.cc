@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu/nvidia_smi.h"
-#include "sim/fake_gpu_state.h"
+#include "testgpu/fake_gpu_state.h"
 
 namespace vramd {
 namespace {

@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "sim/fake_gpu_state.h"
+#include "testgpu/fake_gpu_state.h"
 
 namespace vramd {
 namespace {

@@ -1,4 +1,5 @@
 #include "host/docker.h"
+#include "core/text.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -21,20 +22,7 @@ namespace {
 constexpr size_t kMaxResponse = 64 * 1024 * 1024;
 constexpr char kContainersTarget[] = "/v1.41/containers/json?all=1";
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
 
 // Decodes a chunked body. nullopt result with no error: more bytes needed.
 Result<std::optional<std::string>> dechunk(std::string_view in) {

@@ -1,4 +1,5 @@
 #include "server/assets.h"
+#include "core/text.h"
 
 #include <fmt/format.h>
 #include <algorithm>
@@ -26,12 +27,6 @@ const EmbeddedAsset* find_asset(std::string_view name) {
   return nullptr;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 // A path that tries to leave the asset folder, plainly or percent-encoded ("%2e%2e", "%2f").
 bool looks_like_traversal(std::string_view path) {

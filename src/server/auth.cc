@@ -1,4 +1,5 @@
 #include "server/auth.h"
+#include "core/text.h"
 
 #include <sys/stat.h>
 
@@ -20,11 +21,6 @@ namespace http = boost::beast::http;
 
 namespace {
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 // Host and port of a Host header or an Origin's authority; port 0 when absent.
 std::pair<std::string, std::string> split_authority(std::string_view a) {

@@ -1,5 +1,7 @@
 #include "services/adapter.h"
 
+#include "core/service_kinds.h"
+
 #include <cstdlib>
 #include <map>
 
@@ -35,7 +37,8 @@ Result<std::unique_ptr<Adapter>> make_adapter(const ServiceConfig& service,
   if (it == factories.end()) {
     return make_error("service " + service.name + ": unknown kind '" + service.kind + "'");
   }
-  if (service.kind != "process") {
+  const ServiceKind* kind = find_service_kind(service.kind);
+  if (kind && kind->needs_url) {
     if (service.url.empty()) {
       return make_error("service " + service.name + ": kind " + service.kind + " needs a url");
     }

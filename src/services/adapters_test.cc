@@ -15,7 +15,7 @@
 #include "integration/test_util.h"
 #include "services/adapter.h"
 #include "services/http_client.h"
-#include "sim/fake_gpu_state.h"
+#include "testgpu/fake_gpu_state.h"
 
 namespace vramd {
 namespace {

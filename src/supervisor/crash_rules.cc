@@ -1,4 +1,5 @@
 #include "supervisor/crash_rules.h"
+#include "core/text.h"
 
 #include <algorithm>
 #include <cctype>
@@ -169,12 +170,6 @@ bool is_blank(std::string_view s) {
   return s.find_first_not_of(" \t\r\n") == std::string_view::npos;
 }
 
-std::string_view trim(std::string_view s) {
-  std::size_t b = s.find_first_not_of(" \t");
-  if (b == std::string_view::npos) return {};
-  std::size_t e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
 
 void add_evidence(std::vector<std::string>& evidence, const std::string& line) {
   if (evidence.size() >= kMaxEvidence) return;

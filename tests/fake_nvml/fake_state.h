@@ -14,7 +14,7 @@
 //    "omit_symbols": ["nvmlDeviceGetComputeRunningProcesses_v3"],         // optional
 //    "errors": {"nvmlInit_v2": "DRIVER_NOT_LOADED"}}                      // optional, every gpu
 //
-// Writers replace the file atomically (src/sim/fake_gpu_state.h), so readers need no lock.
+// Writers replace the file atomically (src/testgpu/fake_gpu_state.h), so readers need no lock.
 #pragma once
 
 #include <optional>

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "fake_server.h"
-#include "sim/fake_gpu_state.h"
+#include "testgpu/fake_gpu_state.h"
 
 namespace vramd::fakes {
 

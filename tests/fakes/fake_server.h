@@ -1,6 +1,6 @@
 // A fake GPU model server for tests: answers one server kind's HTTP API (the paths and shapes of
 // docs' service-apis reference) and holds "GPU memory" by putting its own pid into the test GPU's
-// state file (sim/fake_gpu_state.h), so that an unload shows up in the GPU's numbers.
+// state file (testgpu/fake_gpu_state.h), so that an unload shows up in the GPU's numbers.
 // Single-threaded: everything runs on one io_context, so nothing here needs a lock.
 #pragma once
 

@@ -15,7 +15,7 @@
 #include "cli/client.h"
 #include "core/units.h"
 #include "integration/test_util.h"
-#include "sim/fake_gpu_state.h"
+#include "testgpu/fake_gpu_state.h"
 
 namespace vramd::testing {
 
@@ -51,14 +51,18 @@ struct DaemonFixture {
   }
 
   std::vector<std::string> env() const {
-    return {"VRAMD_NVML_LIBRARY=" + fake_lib(), "FAKE_NVML_STATE=" + state};
+    std::vector<std::string> out = {"VRAMD_NVML_LIBRARY=" + fake_lib(), "FAKE_NVML_STATE=" + state};
+    out.insert(out.end(), extra_env.begin(), extra_env.end());
+    return out;
   }
+  std::vector<std::string> extra_env;  // more "K=V" for the daemon (set before start)
+  std::string daemon_toml;             // more [daemon] keys (set before start)
 
   void start(const std::string& services_toml) {
     std::ofstream(dir.file("vramd.toml")) << fmt::format(
-        "[daemon]\nlisten = \"127.0.0.1:{}\"\nstate_dir = \"{}\"\nsample_interval = \"200ms\"\n\n"
+        "[daemon]\nlisten = \"127.0.0.1:{}\"\nstate_dir = \"{}\"\nsample_interval = \"200ms\"\n{}\n"
         "[gpu]\nbackend = \"nvml\"\n\n{}",
-        port, dir.path(), services_toml);
+        port, dir.path(), daemon_toml, services_toml);
     daemon = std::make_unique<Child>(
         std::vector<std::string>{vramd_bin(), "serve", "--config", dir.file("vramd.toml")}, env(),
         dir.file("daemon.log"));

@@ -9,7 +9,7 @@
 
 #include "cli/client.h"
 #include "integration/test_util.h"
-#include "sim/fake_gpu_state.h"
+#include "testgpu/fake_gpu_state.h"
 
 namespace vramd {
 namespace {

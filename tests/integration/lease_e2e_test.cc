@@ -8,7 +8,7 @@
 #include "core/units.h"
 #include "integration/daemon_fixture.h"
 #include "integration/test_util.h"
-#include "sim/fake_gpu_state.h"
+#include "testgpu/fake_gpu_state.h"
 
 namespace vramd {
 namespace {

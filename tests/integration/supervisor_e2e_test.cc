@@ -14,7 +14,7 @@
 #include "host/proc_table.h"
 #include "integration/daemon_fixture.h"
 #include "integration/test_util.h"
-#include "sim/fake_gpu_state.h"
+#include "testgpu/fake_gpu_state.h"
 
 namespace vramd {
 namespace {

@@ -1,4 +1,4 @@
-#include "sim/fake_gpu_state.h"
+#include "testgpu/fake_gpu_state.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
