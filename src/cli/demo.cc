@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "host/free_port.h"
 #include "cli/status_printer.h"
 #include "daemon/daemon.h"
 #include "daemon/sampler.h"
@@ -49,19 +50,6 @@ pid_t spawn_stand_in(const std::string& comm, const std::vector<std::string>& ar
   _exit(127);
 }
 
-int free_tcp_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
 
 bool listen_address_free(const std::string& host_port) {
   boost::asio::io_context io;
@@ -196,7 +184,10 @@ int cmd_demo(const DemoOptions& opts) {
     config.daemon.listen = "127.0.0.1:0";
   }
   boost::asio::io_context io;
-  Daemon daemon(io, config, std::move(*reader), std::make_unique<LinuxHostScanner>("/proc", ""));
+  DaemonWorld world;
+  world.reader = std::move(*reader);
+  world.scanner = std::make_unique<LinuxHostScanner>("/proc", "");
+  Daemon daemon(io, config, std::move(world));
   if (auto s = daemon.start(); !s) {
     std::cerr << "vramd demo: " << s.error() << "\n";
     for (pid_t c : children) kill(c, SIGTERM);

@@ -127,8 +127,10 @@ int cmd_serve(const CommonOptions& opts) {
     return kExitFailure;
   }
   boost::asio::io_context io;
-  Daemon daemon(io, *config, std::move(*reader),
-                std::make_unique<LinuxHostScanner>("/proc", config->daemon.docker_socket));
+  DaemonWorld world;
+  world.reader = std::move(*reader);
+  world.scanner = std::make_unique<LinuxHostScanner>("/proc", config->daemon.docker_socket);
+  Daemon daemon(io, *config, std::move(world));
   if (auto s = daemon.start(); !s) {
     std::cerr << "vramd: " << s.error() << "\n";
     return kExitFailure;

@@ -17,6 +17,7 @@
 
 #include "daemon/sampler.h"
 #include "daemon/sd_notify.h"
+#include "store/stores.h"
 #include "host/docker.h"
 #include "host/proc_table.h"
 #include "server/json_view.h"
@@ -30,46 +31,29 @@ namespace {
 constexpr auto kFastSampleInterval = std::chrono::milliseconds(250);
 // With nothing due, the loop still wakes this often (log rotation of services vramd runs).
 constexpr auto kIdleWake = std::chrono::seconds(10);
-constexpr size_t kSubscriberQueueLimit = 1000;  // a stream that falls this far behind is closed
 constexpr auto kUnloadWaitLimit = std::chrono::minutes(5);
 
-// `systemctl ACTION UNIT`, waited for up to a minute. Runs on a worker thread.
-std::pair<bool, std::string> run_systemctl(const std::string& action, const std::string& unit) {
-  pid_t pid = fork();
-  if (pid < 0) return {false, "fork failed"};
-  if (pid == 0) {
-    if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)  // none of vramd's sockets and files
-      for (int fd = 3; fd < 65536; ++fd) close(fd);
-    execlp("systemctl", "systemctl", action.c_str(), unit.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  for (int i = 0; i < 600; ++i) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return {true, "systemctl " + action + " " + unit};
-      return {false, fmt::format("systemctl {} {} exited with {}", action, unit,
-                                 WIFEXITED(status) ? WEXITSTATUS(status) : -1)};
-    }
-    usleep(100'000);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  return {false, fmt::format("systemctl {} {} did not finish in 60 s", action, unit)};
-}
 
 }  // namespace
 
-Daemon::Daemon(asio::io_context& io, Config config, std::unique_ptr<GpuReader> reader,
-               std::unique_ptr<HostScanner> scanner)
+Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
     : io_(io),
       arbiter_(std::move(config)),
-      reader_(std::move(reader)),
-      scanner_(std::move(scanner)),
+      reader_(std::move(world.reader)),
+      scanner_(std::move(world.scanner)),
+      clock_(world.clock ? std::move(world.clock) : std::function<Now()>(read_clocks)),
       scan_request_(arbiter_.scan_request()),
       api_(*this),
       http_(io, [this](HttpRequest req, HttpStream& s) { return api_.handle(std::move(req), s); }),
+      runner_(world.runner ? std::move(world.runner)
+                           : make_local_process_runner(io, worker_, arbiter_.config().daemon.state_dir)),
+      lifecycle_(world.lifecycle ? std::move(world.lifecycle)
+                                 : make_lifecycle_backend(arbiter_.config().daemon.docker_socket)),
       sample_timer_(io),
-      tick_timer_(io) {}
+      tick_timer_(io),
+      stream_(io) {
+  runner_->set_sink({[this](ChildStarted e) { feed(e); }, [this](ChildExited e) { feed(e); }});
+}
 
 Daemon::~Daemon() {
   stop();
@@ -77,7 +61,7 @@ Daemon::~Daemon() {
   store_thread_.join();
 }
 
-Now Daemon::now() const { return read_clocks(); }
+Now Daemon::now() const { return clock_(); }
 
 std::string Daemon::socket_path() const {
   return (std::filesystem::path(arbiter_.config().daemon.state_dir) / "vramd.sock").string();
@@ -89,18 +73,13 @@ Status Daemon::start() {
   std::filesystem::create_directories(cfg.daemon.state_dir, ec);
   if (ec)
     return make_error(fmt::format("cannot create state_dir {}: {}", cfg.daemon.state_dir, ec.message()));
-  auto store = EventStore::open(
-      (std::filesystem::path(cfg.daemon.state_dir) / "vramd.db").string(), cfg.daemon.events_retention);
-  if (!store) return make_error(store.error());
-  store_ = std::move(*store);
+  auto stores = open_stores(cfg.daemon.state_dir, cfg.daemon.events_retention);
+  if (!stores) return make_error(stores.error());
+  store_ = stores->events;
+  lease_store_ = stores->leases;
+  crash_store_ = stores->crashes;
   if (auto max = store_->max_id(); max) next_stream_id_ = *max + 1;
-  auto leases = LeaseStore::open((std::filesystem::path(cfg.daemon.state_dir) / "vramd.db").string());
-  if (!leases) return make_error(leases.error());
-  lease_store_ = std::move(*leases);
   if (auto s = restore_leases(); !s) return s;
-  auto crashes = CrashStore::open((std::filesystem::path(cfg.daemon.state_dir) / "vramd.db").string());
-  if (!crashes) return make_error(crashes.error());
-  crash_store_ = std::move(*crashes);
   for (const auto& svc : cfg.services) {
     auto adapter = make_adapter(svc, io_.get_executor());
     if (!adapter) return make_error(fmt::format("service {}: {}", svc.name, adapter.error()));
@@ -112,7 +91,7 @@ Status Daemon::start() {
   asio::co_spawn(io_, sample_loop(), asio::detached);
   asio::co_spawn(io_, tick_loop(), asio::detached);
   for (const auto& svc : cfg.services) asio::co_spawn(io_, probe_loop(svc.name), asio::detached);
-  adopt_children();
+  runner_->adopt(cfg.services);
   sd_notify("READY=1\nSTATUS=sampling GPUs; API on " + cfg.daemon.listen);  // Type=notify
   if (auto interval = sd_watchdog_interval()) asio::co_spawn(io_, watchdog_loop(*interval), asio::detached);
   return Ok{};
@@ -126,7 +105,7 @@ void Daemon::stop() {
   tick_timer_.cancel();
   for (auto& t : probe_timers_) t.cancel();
   for (auto& [id, w] : waiters_) w->timer.cancel();
-  for (auto& s : subscribers_) s->wake.cancel();
+  stream_.close();
   for (auto& [id, t] : lease_waiters_) t->cancel();
   for (auto& [id, w] : command_waiters_) w->timer.cancel();
   // Managed children outlive vramd unless on_shutdown = "stop" (they are adopted again).
@@ -135,12 +114,12 @@ void Daemon::stop() {
     if (cfg && cfg->on_shutdown == "stop" && st.managed && st.managed->pid)
       ::kill(-*st.managed->pid, SIGTERM);
   }
-  for (auto& [name, w] : child_watches_) w->cancel();
+  runner_->close();
   http_.close();
 }
 
 void Daemon::feed(const Event& event) {
-  apply(arbiter_.handle(event, read_clocks()));
+  apply(arbiter_.handle(event, clock_()));
   // A deadline sooner than the tick loop's wake-up: wake it to wait for that one instead.
   if (auto due = arbiter_.next_deadline(); due && *due < tick_at_) tick_timer_.cancel();
 }
@@ -153,14 +132,7 @@ void Daemon::apply(std::vector<Action> actions) {
       int64_t id = next_stream_id_++;
       nlohmann::json data = e->event.verdict ? to_json(*e->event.verdict) : nlohmann::json(nullptr);
       // SSE subscribers first (they are on this loop), then the store on its own thread.
-      nlohmann::json frame = to_json(e->event);
-      frame["id"] = id;
-      std::string sse = fmt::format("id: {}\nevent: {}\ndata: {}\n\n", id, e->event.type, frame.dump());
-      for (auto& s : subscribers_) {
-        if (s->queue.size() >= kSubscriberQueueLimit) s->overflowed = true;
-        else s->queue.push_back(sse);
-        s->wake.cancel();
-      }
+      stream_.publish(id, e->event, data);
       asio::post(store_thread_, [store = store_, ev = e->event, data, id] {
         if (auto r = store->append(ev, data, id); !r) spdlog::warn("{}", r.error());
       });
@@ -182,10 +154,15 @@ void Daemon::apply(std::vector<Action> actions) {
     } else if (auto* sp = std::get_if<SpawnService>(&a)) {
       // After this batch: spawning feeds the Arbiter (not from inside apply()).
       asio::post(io_, [this, name = sp->service] {
-        if (!stopping_) spawn_child(name);
+        if (stopping_) return;
+        std::vector<int> ours;  // its port may be held by something vramd runs
+        for (const auto& st : arbiter_.services())
+          if (st.managed && st.managed->pid) ours.push_back(*st.managed->pid);
+        if (const ServiceConfig* cfg = arbiter_.config().find_service(name))
+          runner_->spawn(*cfg, std::move(ours));
       });
     } else if (auto* sig = std::get_if<SignalService>(&a)) {
-      signal_child(*sig);
+      runner_->signal(sig->pid, sig->signal);
     } else if (auto* ch = std::get_if<CheckHealth>(&a)) {
       check_health(ch->service);
     } else if (auto* rc = std::get_if<RecordCrash>(&a)) {
@@ -201,21 +178,8 @@ void Daemon::apply(std::vector<Action> actions) {
 }
 
 void Daemon::run_lifecycle(Lifecycle lc) {
-  std::string socket = arbiter_.config().daemon.docker_socket;
-  asio::post(worker_, [this, lc, socket] {
-    LifecycleDone done{lc.service, lc.action, false, ""};
-    std::string action = to_string(lc.action);
-    if (lc.via == Control::unit) {
-      auto [ok, message] = run_systemctl(action, lc.target);
-      done.ok = ok;
-      done.message = message;
-    } else {
-      auto r = http_request_unix(socket, "POST",
-                                 fmt::format("/v1.41/containers/{}/{}", lc.target, action),
-                                 std::chrono::seconds(60));
-      done.ok = r && r->status / 100 == 2;
-      done.message = r ? fmt::format("docker {} {} → {}", action, lc.target, r->status) : r.error();
-    }
+  asio::post(worker_, [this, lc, backend = lifecycle_.get()] {
+    LifecycleDone done = backend->run(lc);
     asio::post(io_, [this, done] {
       if (!stopping_) feed(done);
     });
@@ -266,7 +230,7 @@ asio::awaitable<void> Daemon::tick_loop() {
     if (stopping_) break;
     if (managed && mono_now() - last_rotation_ >= kIdleWake) {
       last_rotation_ = mono_now();
-      rotate_logs();
+      runner_->rotate_logs(arbiter_.config().services);
     }
     if (ec) continue;  // woken for a sooner deadline: wait for that one
     if (due = arbiter_.next_deadline(); due && mono_now() >= *due) feed(Tick{});
@@ -351,48 +315,13 @@ asio::awaitable<Result<std::vector<StoredEvent>>> Daemon::events(int64_t after_i
 }
 
 asio::awaitable<void> Daemon::stream_events(HttpStream& stream, int64_t after_id) {
-  auto sub = std::make_shared<Subscriber>(io_);
-  subscribers_.push_back(sub);
-  bool ok = co_await stream.start_event_stream();
-  int64_t sent_up_to = after_id;
-  // A reconnecting client (Last-Event-ID) first gets what it missed, from the store.
-  if (ok && after_id > 0) {
-    auto missed = co_await events(after_id, std::nullopt, 1000);
-    if (missed) {
-      for (const auto& e : *missed) {
-        sent_up_to = std::max(sent_up_to, e.id);
-        nlohmann::json frame = to_json(e.event);
-        frame["id"] = e.id;
-        if (!e.data.is_null()) frame["data"] = e.data;
-        if (!(ok = co_await stream.write(fmt::format("id: {}\nevent: {}\ndata: {}\n\n", e.id,
-                                                     e.event.type, frame.dump()))))
-          break;
-      }
-    }
-  }
-  while (ok && !stopping_ && !sub->overflowed) {
-    while (ok && !sub->queue.empty()) {
-      std::string frame = std::move(sub->queue.front());
-      sub->queue.pop_front();
-      // Events that came while the store was read were in both: send each id once.
-      int64_t id = 0;
-      if (frame.starts_with("id: ")) std::from_chars(frame.data() + 4, frame.data() + frame.size(), id);
-      if (id != 0 && id <= sent_up_to) continue;
-      ok = co_await stream.write(std::move(frame));
-    }
-    if (!ok) break;
-    sub->wake.expires_after(std::chrono::seconds(15));
-    boost::system::error_code ec;
-    co_await sub->wake.async_wait(asio::redirect_error(use_awaitable, ec));
-    if (!ec) ok = co_await stream.write(": keep-alive\n\n");  // timer ran out: nothing new
-  }
-  subscribers_.remove(sub);
+  co_await stream_.serve(stream, after_id, [this](int64_t after) { return events(after, std::nullopt, 1000); });
 }
 
 void Daemon::save_lease(const Lease& lease) {
   ++lease_writes_pending_[lease.id];
   uint64_t id = lease.id;
-  asio::post(store_thread_, [this, store = lease_store_, lease, id, now = read_clocks()] {
+  asio::post(store_thread_, [this, store = lease_store_, lease, id, now = clock_()] {
     if (auto r = store->save(lease, now); !r) spdlog::error("{}", r.error());
     asio::post(io_, [this, id] {
       if (--lease_writes_pending_[id] <= 0) lease_writes_pending_.erase(id);
@@ -409,14 +338,14 @@ void Daemon::wake_lease_waiters(uint64_t id) {
 Status Daemon::restore_leases() {
   auto max = lease_store_->max_id();
   if (!max) return make_error(max.error());
-  auto kept = lease_store_->active(read_clocks());
+  auto kept = lease_store_->active(clock_());
   if (!kept) return make_error(kept.error());
   std::vector<uint64_t> alive;
   for (const auto& l : *kept)
     if (l.request.pid && process_alive("/proc", *l.request.pid, l.request.pid_start_ticks))
       alive.push_back(l.id);
   if (!kept->empty()) spdlog::info("restoring {} leases from the store", kept->size());
-  apply(arbiter_.restore_leases(std::move(*kept), alive, read_clocks(), *max + 1));
+  apply(arbiter_.restore_leases(std::move(*kept), alive, clock_(), *max + 1));
   return Ok{};
 }
 

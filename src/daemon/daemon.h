@@ -21,18 +21,30 @@
 #include "gpu/gpu_reader.h"
 #include "host/host_scanner.h"
 #include "server/api.h"
+#include "server/event_stream.h"
 #include "server/http_server.h"
 #include "services/adapter.h"
 #include "store/event_store.h"
 #include "store/crash_store.h"
 #include "store/lease_store.h"
+#include "supervisor/lifecycle.h"
+#include "supervisor/process_runner.h"
 
 namespace vramd {
 
+// The Daemon's world, handed in at construction: what it reads and what it acts through. Tests
+// (and fault injection) hand in their own; nullptr parts get the real ones.
+struct DaemonWorld {
+  std::unique_ptr<GpuReader> reader;
+  std::unique_ptr<HostScanner> scanner;
+  std::unique_ptr<ProcessRunner> runner;        // nullptr: fork/exec, pidfd (supervisor/)
+  std::unique_ptr<LifecycleBackend> lifecycle;  // nullptr: Docker Engine API and systemctl
+  std::function<Now()> clock;                   // nullptr: the system's clocks (read_clocks)
+};
+
 class Daemon : public DaemonControl {
  public:
-  Daemon(boost::asio::io_context& io, Config config, std::unique_ptr<GpuReader> reader,
-         std::unique_ptr<HostScanner> scanner);
+  Daemon(boost::asio::io_context& io, Config config, DaemonWorld world);
   ~Daemon() override;
 
   // Creates the state directory and its event store, makes the adapters, listens on
@@ -94,14 +106,8 @@ class Daemon : public DaemonControl {
   Status restore_leases();
   void check_lease_holders();
   // Supervision (daemon_children.cc).
-  void spawn_child(const std::string& service);
-  void watch_child(const std::string& service, int pid, bool ours);
-  void signal_child(const SignalService& s);
   void check_health(const std::string& service);
   void record_crash(RecordCrash crash);
-  void adopt_children();
-  void rotate_logs();
-  std::string pid_file(const std::string& service) const;
 
   // Someone awaits the answer to a request: the timer is cancelled when `result` arrives.
   template <typename T>
@@ -110,23 +116,17 @@ class Daemon : public DaemonControl {
     boost::asio::steady_timer timer;
     std::optional<T> result;
   };
-  struct Subscriber {
-    explicit Subscriber(boost::asio::io_context& io) : wake(io) {}
-    boost::asio::steady_timer wake;
-    std::deque<std::string> queue;  // SSE frames waiting to be written
-    bool overflowed = false;
-  };
 
   boost::asio::io_context& io_;
   Arbiter arbiter_;
   std::unique_ptr<GpuReader> reader_;
   std::unique_ptr<HostScanner> scanner_;
+  std::function<Now()> clock_;
   HostScanRequest scan_request_;
   std::map<std::string, std::unique_ptr<Adapter>> adapters_;
   std::shared_ptr<EventStore> store_;
   std::shared_ptr<LeaseStore> lease_store_;
   std::shared_ptr<CrashStore> crash_store_;
-  std::map<std::string, std::shared_ptr<boost::asio::posix::stream_descriptor>> child_watches_;
   std::map<uint64_t, std::unique_ptr<Waiter<CommandFinished>>> command_waiters_;
   MetricsCounters metrics_;
   uint64_t next_command_ = 1;
@@ -138,13 +138,15 @@ class Daemon : public DaemonControl {
   Api api_;
   HttpServer http_;
   boost::asio::thread_pool worker_{1};  // GPU reads, host scans, restarts
+  std::unique_ptr<ProcessRunner> runner_;
+  std::unique_ptr<LifecycleBackend> lifecycle_;
   boost::asio::thread_pool store_thread_{1};
   boost::asio::steady_timer sample_timer_;
   boost::asio::steady_timer tick_timer_;
   std::list<boost::asio::steady_timer> probe_timers_;
   std::map<uint64_t, std::unique_ptr<Waiter<UnloadFinished>>> waiters_;
   uint64_t next_request_ = 1;
-  std::list<std::shared_ptr<Subscriber>> subscribers_;
+  EventStream stream_;
   int64_t next_stream_id_ = 1;
   bool fast_sampling_ = false;
   bool sample_soon_ = false;  // take the next sample without waiting

@@ -1,6 +1,6 @@
-// The daemon's side of supervision: spawning, signalling, pidfd watches, health checks, crash
-// records, re-adoption and log rotation. Part of class Daemon (daemon.h); the decisions are the
-// Arbiter's (core/arbiter_supervisor.cc).
+// The daemon's side of supervision: health checks, crash records and service commands. Part of
+// class Daemon (daemon.h); the decisions are the core's (core/supervision.h), running the
+// processes is the ProcessRunner's (supervisor/process_runner.h).
 // GCC 12 needs <utility> before Boost's awaitable.hpp.
 #include <utility>
 
@@ -19,7 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/owners.h"
-#include "daemon/children.h"
+#include "supervisor/children.h"
 #include "daemon/daemon.h"
 #include "host/proc_table.h"
 #include "supervisor/crash_rules.h"
@@ -30,99 +30,17 @@ namespace asio = boost::asio;
 using asio::use_awaitable;
 
 namespace {
-constexpr uint64_t kLogMaxBytes = 10 * 1024 * 1024;
 constexpr size_t kCrashLogLines = 200;
 }  // namespace
 
 std::string Daemon::log_path(const std::string& service) const {
-  return (std::filesystem::path(arbiter_.config().daemon.state_dir) / "logs" / (service + ".log")).string();
+  return runner_->log_path(service);
 }
 
-std::string Daemon::pid_file(const std::string& service) const {
-  return (std::filesystem::path(arbiter_.config().daemon.state_dir) / "run" / (service + ".pid")).string();
-}
 
-void Daemon::spawn_child(const std::string& service) {
-  const ServiceConfig* found = arbiter_.config().find_service(service);
-  if (!found) return;
-  // Its port must be free, or held by something vramd runs.
-  std::vector<int> ours;
-  for (const auto& st : arbiter_.services())
-    if (st.managed && st.managed->pid) ours.push_back(*st.managed->pid);
-  // The port check walks every process's fds and a reclaim waits for the port: the worker does
-  // both, and the spawn, then the loop watches the child and tells the Arbiter.
-  asio::post(worker_, [this, cfg = *found, ours, log = log_path(service), pids = pid_file(service)] {
-    Result<Spawned> spawned = make_error("");
-    if (auto taken = port_taken(url_port(cfg.url), ours)) {
-      bool reclaimed = false;
-      if (cfg.reclaim_port) {
-        // Only a process of our own user that the service's match recognises.
-        auto proc = read_process("/proc", taken->first);
-        OwnerResolver resolver({cfg});
-        HostSnapshot host;
-        if (proc) host.processes.push_back(*proc);
-        auto owners = resolver.resolve(host, {});
-        bool recognised = owners.count(taken->first) && owners[taken->first].owner.name == cfg.name &&
-                          !cfg.match.empty();
-        if (proc && proc->uid == geteuid() && recognised) {
-          spdlog::info("{}: ending {} on port {} (reclaim_port)", cfg.name, taken->second, url_port(cfg.url));
-          ::kill(taken->first, SIGTERM);
-          for (int i = 0; i < 50 && port_taken(url_port(cfg.url), ours); ++i) usleep(100'000);
-          reclaimed = !port_taken(url_port(cfg.url), ours);
-        }
-      }
-      if (!reclaimed)
-        spawned = make_error(fmt::format("port {} is taken by {}, which vramd did not start{}",
-                                         url_port(cfg.url), taken->second,
-                                         cfg.reclaim_port ? " (reclaim_port: not the same user or not "
-                                                            "recognised by match)"
-                                                          : "; stop it, or set reclaim_port = true"));
-    }
-    if (spawned.error().empty()) spawned = spawn_service(cfg, log);
-    if (spawned)
-      if (auto w = write_pid_file(pids, *spawned); !w) spdlog::warn("{}", w.error());
-    asio::post(io_, [this, name = cfg.name, spawned] {
-      if (stopping_) return;
-      if (!spawned) {
-        feed(ChildStarted{name, false, 0, 0, spawned.error()});
-        return;
-      }
-      watch_child(name, spawned->pid, true);  // a pidfd of an unreaped child works even if it exited
-      feed(ChildStarted{name, true, spawned->pid, spawned->start_ticks, "", false});
-    });
-  });
-}
 
-void Daemon::watch_child(const std::string& service, int pid, bool ours) {
-  int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  auto report = [this, service, pid, ours] {
-    ChildExited e{service, pid, std::nullopt, std::nullopt};
-    int status = 0;
-    if (ours && waitpid(pid, &status, 0) == pid) {
-      if (WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
-      if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
-    }
-    std::error_code ec;
-    std::filesystem::remove(pid_file(service), ec);
-    child_watches_.erase(service);
-    if (!stopping_) feed(e);
-  };
-  if (fd < 0) {
-    asio::post(io_, report);  // already gone
-    return;
-  }
-  auto sd = std::make_shared<asio::posix::stream_descriptor>(io_, fd);
-  child_watches_[service] = sd;
-  sd->async_wait(asio::posix::stream_descriptor::wait_read,
-                 [sd, report](const boost::system::error_code& ec) {
-                   if (!ec) report();
-                 });
-}
 
-void Daemon::signal_child(const SignalService& s) {
-  // The whole process group (the child is a session leader): workers it started go too.
-  if (::kill(-s.pid, s.signal) != 0) ::kill(s.pid, s.signal);
-}
+
 
 void Daemon::check_health(const std::string& service) {
   auto it = adapters_.find(service);
@@ -180,29 +98,7 @@ void Daemon::record_crash(RecordCrash crash) {
   });
 }
 
-void Daemon::adopt_children() {
-  for (const auto& svc : arbiter_.config().services) {
-    if (svc.start.empty()) continue;
-    auto live = read_live_pid_file(pid_file(svc.name));
-    if (!live) {
-      std::error_code ec;
-      std::filesystem::remove(pid_file(svc.name), ec);
-      continue;
-    }
-    spdlog::info("{}: pid {} still runs; adopting it", svc.name, live->pid);
-    watch_child(svc.name, live->pid, false);
-    feed(ChildStarted{svc.name, true, live->pid, live->start_ticks, "", true});
-  }
-}
 
-void Daemon::rotate_logs() {
-  std::vector<std::string> logs;
-  for (const auto& svc : arbiter_.config().services)
-    if (!svc.start.empty()) logs.push_back(log_path(svc.name));
-  asio::post(worker_, [logs] {
-    for (const auto& l : logs) rotate_log(l, kLogMaxBytes);
-  });
-}
 
 uint64_t Daemon::service_command(const std::string& service, Command action, bool force) {
   uint64_t id = next_command_++;

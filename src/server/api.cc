@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "daemon/children.h"
+#include "supervisor/children.h"
 #include "server/json_view.h"
 #include "core/eviction.h"
 

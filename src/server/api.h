@@ -4,7 +4,7 @@
 #include <functional>
 
 #include "core/arbiter.h"
-#include "daemon/children.h"
+#include "supervisor/children.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "store/event_store.h"

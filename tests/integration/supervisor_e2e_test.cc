@@ -10,7 +10,7 @@
 
 #include "cli/client.h"
 #include "core/units.h"
-#include "daemon/children.h"
+#include "supervisor/children.h"
 #include "host/proc_table.h"
 #include "integration/daemon_fixture.h"
 #include "integration/test_util.h"

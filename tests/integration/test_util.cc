@@ -1,22 +1,12 @@
 #include "integration/test_util.h"
 
+#include "host/free_port.h"
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 
 namespace vramd::testing {
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
+int free_port() { return free_tcp_port(); }
 
 }  // namespace vramd::testing

@@ -1,4 +1,4 @@
-#include "daemon/children.h"
+#include "supervisor/children.h"
 
 #include <fcntl.h>
 #include <grp.h>
