@@ -66,7 +66,8 @@ json to_json(const HistoryView& v, unsigned gpu) {
   for (auto t : v.times) times.push_back(t.time_since_epoch().count() / 1000.0);
   json series = json::array();
   for (const auto& s : v.series)
-    series.push_back({{"owner", s.owner.name}, {"owner_kind", to_string(s.owner.kind)}, {"bytes", s.values}});
+    series.push_back(
+        {{"owner", s.owner.name}, {"owner_kind", to_string(s.owner.kind)}, {"bytes", s.values}});
   return {{"gpu", gpu}, {"total_bytes", v.total}, {"times", times}, {"series", series}};
 }
 
@@ -106,43 +107,47 @@ json to_json(const ServiceStatus& s, TimePoint now) {
   };
   json per_gpu = json::array();
   for (const auto& [gpu, b] : s.per_gpu) per_gpu.push_back({{"gpu", gpu}, {"bytes", b}});
-  return {{"name", s.name},
-          {"kind", s.kind},
-          {"url", s.url},
-          {"state", s.state},
-          {"busy", opt(s.busy)},
-          {"queue_depth", opt(s.queue_depth)},
-          {"models", s.models},
-          {"probe_error", s.probe_error.empty() ? json(nullptr) : json(s.probe_error)},
-          {"last_probe", time(s.last_probe)},
-          {"last_activity", time(s.last_activity)},
-          {"idle_since", time(s.idle_since)},
-          {"idle_seconds", s.idle_since ? json((now - *s.idle_since).count() / 1000.0) : json(nullptr)},
-          {"bytes", s.bytes},
-          {"per_gpu", per_gpu},
-          {"rss_bytes", opt(s.rss)},
-          {"self_reported_vram_bytes", opt(s.self_reported_vram)},
-          {"unload_after_idle_seconds",
-           s.unload_after_idle ? json(s.unload_after_idle->count() / 1000.0) : json(nullptr)},
-          {"last_unload", s.last_unload ? to_json(*s.last_unload) : json(nullptr)},
-          {"backoff_until", time(s.backoff_until)},
-          {"can_restart", s.can_restart.empty() ? json(nullptr) : json(s.can_restart)},
-          {"reload_cost_seconds", s.reload_cost.count() / 1000.0},
-          {"reload_cost_measured", s.reload_measured},
-          {"process", s.managed ? json{{"state", s.managed->state},
-                                       {"pid", opt(s.managed->pid)},
-                                       {"adopted", s.managed->adopted},
-                                       {"started_at", time(s.managed->started_at)},
-                                       {"healthy_since", time(s.managed->healthy_since)},
-                                       {"health_failures", s.managed->health_failures},
-                                       {"last_health", s.managed->last_health},
-                                       {"restarts", s.managed->restart_count},
-                                       {"reason", s.managed->reason.empty() ? json(nullptr) : json(s.managed->reason)},
-                                       {"last_exit_code", opt(s.managed->last_exit_code)},
-                                       {"last_signal", opt(s.managed->last_signal)},
-                                       {"restart_at", time(s.managed->restart_at)},
-                                       {"start_lease", opt(s.managed->start_lease)}}
-                                : json(nullptr)}};
+  return {
+      {"name", s.name},
+      {"kind", s.kind},
+      {"url", s.url},
+      {"state", s.state},
+      {"busy", opt(s.busy)},
+      {"queue_depth", opt(s.queue_depth)},
+      {"models", s.models},
+      {"probe_error", s.probe_error.empty() ? json(nullptr) : json(s.probe_error)},
+      {"last_probe", time(s.last_probe)},
+      {"last_activity", time(s.last_activity)},
+      {"idle_since", time(s.idle_since)},
+      {"idle_seconds", s.idle_since ? json((now - *s.idle_since).count() / 1000.0) : json(nullptr)},
+      {"bytes", s.bytes},
+      {"per_gpu", per_gpu},
+      {"rss_bytes", opt(s.rss)},
+      {"self_reported_vram_bytes", opt(s.self_reported_vram)},
+      {"unload_after_idle_seconds",
+       s.unload_after_idle ? json(s.unload_after_idle->count() / 1000.0) : json(nullptr)},
+      {"last_unload", s.last_unload ? to_json(*s.last_unload) : json(nullptr)},
+      {"backoff_until", time(s.backoff_until)},
+      {"can_restart", s.can_restart.empty() ? json(nullptr) : json(s.can_restart)},
+      // Which actions the kind has: a `process` service has no API to unload through.
+      {"can_unload", s.kind != "process"},
+      {"reload_cost_seconds", s.reload_cost.count() / 1000.0},
+      {"reload_cost_measured", s.reload_measured},
+      {"process", s.managed ? json{{"state", s.managed->state},
+                                   {"pid", opt(s.managed->pid)},
+                                   {"adopted", s.managed->adopted},
+                                   {"started_at", time(s.managed->started_at)},
+                                   {"healthy_since", time(s.managed->healthy_since)},
+                                   {"health_failures", s.managed->health_failures},
+                                   {"last_health", s.managed->last_health},
+                                   {"restarts", s.managed->restart_count},
+                                   {"reason", s.managed->reason.empty() ? json(nullptr)
+                                                                        : json(s.managed->reason)},
+                                   {"last_exit_code", opt(s.managed->last_exit_code)},
+                                   {"last_signal", opt(s.managed->last_signal)},
+                                   {"restart_at", time(s.managed->restart_at)},
+                                   {"start_lease", opt(s.managed->start_lease)}}
+                            : json(nullptr)}};
 }
 
 json to_json(const Lease& l, const Arbiter& arbiter) {
@@ -176,12 +181,8 @@ json to_json(const Lease& l, const Arbiter& arbiter) {
                           {"state", b.state},
                           {"evicting", b.evicting},
                           {"candidates", b.candidates}});
-    reason = {{"text", why.text},
-              {"gpu", opt(why.gpu)},
-              {"needs_bytes", why.needs},
-              {"free_bytes", why.free},
-              {"behind", opt(why.behind)},
-              {"blockers", blockers}};
+    reason = {{"text", why.text},       {"gpu", opt(why.gpu)},       {"needs_bytes", why.needs},
+              {"free_bytes", why.free}, {"behind", opt(why.behind)}, {"blockers", blockers}};
   }
   return {{"id", l.id},
           {"state", to_string(l.state)},
