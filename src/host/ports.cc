@@ -67,7 +67,8 @@ std::vector<TcpListener> parse_proc_net_tcp(std::string_view content) {
     if (colon == std::string_view::npos) continue;
     TcpListener l;
     unsigned long long inode = 0;
-    if (!parse_int(f[1].substr(colon + 1), l.port, 16)) continue;
+    // A port is 16 bits: a wider field is a bad row (found by fuzzing, tests/fuzz/README.md).
+    if (!parse_int(f[1].substr(colon + 1), l.port, 16) || l.port < 0 || l.port > 0xFFFF) continue;
     if (!parse_int(f[9], inode, 10) || inode == 0) continue;
     l.inode = inode;
     out.push_back(l);

@@ -75,6 +75,22 @@ TEST(PortsTest, ParsesOnlyListenRows) {
   EXPECT_TRUE(parse_proc_net_tcp("").empty());
 }
 
+// Fuzzing found "09551615:0707E8" read as port 460776 (tests/fuzz/corpus/proc_net_tcp/
+// regression-port-wider-than-16-bits): a port field wider than 16 bits is a bad row, skipped.
+TEST(PortsTest, FuzzRegressionPortWiderThan16BitsIsSkipped) {
+  constexpr char kRow[] =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout "
+      "inode\n"
+      "   0: 09551615:0707E8 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000 0 "
+      "49 1 0000000000000000 100 0 0 10 0\n"
+      "   1: 0100007F:FFFF 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000 0 "
+      "50 1 0000000000000000 100 0 0 10 0\n";
+  auto got = parse_proc_net_tcp(kRow);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].port, 65535);
+  EXPECT_EQ(got[0].inode, 50u);
+}
+
 TEST(PortsTest, MapsInodesToPidsInFakeTree) {
   FakeProcNet proc;
   proc.fd(100, 3, "socket:[41001]");  // 8188 on 0.0.0.0
