@@ -24,7 +24,7 @@ trap 'rm -rf "$TMP"' EXIT
 echo "== machine: $(nproc) cores, $(uname -r); commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $(date -u +%Y-%m-%dT%H:%MZ)"
 echo
 echo "== sample_bench: one sample (fake NVML + /proc scan + attribution), 2,000 processes; target < 2 ms"
-"$BENCH" --benchmark_filter=-BM_Lease --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
+"$BENCH" --benchmark_filter='-BM_Lease|BM_Ports' --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
   --benchmark_out="$TMP/sample.json" --benchmark_out_format=json || exit 1
 echo
 python3 - "$TMP/sample.json" <<'EOF'
@@ -80,6 +80,32 @@ ratio("attribution share of the full sample now", parts[2], full)
 if full and all(parts): ratio("(nvml + scan + attribute) / full sample now", sum(parts), full)
 ratio("real /proc / fake /proc, per process (all)", real, fake)
 if full: print("  %-46s= %.2f" % ("full sample now x 3600 (CPU s/hour at 1 s)", full * 3600 / 1e6))
+EOF
+echo
+echo "== ports_bench: the listening-port lookup of a sample, 1,000 extra sockets (500 listening)"
+"$BENCH" --benchmark_filter=BM_Ports --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
+  --benchmark_out="$TMP/ports.json" --benchmark_out_format=json >/dev/null || exit 1
+python3 - "$TMP/ports.json" <<'EOF'
+import json, sys
+scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+d = json.load(open(sys.argv[1]))["benchmarks"]
+med = {b["run_name"]: b["cpu_time"] * scale[b["time_unit"]] for b in d if b.get("aggregate_name") == "median"}
+wall = {b["run_name"]: b["real_time"] * scale[b["time_unit"]] for b in d if b.get("aggregate_name") == "median"}
+for b in d:
+    if b.get("error_occurred"): print("  skipped: %s: %s" % (b["name"], b.get("error_message")))
+rows = [("BM_PortsProcNetTcp", "old: /proc/net/tcp{,6} + fd links"),
+        ("BM_PortsNetlinkCached", "new: netlink LISTEN + cache (warm)"),
+        ("BM_PortsNetlinkUncached", "netlink LISTEN + fd links every time"),
+        ("BM_PortsTableProc", "socket table only: /proc/net/tcp{,6}"),
+        ("BM_PortsTableNetlink", "socket table only: netlink LISTEN")]
+print("  %-42s %12s %12s" % ("case (medians)", "CPU us", "wall us"))
+for n, label in rows:
+    print("  %-42s %12s %12s" % (label, "%.1f" % med[n] if n in med else "-", "%.1f" % wall[n] if n in wall else "-"))
+def ratio(label, a, b):
+    if a in med and b in med: print("  %-42s= %.1f" % (label, med[a] / med[b]))
+ratio("old / new (CPU)", "BM_PortsProcNetTcp", "BM_PortsNetlinkCached")
+ratio("old / netlink without cache (CPU)", "BM_PortsProcNetTcp", "BM_PortsNetlinkUncached")
+ratio("table: /proc / netlink (CPU)", "BM_PortsTableProc", "BM_PortsTableNetlink")
 EOF
 echo
 echo "== lease_bench: Arbiter::handle, 10,000 queued leases, 64 services; target < 1 ms per event"

@@ -194,7 +194,7 @@ class FakeServer {
     (void)vramd::write_fake_gpu_state(state_, s);
     std::vector<std::string> argv = {o.build_dir + "/fake-gpu-server", "--kind", "comfyui", "--port",
                                      std::to_string(port_), "--state", state_, "--model-bytes",
-                                     std::to_string(kModelBytes)};
+                                     std::to_string(kModelBytes) + "B"};
     argv.insert(argv.end(), c.fake_args.begin(), c.fake_args.end());
     child_ = std::make_unique<Child>(argv, std::vector<std::string>{}, log_);
     ready_ = eventually([&] { return slurp(log_).find(fmt::format("ready {}", port_)) != std::string::npos; },

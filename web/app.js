@@ -507,7 +507,9 @@
       return;
     }
     const runnable = s.can_restart !== null && s.can_restart !== undefined;
-    const buttons = ACTIONS.map((def) => {
+    // Only the actions the service has: no Unload where its kind has no unload API (can_unload).
+    const offered = ACTIONS.filter((def) => def.name !== 'unload' || s.can_unload !== false);
+    const buttons = offered.map((def) => {
       const disabled = def.name !== 'unload' && !runnable;
       return el('button', {
         type: 'button', class: 'btn', dataset: { action: def.name }, text: def.label,

@@ -151,6 +151,12 @@ TEST(Config, SizesBinaryAndSi) {
   EXPECT_EQ(c->services[0].vram_estimate, Bytes{16'000'000'000});
 }
 
+TEST(Config, SizeWithoutAUnitIsRefusedWithTheHint) {
+  EXPECT_EQ(error_of("[gpu]\nreserve = \"12\"\n"),
+            "vramd.toml:2:11: gpu.reserve: 12: give a unit, e.g. 12GiB");
+  EXPECT_EQ(error_of("[gpu]\nreserve = \"0\"\n"), "(ok)");
+}
+
 TEST(Config, SyntaxErrorHasPosition) {
   EXPECT_EQ(error_of("[daemon]\nlisten = \n"),
             "vramd.toml:2:10: Error while parsing key-value pair: expected value, saw '\\n'");
@@ -333,8 +339,8 @@ TEST(Config, ListenBeyondLoopbackNeedsToken) {
 }
 
 TEST(Config, ListenOnLoopbackNeedsNoToken) {
-  for (const char* listen : {"127.0.0.1:7100", "127.8.9.10:7100", "[::1]:7100", "localhost:7100",
-                             "LOCALHOST:7100"}) {
+  for (const char* listen :
+       {"127.0.0.1:7100", "127.8.9.10:7100", "[::1]:7100", "localhost:7100", "LOCALHOST:7100"}) {
     EXPECT_EQ(error_of(std::string("[daemon]\nlisten = \"") + listen + "\"\n"), "(ok)") << listen;
   }
 }
@@ -342,7 +348,8 @@ TEST(Config, ListenOnLoopbackNeedsNoToken) {
 TEST(Config, TokenMustBeOneWord) {
   EXPECT_EQ(error_of("[daemon]\ntoken = \"two words\"\n"),
             "vramd.toml:2:9: daemon.token: must be printable ASCII without spaces");
-  EXPECT_EQ(error_of("[daemon]\ntoken = \"\"\n"), "vramd.toml:2:9: daemon.token: must not be empty");
+  EXPECT_EQ(error_of("[daemon]\ntoken = \"\"\n"),
+            "vramd.toml:2:9: daemon.token: must not be empty");
 }
 
 TEST(IsLoopbackHost, Forms) {
@@ -350,9 +357,9 @@ TEST(IsLoopbackHost, Forms) {
                         "[::1]", "0:0:0:0:0:0:0:1", "::ffff:127.0.0.1"}) {
     EXPECT_TRUE(is_loopback_host(h)) << h;
   }
-  for (const char* h : {"", "0.0.0.0", "::", "[::]", "128.0.0.1", "10.0.0.1", "gpu-box",
-                        "localhost.evil.example", "evil.localhost.example", "127.0.0.1.nip.io",
-                        "::ffff:10.0.0.1", "[::1", "126.0.0.1"}) {
+  for (const char* h :
+       {"", "0.0.0.0", "::", "[::]", "128.0.0.1", "10.0.0.1", "gpu-box", "localhost.evil.example",
+        "evil.localhost.example", "127.0.0.1.nip.io", "::ffff:10.0.0.1", "[::1", "126.0.0.1"}) {
     EXPECT_FALSE(is_loopback_host(h)) << h;
   }
 }

@@ -40,6 +40,11 @@ ServicePolicy::ServicePolicy(const Config& config) : config_(config) {
     st.unload_after_idle = svc.unload_after_idle;
     const ServiceKind* kind = find_service_kind(svc.kind);
     st.reload_cost = kind ? kind->reload_cost : Duration(std::chrono::seconds(30));
+    // What its adapter answers not_supported to (docs/adapters.md).
+    st.can_unload = kind && kind->has_unload;
+    if (svc.kind == "generic_http") st.can_unload = !svc.unload_url.empty();
+    if (svc.kind == "localai") st.can_unload = !svc.models.empty();
+    if (svc.kind == "llamacpp") st.can_unload = svc.router.value_or(true);  // plain: stop it
     if (!svc.start.empty())
       st.control = Control::managed;
     else if (!svc.match.container.empty())

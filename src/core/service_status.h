@@ -110,6 +110,8 @@ struct ServiceStatus {
   std::optional<MonoTime> last_unload_at;  // when last_unload got its verdict
   std::optional<MonoTime> backoff_until;
   Control control = Control::none;       // how vramd can start, stop or restart it
+  // It has an unload call (not a `process`, not generic_http without unload_url, ...).
+  bool can_unload = true;
   Duration reload_cost{0};               // how long a load took (measured), or the kind's default
   std::optional<MonoTime> load_started;  // its memory is growing from (almost) nothing
   bool reload_measured = false;

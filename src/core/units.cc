@@ -47,20 +47,37 @@ Result<Bytes> parse_size(std::string_view text) {
   if (!number) return bad();
   std::string unit = lower(trim(s));
   double mult = 0;
-  if (unit.empty() || unit == "b") mult = 1;
-  else if (unit == "k" || unit == "kib") mult = double(KiB);
-  else if (unit == "m" || unit == "mib") mult = double(MiB);
-  else if (unit == "g" || unit == "gib") mult = double(GiB);
-  else if (unit == "t" || unit == "tib") mult = double(GiB) * 1024;
-  else if (unit == "kb") mult = 1e3;
-  else if (unit == "mb") mult = 1e6;
-  else if (unit == "gb") mult = 1e9;
-  else if (unit == "tb") mult = 1e12;
-  else return bad();
+  if (unit.empty() || unit == "b")
+    mult = 1;
+  else if (unit == "k" || unit == "kib")
+    mult = double(KiB);
+  else if (unit == "m" || unit == "mib")
+    mult = double(MiB);
+  else if (unit == "g" || unit == "gib")
+    mult = double(GiB);
+  else if (unit == "t" || unit == "tib")
+    mult = double(GiB) * 1024;
+  else if (unit == "kb")
+    mult = 1e3;
+  else if (unit == "mb")
+    mult = 1e6;
+  else if (unit == "gb")
+    mult = 1e9;
+  else if (unit == "tb")
+    mult = 1e12;
+  else
+    return bad();
+  // A bare number was read as bytes, so "--vram 12" asked for 12 bytes: refused, with the
+  // likely meaning. Zero needs no unit; "12B" says bytes on purpose.
+  if (unit.empty() && *number != 0) {
+    std::string_view digits = trim(text);
+    return make_error(fmt::format("{}: give a unit, e.g. {}GiB", digits, digits));
+  }
   double v = *number * mult;
   if (v > 1.8e19) return make_error(fmt::format("size '{}' is too large", text));
-  if (unit.empty() || unit == "b") {
-    if (*number != std::floor(*number)) return make_error(fmt::format("size '{}' is not a whole number of bytes", text));
+  if (unit == "b") {
+    if (*number != std::floor(*number))
+      return make_error(fmt::format("size '{}' is not a whole number of bytes", text));
   }
   return static_cast<Bytes>(std::llround(v));
 }
@@ -94,12 +111,18 @@ Result<Duration> parse_duration(std::string_view text) {
     if (unit.empty()) {
       if (any || !s.empty()) return bad();  // a bare number only on its own: seconds
       mult = 1000;
-    } else if (unit == "ms") mult = 1;
-    else if (unit == "s") mult = 1000;
-    else if (unit == "m" || unit == "min") mult = 60e3;
-    else if (unit == "h") mult = 3600e3;
-    else if (unit == "d") mult = 86400e3;
-    else return bad();
+    } else if (unit == "ms")
+      mult = 1;
+    else if (unit == "s")
+      mult = 1000;
+    else if (unit == "m" || unit == "min")
+      mult = 60e3;
+    else if (unit == "h")
+      mult = 3600e3;
+    else if (unit == "d")
+      mult = 86400e3;
+    else
+      return bad();
     total_ms += *number * mult;
     any = true;
   }
@@ -116,8 +139,10 @@ std::string format_duration(Duration d) {
     ms = -ms;
   }
   if (ms < 1000) return out + fmt::format("{}ms", ms);
-  const struct { long long ms; const char* unit; } units[] = {
-      {86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}, {1, "ms"}};
+  const struct {
+    long long ms;
+    const char* unit;
+  } units[] = {{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}, {1, "ms"}};
   for (const auto& u : units) {
     if (ms >= u.ms) {
       out += fmt::format("{}{}", ms / u.ms, u.unit);

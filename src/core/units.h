@@ -24,7 +24,8 @@ constexpr Bytes MiB = 1024 * KiB;
 constexpr Bytes GiB = 1024 * MiB;
 
 // Binary units (KiB, MiB, GiB, TiB) are powers of 1024; SI units (kB, MB, GB, TB) powers of 1000,
-// as on a drive label. A bare number is bytes. Case of the unit is ignored ("16gib" works).
+// as on a drive label; "B" is bytes. A bare number other than 0 is refused ("12: give a unit,
+// e.g. 12GiB"): read as bytes, `--vram 12` granted 12 bytes. Case of the unit is ignored.
 Result<Bytes> parse_size(std::string_view text);
 // "16.3 GiB", "512 MiB", "0 B": binary units, one decimal above MiB.
 std::string format_size(Bytes bytes);

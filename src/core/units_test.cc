@@ -11,9 +11,20 @@ TEST(Units, ParsesBinaryAndDecimalSizes) {
   EXPECT_EQ(*parse_size("512MiB"), 512 * MiB);
   EXPECT_EQ(*parse_size("1.5GiB"), GiB + GiB / 2);
   EXPECT_EQ(*parse_size("1.5 gib"), GiB + GiB / 2);
-  EXPECT_EQ(*parse_size("4096"), 4096u);
+  EXPECT_EQ(*parse_size("4096B"), 4096u);
+  EXPECT_EQ(*parse_size("4096 b"), 4096u);
   EXPECT_EQ(*parse_size("0"), 0u);
   EXPECT_EQ(*parse_size("2k"), 2048u);
+}
+
+// `--vram 12` meant 12 GiB and was granted 12 bytes: a bare number is refused with the hint;
+// zero needs no unit.
+TEST(Units, SizeWithoutAUnitIsRefusedWithAHint) {
+  EXPECT_EQ(parse_size("12").error(), "12: give a unit, e.g. 12GiB");
+  EXPECT_EQ(parse_size(" 1.5 ").error(), "1.5: give a unit, e.g. 1.5GiB");
+  EXPECT_EQ(parse_size("4096").error(), "4096: give a unit, e.g. 4096GiB");
+  EXPECT_EQ(*parse_size("0"), 0u);
+  EXPECT_EQ(*parse_size("0.0"), 0u);
 }
 
 TEST(Units, RejectsBadSizes) {

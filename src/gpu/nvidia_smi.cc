@@ -35,13 +35,15 @@ std::vector<std::string_view> lines_of(std::string_view text) {
   return lines;
 }
 
+// Out of range (beyond 2^64 bytes, 2^32, a pid beyond int) is "not a figure", never a cast of a
+// double that does not fit (undefined behaviour; found by fuzzing, tests/fuzz/README.md).
 std::optional<Bytes> mib_to_bytes(const std::optional<double>& mib) {
-  if (!mib || *mib < 0) return std::nullopt;
+  if (!mib || *mib < 0 || !(*mib * static_cast<double>(MiB) < 1.8e19)) return std::nullopt;
   return static_cast<Bytes>(std::llround(*mib * static_cast<double>(MiB)));
 }
 
 std::optional<unsigned> to_unsigned(const std::optional<double>& v) {
-  if (!v || *v < 0) return std::nullopt;
+  if (!v || *v < 0 || !(*v <= 4294967295.0)) return std::nullopt;
   return static_cast<unsigned>(std::llround(*v));
 }
 
@@ -98,7 +100,7 @@ SmiApp app_from_fields(const std::string* uuid, const std::string& pid, const st
                        const std::string* used, std::string& problem) {
   SmiApp app;
   std::optional<double> p = parse_smi_number(pid);
-  if (!p || *p <= 0 || *p != std::floor(*p)) {
+  if (!p || *p <= 0 || *p != std::floor(*p) || *p > 2147483647.0) {
     problem = "pid is not a number";
     return app;
   }

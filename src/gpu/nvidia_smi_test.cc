@@ -205,5 +205,24 @@ TEST(AttachSmiApps, ByUuidOncePerPidAndUnknownUuidWarns) {
   EXPECT_NE(warnings[0].find("GPU-elsewhere"), std::string::npos);
 }
 
+// Fuzzing found a pid of 1.65e12 cast to int (undefined behaviour; tests/fuzz/corpus/nvidia_smi/
+// regression-pid-beyond-int): figures that do not fit their type are refused, not cast.
+TEST(NvidiaSmi, FuzzRegressionNumbersBeyondTheirTypeAreRefused) {
+  SmiApps apps = parse_smi_compute_apps(
+      "GPU-1, 1650000000000, python, 100\n"
+      "GPU-1, 42, python, 1e300\n");
+  ASSERT_EQ(apps.apps.size(), 1u);
+  EXPECT_EQ(apps.apps[0].process.pid, 42);
+  EXPECT_EQ(apps.apps[0].process.used, std::nullopt);
+  EXPECT_EQ(apps.warnings.size(), 1u);
+  SmiGpus gpus = parse_smi_query_gpu(
+      "99999999999, GPU-1, RTX, 24576, 100, 0, 40, 100\n"
+      "0, GPU-2, RTX, 24576, 100, 0, 1e12, 100\n");
+  ASSERT_EQ(gpus.gpus.size(), 1u);
+  EXPECT_EQ(gpus.gpus[0].uuid, "GPU-2");
+  EXPECT_EQ(gpus.gpus[0].temperature_c, std::nullopt);
+  EXPECT_EQ(gpus.warnings.size(), 1u);
+}
+
 }  // namespace
 }  // namespace vramd

@@ -92,8 +92,24 @@ HostSnapshot LinuxHostScanner::scan(const HostScanRequest& request) {
   }
   std::vector<int> candidates;
   for (const auto& p : snap.processes) candidates.push_back(p.pid);
-  snap.listeners = find_listeners(procs_.root(), request.ports,
-                                  request.all_processes ? nullptr : &candidates);
+  last_source_.clear();
+  if (!request.ports.empty()) {
+    std::optional<std::vector<TcpListener>> sockets;
+    if (listener_source_ == ListenerSource::automatic && procs_.root() == "/proc") {
+      netlink_error_.clear();
+      sockets = netlink_tcp_listeners(&netlink_error_);
+      if (sockets) last_source_ = "netlink";
+    }
+    if (!sockets) {
+      sockets = proc_tcp_listeners(procs_.root());
+      last_source_ = "proc";
+    }
+    snap.listeners =
+        match_listeners(procs_.root(), request.ports, *sockets,
+                        request.all_processes ? nullptr : &candidates, &listener_cache_);
+  } else {
+    listener_cache_ = {};
+  }
   for (const auto& [service, path] : request.pid_files) {
     if (auto pid = read_pid_file(path)) snap.pid_files.emplace_back(service, *pid);
   }

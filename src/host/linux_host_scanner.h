@@ -7,6 +7,7 @@
 
 #include "host/docker.h"
 #include "host/host_scanner.h"
+#include "host/ports.h"
 #include "host/proc_table.h"
 
 namespace vramd {
@@ -24,12 +25,27 @@ class LinuxHostScanner : public HostScanner {
 
   size_t cached_processes() const { return cache_.size(); }
 
+  // Where listening sockets come from. automatic: NETLINK_SOCK_DIAG when the proc root is
+  // "/proc" (the same network namespace), else ROOT/net/tcp{,6}; and those files whenever
+  // netlink fails. proc_files: always the files (the old way, kept for the bench and tests).
+  enum class ListenerSource { automatic, proc_files };
+  void set_listener_source(ListenerSource s) { listener_source_ = s; }
+  // What the last scan with ports used: "netlink", "proc" or "" (no port asked for).
+  const std::string& last_listener_source() const { return last_source_; }
+  // Why netlink was not used by the last scan that tried it ("" when it worked).
+  const std::string& netlink_error() const { return netlink_error_; }
+  const ListenerCache& listener_cache() const { return listener_cache_; }
+
  private:
   std::optional<ProcessInfo> read_cached(int pid);
 
   ProcTable procs_;
   DockerNames docker_;
   std::unordered_map<int, ProcessInfo> cache_;
+  ListenerSource listener_source_ = ListenerSource::automatic;
+  ListenerCache listener_cache_;
+  std::string last_source_;
+  std::string netlink_error_;
 };
 
 // The first integer in a pid file ("1234\n"); nullopt when unreadable or not a positive pid.

@@ -7,6 +7,7 @@
 #include "supervisor/children.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/target.h"
 #include "store/event_store.h"
 #include "store/crash_store.h"
 #include "store/lease_store.h"
@@ -52,7 +53,6 @@ class DaemonControl {
   virtual const MetricsCounters& metrics() const = 0;
 };
 
-struct Target;
 
 class Api {
  public:
@@ -74,13 +74,5 @@ class Api {
   DaemonControl& daemon_;
 };
 
-// Splits "/v1/history?gpu=0&window=15m" into path and decoded query parameters.
-struct Target {
-  std::string path;
-  std::vector<std::pair<std::string, std::string>> query;
-  const std::string* param(std::string_view name) const;
-  bool flag(std::string_view name) const;  // present and not "0"/"false"
-};
-Target parse_target(std::string_view target);
 
 }  // namespace vramd

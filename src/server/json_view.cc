@@ -71,7 +71,8 @@ json to_json(const HistoryView& v, unsigned gpu, const Now& now) {
   for (auto t : v.times) times.push_back(now.wall_of(t).time_since_epoch().count() / 1000.0);
   json series = json::array();
   for (const auto& s : v.series)
-    series.push_back({{"owner", s.owner.name}, {"owner_kind", to_string(s.owner.kind)}, {"bytes", s.values}});
+    series.push_back(
+        {{"owner", s.owner.name}, {"owner_kind", to_string(s.owner.kind)}, {"bytes", s.values}});
   return {{"gpu", gpu}, {"total_bytes", v.total}, {"times", times}, {"series", series}};
 }
 
@@ -130,6 +131,8 @@ json to_json(const ServiceStatus& s, const Now& now) {
           {"last_unload", s.last_unload ? to_json(*s.last_unload) : json(nullptr)},
           {"backoff_until", time(s.backoff_until)},
           {"can_restart", s.control == Control::none ? json(nullptr) : json(to_string(s.control))},
+          // Which actions the kind has: a `process` service has no API to unload through.
+          {"can_unload", s.can_unload},
           {"reload_cost_seconds", s.reload_cost.count() / 1000.0},
           {"reload_cost_measured", s.reload_measured},
           {"process", s.managed ? json{{"state", to_string(s.managed->state)},
@@ -177,12 +180,8 @@ json to_json(const Lease& l, const Arbiter& arbiter, const Now& now) {
                           {"state", b.state},
                           {"evicting", b.evicting},
                           {"candidates", b.candidates}});
-    reason = {{"text", why.text},
-              {"gpu", opt(why.gpu)},
-              {"needs_bytes", why.needs},
-              {"free_bytes", why.free},
-              {"behind", opt(why.behind)},
-              {"blockers", blockers}};
+    reason = {{"text", why.text},       {"gpu", opt(why.gpu)},       {"needs_bytes", why.needs},
+              {"free_bytes", why.free}, {"behind", opt(why.behind)}, {"blockers", blockers}};
   }
   return {{"id", l.id},
           {"state", to_string(l.state)},

@@ -151,6 +151,13 @@ async function main() {
     }
     const whisperText = await page.locator('.service[data-service="whisper"]').innerText();
     check(/process (running|starting|backoff|crashed|stopped)/.test(whisperText), 'whisper card shows its process state');
+    // Only the actions a service has: whisper (kind "process") has no unload API, comfyui has.
+    const whisperCard = page.locator('.service[data-service="whisper"]');
+    check(await whisperCard.locator('button[data-action="unload"]').count() === 0 &&
+          await whisperCard.locator('button[data-action="stop"]').count() === 1,
+          'a process-kind service offers no Unload, but Stop');
+    check(await page.locator('.service[data-service="comfyui"] button[data-action="unload"]').count() === 1,
+          'comfyui offers Unload');
 
     const comfyRow = page.locator('.gpu[data-gpu="0"] tr[data-owner="comfyui"]');
     const comfyBefore = Number(await comfyRow.getAttribute('data-bytes'));

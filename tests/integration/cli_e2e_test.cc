@@ -200,6 +200,17 @@ TEST(CliDaemonCall, EveryClientCommandSaysUnreachableAndExits3) {
   }
 }
 
+// `vramd run --vram 12` was granted 12 bytes: a size without a unit is refused before any call.
+TEST(CliRun, SizeWithoutAUnitIsRefusedWithTheHint) {
+  TempDir dir;
+  auto r = run_cli({"run", "--url", dead_url(), "--vram", "12", "--", "true"}, {}, dir);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.err, "vramd run: --vram: 12: give a unit, e.g. 12GiB\n");
+  r = run_cli({"run", "--url", dead_url(), "--vram", "1GiB", "--ram", "8", "--", "true"}, {}, dir);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.err, "vramd run: --ram: 8: give a unit, e.g. 8GiB\n");
+}
+
 TEST(CliDaemonCall, BodyThatIsNotJsonIsAFailure) {
   CannedDaemon d(502, "<html>bad gateway</html>");
   TempDir dir;

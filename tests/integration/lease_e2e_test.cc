@@ -17,8 +17,8 @@ using nlohmann::json;
 using testing::Child;
 using testing::DaemonFixture;
 using testing::eventually;
-using testing::get;
 using testing::FakeService;
+using testing::get;
 using testing::slurp;
 using namespace std::chrono_literals;
 
@@ -51,9 +51,10 @@ TEST(LeaseE2E, RunIsAdmittedAfterIdleComfyuiIsUnloadedAndItsReasonNamesComfyui) 
   })) << f.log();
   std::this_thread::sleep_for(1100ms);  // idle past min_idle
 
-  Child run({testing::vramd_bin(), "run", "--url", "unix:" + f.dir.file("vramd.sock"), "--vram",
-             "12GiB", "--label", "flux", "--", "sh", "-c", "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"},
-            {}, f.dir.file("run.log"));
+  Child run(
+      {testing::vramd_bin(), "run", "--url", "unix:" + f.dir.file("vramd.sock"), "--vram", "12GiB",
+       "--label", "flux", "--", "sh", "-c", "echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"},
+      {}, f.dir.file("run.log"));
   // While it waits, its reason names comfyui and says what is done about it.
   json waiting;
   ASSERT_TRUE(eventually([&] {
@@ -61,7 +62,8 @@ TEST(LeaseE2E, RunIsAdmittedAfterIdleComfyuiIsUnloadedAndItsReasonNamesComfyui) 
     for (const auto& l : leases.value("leases", json::array()))
       if (l["state"] == "queued") waiting = l;
     return !waiting.is_null();
-  })) << slurp(f.dir.file("run.log")) << f.log();
+  })) << slurp(f.dir.file("run.log"))
+      << f.log();
   std::string why = waiting["reason"]["text"];
   EXPECT_NE(why.find("needs 12.0 GiB on GPU 0"), std::string::npos) << why;
   EXPECT_NE(why.find("comfyui holds 16.0 GiB"), std::string::npos) << why;
@@ -99,9 +101,11 @@ TEST(LeaseE2E, KillDashNineMidQueueKeepsTheOrderAndGrantsNothingTwice) {
     holders.push_back(std::make_unique<Child>(std::vector<std::string>{"sleep", "3701"}));
     return holders.back()->pid();
   };
-  json granted = post_lease(f, {{"vram", "2GiB"}, {"gpu", 0}, {"pid", holder()}, {"label", "small"}});
+  json granted =
+      post_lease(f, {{"vram", "2GiB"}, {"gpu", 0}, {"pid", holder()}, {"label", "small"}});
   EXPECT_EQ(granted["state"], "granted");
-  json doomed = post_lease(f, {{"vram", "1GiB"}, {"gpu", 0}, {"pid", holder()}, {"label", "doomed"}});
+  json doomed =
+      post_lease(f, {{"vram", "1GiB"}, {"gpu", 0}, {"pid", holder()}, {"label", "doomed"}});
   EXPECT_EQ(doomed["state"], "granted");
   std::vector<uint64_t> queued;
   for (const char* label : {"first", "second", "third"}) {
@@ -109,10 +113,16 @@ TEST(LeaseE2E, KillDashNineMidQueueKeepsTheOrderAndGrantsNothingTwice) {
     EXPECT_EQ(l["state"], "queued");
     queued.push_back(l["id"]);
   }
-  json urgent = post_lease(f, {{"vram", "6GiB"}, {"gpu", 0}, {"pid", holder()}, {"priority", 5}, {"label", "urgent"}});
+  json urgent = post_lease(
+      f, {{"vram", "6GiB"}, {"gpu", 0}, {"pid", holder()}, {"priority", 5}, {"label", "urgent"}});
   queued.insert(queued.begin(), urgent["id"].get<uint64_t>());
   // Bad requests are JSON errors and queue nothing.
   post_lease(f, {{"vram", "lots"}}, 400);
+  // A size without a unit is not bytes (issue 14 item 7); a JSON number still is (docs/api.md).
+  EXPECT_EQ(post_lease(f, {{"vram", "12"}}, 400)["error"]["message"],
+            "vram: 12: give a unit, e.g. 12GiB");
+  EXPECT_EQ(post_lease(f, {{"vram", "1GiB"}, {"ram", "4"}}, 400)["error"]["message"],
+            "ram: 4: give a unit, e.g. 4GiB");
   post_lease(f, {{"vram", "100GiB"}}, 400);
   post_lease(f, {{"vram", "1GiB"}, {"gpu", 7}}, 400);
   post_lease(f, {{"vram", "1GiB"}, {"pid", 999999999}}, 400);
@@ -143,13 +153,17 @@ TEST(LeaseE2E, KillDashNineMidQueueKeepsTheOrderAndGrantsNothingTwice) {
     return get(f, fmt::format("/v1/leases/{}", queued[2]))["state"] == "granted";
   })) << get(f, "/v1/leases").dump(2);
   EXPECT_EQ(get(f, fmt::format("/v1/leases/{}", queued[3]))["state"], "queued");
-  for (const auto& [label, id] : std::vector<std::pair<std::string, uint64_t>>{
-           {"urgent", queued[0]}, {"first", queued[1]}, {"second", queued[2]}, {"small", granted["id"]}})
+  for (const auto& [label, id] :
+       std::vector<std::pair<std::string, uint64_t>>{{"urgent", queued[0]},
+                                                     {"first", queued[1]},
+                                                     {"second", queued[2]},
+                                                     {"small", granted["id"]}})
     EXPECT_EQ(count_events(f, "lease.granted", fmt::format("{}#{}", label, id)), 1) << label;
   // A holder that exits releases its lease; the freed room goes to the next in line.
   holders[0]->kill(SIGKILL);
   ASSERT_TRUE(eventually([&] {
-    return get(f, fmt::format("/v1/leases/{}", granted["id"].get<uint64_t>()))["state"] == "expired";
+    return get(f, fmt::format("/v1/leases/{}", granted["id"].get<uint64_t>()))["state"] ==
+           "expired";
   }));
 }
 
@@ -163,14 +177,16 @@ TEST(LeaseE2E, LeasesWithoutAPidNeedHeartbeatsAndDeleteReleases) {
   auto r = http_request({f.url}, "POST", fmt::format("/v1/leases/{}/heartbeat", id), "", 5000);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status, 200u);
-  r = http_request({f.url}, "DELETE", fmt::format("/v1/leases/{}", id), R"({"exit_status": 0})", 5000);
+  r = http_request({f.url}, "DELETE", fmt::format("/v1/leases/{}", id), R"({"exit_status": 0})",
+                   5000);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(json::parse(r->body)["state"], "released");
   r = http_request({f.url}, "GET", "/v1/leases/99999", "", 5000);
   EXPECT_EQ(r->status, 404u);
   EXPECT_EQ(json::parse(r->body)["error"]["code"], "not_found");
   // Over the unix socket the daemon knows the client's pid (SO_PEERCRED).
-  auto u = http_request({"unix:" + f.dir.file("vramd.sock")}, "POST", "/v1/leases", R"({"vram": "1GiB"})", 5000);
+  auto u = http_request({"unix:" + f.dir.file("vramd.sock")}, "POST", "/v1/leases",
+                        R"({"vram": "1GiB"})", 5000);
   ASSERT_TRUE(u.ok());
   EXPECT_EQ(json::parse(u->body)["pid"], getpid()) << u->body;
 }

@@ -182,7 +182,7 @@ TEST(UnloadE2E, WslComfyuiNamedByResidualUnloadedAndMeasured) {
   DaemonFixture f;
   const Bytes held = 15 * GiB + 410 * MiB;  // 15.4 GiB
   FakeService comfy(f, "comfyui",
-                    {"--na", "--model-bytes", std::to_string(held), "--self-report", "100MiB"});
+                    {"--na", "--model-bytes", std::to_string(held) + "B", "--self-report", "100MiB"});
   f.start(service_toml("comfyui", "comfyui", comfy.url()));
   json st;
   ASSERT_TRUE(eventually([&] {
