@@ -1,8 +1,12 @@
 #include "gpu/nvml_reader.h"
 
+#include "core/gpu_select.h"
+
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -32,6 +36,17 @@ struct NvmlReader::Symbols {
   nvmlDeviceGetProcesses_v2_fn graphics_v3 = nullptr;
   nvmlDeviceGetProcesses_v2_fn graphics_v2 = nullptr;
   nvmlDeviceGetProcesses_v1_fn graphics_v1 = nullptr;
+  nvmlDeviceGetProcesses_v2_fn mps_v3 = nullptr;
+  nvmlDeviceGetProcesses_v2_fn mps_v2 = nullptr;
+  nvmlDeviceGetProcesses_v1_fn mps_v1 = nullptr;
+  nvmlDeviceGetMigMode_fn mig_mode = nullptr;
+  nvmlDeviceGetMaxMigDeviceCount_fn max_mig_count = nullptr;
+  nvmlDeviceGetMigDeviceHandleByIndex_fn mig_handle = nullptr;
+  nvmlDeviceGetInstanceId_fn gpu_instance_id = nullptr;
+  nvmlDeviceGetInstanceId_fn compute_instance_id = nullptr;
+  // nvitop's test for the early R535 libraries (535.43-535.86), whose _v3 process lists write
+  // 32-byte entries: nvmlDeviceGetConfComputeMemSizeInfo exported, ...RunningProcessDetailList not.
+  bool r535_exports = false;
 };
 
 namespace {
@@ -58,9 +73,19 @@ std::string c_string(const char* buffer, std::size_t size) {
   return std::string(buffer, strnlen(buffer, size));
 }
 
-// The count/INSUFFICIENT_SIZE protocol for one entry point; `Info` is its struct layout.
+// Room per entry in the buffers handed to the library: the largest entry any driver writes, so
+// that a misjudged layout can garble entries but never write past the buffer.
+constexpr std::size_t kMaxEntryBytes = sizeof(nvmlProcessInfo_r535_t);
+
+// The count/INSUFFICIENT_SIZE protocol for one entry point. `stride` is the size of the entries
+// the library writes (16 for v1, 24 for v2/v3, 32 for early-R535 v3); `ids` whether they carry
+// gpuInstanceId/computeInstanceId (at offsets 16 and 20).
 template <typename Info, typename Fn>
-nvmlReturn_t fetch_processes(Fn fn, nvmlDevice_t device, std::vector<ProcessMemory>& out) {
+nvmlReturn_t fetch_processes(Fn fn, nvmlDevice_t device, std::size_t stride, bool ids,
+                             std::vector<ProcessMemory>& out) {
+  static_assert(offsetof(nvmlProcessInfo_v2_t, gpuInstanceId) == 16);
+  static_assert(offsetof(nvmlProcessInfo_v2_t, computeInstanceId) == 20);
+  static_assert(offsetof(nvmlProcessInfo_r535_t, usedGpuCcProtectedMemory) == 24);
   out.clear();
   unsigned count = 0;
   nvmlReturn_t r = fn(device, &count, nullptr);
@@ -70,15 +95,30 @@ nvmlReturn_t fetch_processes(Fn fn, nvmlDevice_t device, std::vector<ProcessMemo
   for (int attempt = 0; attempt < kMaxListAttempts; ++attempt) {
     // Processes come and go between calls: leave room, and always grow.
     capacity = std::max<std::size_t>(capacity * 2, count + count / 4 + kListSlack);
-    std::vector<Info> infos(capacity);
-    unsigned n = static_cast<unsigned>(infos.size());
-    r = fn(device, &n, infos.data());
+    // 8-byte aligned, kMaxEntryBytes per entry whatever the stride.
+    std::vector<unsigned long long> buffer(capacity * kMaxEntryBytes / sizeof(unsigned long long));
+    const unsigned char* bytes = reinterpret_cast<const unsigned char*>(buffer.data());
+    unsigned n = static_cast<unsigned>(capacity);
+    r = fn(device, &n, reinterpret_cast<Info*>(buffer.data()));
     if (r == NVML_SUCCESS) {
-      n = std::min<unsigned>(n, static_cast<unsigned>(infos.size()));
+      // Whatever count the library returns, read no entry beyond what was allocated.
+      n = std::min<unsigned>(n, static_cast<unsigned>(buffer.size() * sizeof(buffer[0]) / stride));
       for (unsigned i = 0; i < n; ++i) {
+        const unsigned char* e = bytes + std::size_t{i} * stride;
+        unsigned pid = 0;
+        unsigned long long used = 0;
+        std::memcpy(&pid, e, sizeof pid);
+        std::memcpy(&used, e + 8, sizeof used);
         ProcessMemory p;
-        p.pid = static_cast<int>(infos[i].pid);
-        if (infos[i].usedGpuMemory != nvml::kValueNotAvailable) p.used = infos[i].usedGpuMemory;
+        p.pid = static_cast<int>(pid);
+        if (used != nvml::kValueNotAvailable) p.used = used;
+        if (ids) {
+          unsigned gi = 0, ci = 0;
+          std::memcpy(&gi, e + 16, sizeof gi);
+          std::memcpy(&ci, e + 20, sizeof ci);
+          if (gi != nvml::kNoInstance) p.gpu_instance_id = gi;
+          if (ci != nvml::kNoInstance) p.compute_instance_id = ci;
+        }
         out.push_back(std::move(p));
       }
       return r;
@@ -87,6 +127,24 @@ nvmlReturn_t fetch_processes(Fn fn, nvmlDevice_t device, std::vector<ProcessMemo
     count = n;
   }
   return NVML_ERROR_INSUFFICIENT_SIZE;
+}
+
+// 535.43 to 535.86 ("535.54.03"): the drivers whose _v3 lists write 32-byte entries.
+bool is_early_r535(const std::string& driver_version) {
+  unsigned major = 0, minor = 0;
+  if (std::sscanf(driver_version.c_str(), "%u.%u", &major, &minor) != 2) return false;
+  return major == 535 && minor >= 43 && minor <= 86;
+}
+
+// "1g.18gb" from "NVIDIA H200 MIG 1g.18gb"; empty when the name does not carry a profile.
+std::string mig_profile_of(const std::string& name) {
+  std::size_t at = name.rfind("MIG ");
+  if (at == std::string::npos) return "";
+  std::string rest = name.substr(at + 4);
+  rest = rest.substr(0, rest.find(' '));
+  std::size_t g = rest.find("g.");
+  if (g == 0 || g == std::string::npos || rest.size() < 4) return "";
+  return rest;
 }
 
 // A pid in both lists counts once, with the larger known value.
@@ -121,7 +179,8 @@ std::string describe_init_failure(nvmlReturn_t r, const std::string& text) {
 }  // namespace
 
 std::string NvmlApiVersions::to_string() const {
-  return "init=" + init + " mem=" + memory + " compute=" + compute + " graphics=" + graphics;
+  return "init=" + init + " mem=" + memory + " compute=" + compute + " graphics=" + graphics +
+         " mps=" + mps + " v3_entry=" + std::to_string(v3_entry_bytes);
 }
 
 const char* nvml_return_name(nvmlReturn_t code) {
@@ -200,6 +259,16 @@ Result<std::unique_ptr<NvmlReader>> NvmlReader::open(const std::vector<std::stri
     resolve(handle, "nvmlDeviceGetGraphicsRunningProcesses_v3", s->graphics_v3);
     resolve(handle, "nvmlDeviceGetGraphicsRunningProcesses_v2", s->graphics_v2);
     resolve(handle, "nvmlDeviceGetGraphicsRunningProcesses", s->graphics_v1);
+    resolve(handle, "nvmlDeviceGetMPSComputeRunningProcesses_v3", s->mps_v3);
+    resolve(handle, "nvmlDeviceGetMPSComputeRunningProcesses_v2", s->mps_v2);
+    resolve(handle, "nvmlDeviceGetMPSComputeRunningProcesses", s->mps_v1);
+    resolve(handle, "nvmlDeviceGetMigMode", s->mig_mode);
+    resolve(handle, "nvmlDeviceGetMaxMigDeviceCount", s->max_mig_count);
+    resolve(handle, "nvmlDeviceGetMigDeviceHandleByIndex", s->mig_handle);
+    resolve(handle, "nvmlDeviceGetGpuInstanceId", s->gpu_instance_id);
+    resolve(handle, "nvmlDeviceGetComputeInstanceId", s->compute_instance_id);
+    s->r535_exports = ::dlsym(handle, "nvmlDeviceGetConfComputeMemSizeInfo") != nullptr &&
+                      ::dlsym(handle, "nvmlDeviceGetRunningProcessDetailList") == nullptr;
     std::string missing;
     if (!s->init_v2 && !s->init_v1) missing += " nvmlInit";
     if (!s->count_v2 && !s->count_v1) missing += " nvmlDeviceGetCount";
@@ -249,69 +318,41 @@ void NvmlReader::shutdown() {
   initialized_ = false;
 }
 
-nvmlReturn_t NvmlReader::read_processes(bool graphics, nvmlDevice_t device,
+nvmlReturn_t NvmlReader::read_processes(ProcessList list, nvmlDevice_t device,
                                         std::vector<ProcessMemory>& out, std::string& version) {
-  auto v3 = graphics ? sym_->graphics_v3 : sym_->compute_v3;
-  auto v2 = graphics ? sym_->graphics_v2 : sym_->compute_v2;
-  auto v1 = graphics ? sym_->graphics_v1 : sym_->compute_v1;
+  nvmlDeviceGetProcesses_v2_fn v3 = nullptr, v2 = nullptr;
+  nvmlDeviceGetProcesses_v1_fn v1 = nullptr;
+  switch (list) {
+    case ProcessList::compute:
+      v3 = sym_->compute_v3, v2 = sym_->compute_v2, v1 = sym_->compute_v1;
+      break;
+    case ProcessList::graphics:
+      v3 = sym_->graphics_v3, v2 = sym_->graphics_v2, v1 = sym_->graphics_v1;
+      break;
+    case ProcessList::mps:
+      v3 = sym_->mps_v3, v2 = sym_->mps_v2, v1 = sym_->mps_v1;
+      break;
+  }
   nvmlReturn_t r = NVML_ERROR_FUNCTION_NOT_FOUND;
   version.clear();
   if (v3 != nullptr) {
-    r = fetch_processes<nvmlProcessInfo_v2_t>(v3, device, out);
+    r = fetch_processes<nvmlProcessInfo_v2_t>(v3, device, versions_.v3_entry_bytes, true, out);
     if (!is_absent(r)) version = "v3";
   }
   if (is_absent(r) && v2 != nullptr) {
-    r = fetch_processes<nvmlProcessInfo_v2_t>(v2, device, out);
+    r = fetch_processes<nvmlProcessInfo_v2_t>(v2, device, sizeof(nvmlProcessInfo_v2_t), true, out);
     if (!is_absent(r)) version = "v2";
   }
   if (is_absent(r) && v1 != nullptr) {
-    r = fetch_processes<nvmlProcessInfo_v1_t>(v1, device, out);
+    r = fetch_processes<nvmlProcessInfo_v1_t>(v1, device, sizeof(nvmlProcessInfo_v1_t), false, out);
     if (!is_absent(r)) version = "v1";
   }
   if (r != NVML_SUCCESS) out.clear();
   return r;
 }
 
-void NvmlReader::read_device(unsigned index, GpuSample& sample, bool& lost) {
-  sample.index = index;
-  auto fail = [&](nvmlReturn_t r, const char* what) {
-    if (is_lost(r)) {
-      sample.health = GpuHealth::lost;
-      lost = true;
-    } else if (sample.health != GpuHealth::lost) {
-      sample.health = GpuHealth::error;
-    }
-    sample.error = "GPU " + std::to_string(index) +
-                   (sample.uuid.empty() ? "" : " (" + sample.uuid + ")") + ": " + error_string(r) +
-                   " (NVML " + what + ")";
-  };
-
-  nvmlDevice_t device = nullptr;
+nvmlReturn_t NvmlReader::read_memory(nvmlDevice_t device, GpuSample& sample) {
   nvmlReturn_t r = NVML_ERROR_FUNCTION_NOT_FOUND;
-  if (sym_->handle_v2 != nullptr) r = sym_->handle_v2(index, &device);
-  if (r == NVML_ERROR_FUNCTION_NOT_FOUND && sym_->handle_v1 != nullptr) {
-    r = sym_->handle_v1(index, &device);
-  }
-  if (r != NVML_SUCCESS) return fail(r, "nvmlDeviceGetHandleByIndex");
-
-  if (sym_->uuid != nullptr) {
-    char buf[nvml::kDeviceUuidBufferSize] = {};
-    r = sym_->uuid(device, buf, sizeof buf);
-    if (r == NVML_SUCCESS)
-      sample.uuid = c_string(buf, sizeof buf);
-    else if (is_lost(r))
-      return fail(r, "nvmlDeviceGetUUID");
-  }
-  if (sym_->name != nullptr) {
-    char buf[nvml::kDeviceNameBufferSize] = {};
-    r = sym_->name(device, buf, sizeof buf);
-    if (r == NVML_SUCCESS)
-      sample.name = c_string(buf, sizeof buf);
-    else if (is_lost(r))
-      return fail(r, "nvmlDeviceGetName");
-  }
-
-  r = NVML_ERROR_FUNCTION_NOT_FOUND;
   if (sym_->memory_v2 != nullptr) {
     nvmlMemory_v2_t mem{};
     mem.version = nvml::kMemoryV2Version;
@@ -332,14 +373,98 @@ void NvmlReader::read_device(unsigned index, GpuSample& sample, bool& lost) {
       sample.used = mem.total >= mem.free ? mem.total - mem.free : 0;
     }
   }
-  if (r != NVML_SUCCESS) return fail(r, "nvmlDeviceGetMemoryInfo");
+  return r;
+}
+
+nvmlReturn_t NvmlReader::read_all_processes(nvmlDevice_t device, std::vector<ProcessMemory>& out,
+                                            bool& readable, const char*& failed) {
+  std::vector<ProcessMemory> compute, graphics, mps;
+  nvmlReturn_t rc = read_processes(ProcessList::compute, device, compute, versions_.compute);
+  if (is_lost(rc)) return (failed = "nvmlDeviceGetComputeRunningProcesses", rc);
+  nvmlReturn_t rg = read_processes(ProcessList::graphics, device, graphics, versions_.graphics);
+  if (is_lost(rg)) return (failed = "nvmlDeviceGetGraphicsRunningProcesses", rg);
+  // MPS clients: absent before R460 and without MPS support; then there are none to add.
+  nvmlReturn_t rm = read_processes(ProcessList::mps, device, mps, versions_.mps);
+  if (is_lost(rm)) return (failed = "nvmlDeviceGetMPSComputeRunningProcesses", rm);
+  // Unreadable only when neither list could be read: one of them still names processes.
+  readable = rc == NVML_SUCCESS || rg == NVML_SUCCESS;
+  out = std::move(compute);
+  merge_processes(out, graphics);
+  merge_processes(out, mps);
+  return readable ? NVML_SUCCESS : (rc != NVML_SUCCESS ? rc : rg);
+}
+
+void NvmlReader::read_device(unsigned index, std::vector<GpuSample>& out, bool& lost) {
+  out.emplace_back();
+  std::size_t at = out.size() - 1;
+  auto sample = [&]() -> GpuSample& { return out[at]; };
+  sample().index = index;
+  sample().label = std::to_string(index);
+  auto fail = [&](nvmlReturn_t r, const char* what) {
+    GpuSample& s = sample();
+    if (is_lost(r)) {
+      s.health = GpuHealth::lost;
+      lost = true;
+    } else if (s.health != GpuHealth::lost) {
+      s.health = GpuHealth::error;
+    }
+    s.error = "GPU " + std::to_string(index) + (s.uuid.empty() ? "" : " (" + s.uuid + ")") + ": " +
+              error_string(r) + " (NVML " + what + ")";
+  };
+
+  nvmlDevice_t device = nullptr;
+  nvmlReturn_t r = NVML_ERROR_FUNCTION_NOT_FOUND;
+  if (sym_->handle_v2 != nullptr) r = sym_->handle_v2(index, &device);
+  if (r == NVML_ERROR_FUNCTION_NOT_FOUND && sym_->handle_v1 != nullptr) {
+    r = sym_->handle_v1(index, &device);
+  }
+  if (r != NVML_SUCCESS) return fail(r, "nvmlDeviceGetHandleByIndex");
+
+  if (sym_->uuid != nullptr) {
+    char buf[nvml::kDeviceUuidBufferSize] = {};
+    r = sym_->uuid(device, buf, sizeof buf);
+    if (r == NVML_SUCCESS)
+      sample().uuid = c_string(buf, sizeof buf);
+    else if (is_lost(r))
+      return fail(r, "nvmlDeviceGetUUID");
+  }
+  if (sym_->name != nullptr) {
+    char buf[nvml::kDeviceNameBufferSize] = {};
+    r = sym_->name(device, buf, sizeof buf);
+    if (r == NVML_SUCCESS)
+      sample().name = c_string(buf, sizeof buf);
+    else if (is_lost(r))
+      return fail(r, "nvmlDeviceGetName");
+  }
+  if (sym_->mig_mode != nullptr) {
+    unsigned current = 0, pending = 0;
+    r = sym_->mig_mode(device, &current, &pending);
+    if (r == NVML_SUCCESS)
+      sample().mig_enabled = current == nvml::kDeviceMigEnable;
+    else if (is_lost(r))
+      return fail(r, "nvmlDeviceGetMigMode");
+    // NOT_SUPPORTED: a card without MIG.
+  }
+  const bool mig = sample().mig_enabled;
+  auto add_note = [&](const std::string& text) {
+    std::string& note = sample().note;
+    note += (note.empty() ? "" : "; ") + text;
+  };
+
+  r = read_memory(device, sample());
+  if (r != NVML_SUCCESS) {
+    // A MIG parent's card-wide figures need privileges; its instances are still read.
+    if (!(mig && !is_lost(r))) return fail(r, "nvmlDeviceGetMemoryInfo");
+    add_note("card-wide memory: " + error_string(r) +
+             " (needs root with MIG on); read per MIG instance");
+  }
 
   // Optional figures: a failure leaves them unknown, unless it says the GPU is gone.
   if (sym_->utilization != nullptr) {
     nvmlUtilization_t u{};
     r = sym_->utilization(device, &u);
     if (r == NVML_SUCCESS)
-      sample.utilization_pct = u.gpu;
+      sample().utilization_pct = u.gpu;
     else if (is_lost(r))
       return fail(r, "nvmlDeviceGetUtilizationRates");
   }
@@ -347,7 +472,7 @@ void NvmlReader::read_device(unsigned index, GpuSample& sample, bool& lost) {
     unsigned t = 0;
     r = sym_->temperature(device, nvml::kTemperatureGpu, &t);
     if (r == NVML_SUCCESS)
-      sample.temperature_c = t;
+      sample().temperature_c = t;
     else if (is_lost(r))
       return fail(r, "nvmlDeviceGetTemperature");
   }
@@ -355,20 +480,122 @@ void NvmlReader::read_device(unsigned index, GpuSample& sample, bool& lost) {
     unsigned mw = 0;
     r = sym_->power(device, &mw);
     if (r == NVML_SUCCESS)
-      sample.power_w = mw / 1000.0;
+      sample().power_w = mw / 1000.0;
     else if (is_lost(r))
       return fail(r, "nvmlDeviceGetPowerUsage");
   }
 
-  std::vector<ProcessMemory> compute, graphics;
-  nvmlReturn_t rc = read_processes(false, device, compute, versions_.compute);
-  if (is_lost(rc)) return fail(rc, "nvmlDeviceGetComputeRunningProcesses");
-  nvmlReturn_t rg = read_processes(true, device, graphics, versions_.graphics);
-  if (is_lost(rg)) return fail(rg, "nvmlDeviceGetGraphicsRunningProcesses");
-  // Unreadable only when neither list could be read: one of them still names processes.
-  sample.processes_readable = rc == NVML_SUCCESS || rg == NVML_SUCCESS;
-  sample.processes = std::move(compute);
-  merge_processes(sample.processes, graphics);
+  std::vector<ProcessMemory> processes;
+  bool readable = false;
+  const char* failed = "";
+  r = read_all_processes(device, processes, readable, failed);
+  if (is_lost(r)) return fail(r, failed);
+  if (!mig) {
+    sample().processes_readable = readable;
+    sample().processes = std::move(processes);
+    return;
+  }
+  // MIG on: the parent's processes are its instances'; they are listed (and counted) there.
+  sample().processes_readable = false;
+  if (!readable) {
+    add_note("card-wide process list: " + error_string(r) + "; read per MIG instance");
+  }
+  std::vector<GpuSample> instances;
+  read_mig_instances(index, device, sample(), readable ? &processes : nullptr, instances, lost);
+  for (auto& g : instances) out.push_back(std::move(g));
+}
+
+void NvmlReader::read_mig_instances(unsigned parent_index, nvmlDevice_t parent,
+                                    GpuSample& parent_sample,
+                                    const std::vector<ProcessMemory>* parent_processes,
+                                    std::vector<GpuSample>& out, bool& lost) {
+  auto add_note = [&](const std::string& text) {
+    parent_sample.note += (parent_sample.note.empty() ? "" : "; ") + text;
+  };
+  if (sym_->max_mig_count == nullptr || sym_->mig_handle == nullptr ||
+      sym_->gpu_instance_id == nullptr) {
+    return add_note("MIG is on but this NVML cannot list MIG instances");
+  }
+  unsigned max = 0;
+  nvmlReturn_t r = sym_->max_mig_count(parent, &max);
+  if (r != NVML_SUCCESS) {
+    return add_note("MIG instances: " + error_string(r) + " (NVML nvmlDeviceGetMaxMigDeviceCount)");
+  }
+  const std::string prefix = std::to_string(parent_index) + "/";
+  for (unsigned i = 0; i < max; ++i) {
+    nvmlDevice_t mig = nullptr;
+    r = sym_->mig_handle(parent, i, &mig);
+    if (r == NVML_ERROR_NOT_FOUND) continue;  // no instance in this slot
+    if (r != NVML_SUCCESS) {
+      add_note("MIG device " + std::to_string(i) + ": " + error_string(r));
+      if (is_lost(r)) lost = true;
+      continue;
+    }
+    unsigned gi = 0, ci = 0;
+    r = sym_->gpu_instance_id(mig, &gi);
+    if (r != NVML_SUCCESS) {
+      add_note("MIG device " + std::to_string(i) + ": " + error_string(r) +
+               " (NVML nvmlDeviceGetGpuInstanceId)");
+      continue;
+    }
+    bool have_ci =
+        sym_->compute_instance_id != nullptr && sym_->compute_instance_id(mig, &ci) == NVML_SUCCESS;
+    const unsigned flat = mig_flat_index(parent_index, gi);
+
+    // Compute instances of one GPU instance share its memory: one device per GPU instance.
+    auto existing =
+        std::find_if(out.begin(), out.end(), [&](const GpuSample& g) { return g.index == flat; });
+    GpuSample fresh;
+    GpuSample& g = existing != out.end() ? *existing : fresh;
+    const bool first = existing == out.end();
+    if (first) {
+      g.index = flat;
+      g.label = prefix + std::to_string(gi);
+      g.parent = parent_index;
+      g.gpu_instance_id = gi;
+      if (have_ci) g.compute_instance_id = ci;
+      auto fail = [&](nvmlReturn_t code, const char* what) {
+        g.health = is_lost(code) ? GpuHealth::lost : GpuHealth::error;
+        if (is_lost(code)) lost = true;
+        g.error = "GPU " + g.label + (g.uuid.empty() ? "" : " (" + g.uuid + ")") + ": " +
+                  error_string(code) + " (NVML " + what + ")";
+      };
+      if (sym_->uuid != nullptr) {
+        char buf[nvml::kDeviceUuidBufferSize] = {};
+        if (sym_->uuid(mig, buf, sizeof buf) == NVML_SUCCESS) g.uuid = c_string(buf, sizeof buf);
+      }
+      if (sym_->name != nullptr) {
+        char buf[nvml::kDeviceNameBufferSize] = {};
+        if (sym_->name(mig, buf, sizeof buf) == NVML_SUCCESS) g.name = c_string(buf, sizeof buf);
+      }
+      g.mig_profile = mig_profile_of(g.name);
+      r = read_memory(mig, g);
+      if (r != NVML_SUCCESS) fail(r, "nvmlDeviceGetMemoryInfo");
+    }
+    if (g.health == GpuHealth::ok) {
+      std::vector<ProcessMemory> processes;
+      bool readable = false;
+      const char* failed = "";
+      r = read_all_processes(mig, processes, readable, failed);
+      if (!readable && parent_processes != nullptr) {
+        // The parent's aggregate list says which instance each process is in.
+        processes.clear();
+        for (const ProcessMemory& p : *parent_processes)
+          if (p.gpu_instance_id == gi) processes.push_back(p);
+        readable = true;
+      }
+      if (first) {
+        g.processes_readable = readable;
+        g.processes = std::move(processes);
+      } else {
+        g.processes_readable = g.processes_readable || readable;
+        merge_processes(g.processes, processes);
+      }
+    }
+    if (first) out.push_back(std::move(fresh));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const GpuSample& a, const GpuSample& b) { return a.index < b.index; });
 }
 
 GpuReading NvmlReader::read() {
@@ -396,12 +623,11 @@ GpuReading NvmlReader::read() {
     shutdown();  // start afresh next time: the driver may have gone away
     return reading;
   }
+  versions_.v3_entry_bytes = sym_->r535_exports || is_early_r535(reading.driver_version)
+                                 ? sizeof(nvmlProcessInfo_r535_t)
+                                 : sizeof(nvmlProcessInfo_v2_t);
   bool lost = false;
-  for (unsigned i = 0; i < count; ++i) {
-    GpuSample sample;
-    read_device(i, sample, lost);
-    reading.gpus.push_back(std::move(sample));
-  }
+  for (unsigned i = 0; i < count; ++i) read_device(i, reading.gpus, lost);
   // A lost GPU may come back (reset, driver reload): re-initialise before the next read so that
   // NVML enumerates devices afresh.
   if (lost) shutdown();
