@@ -218,7 +218,7 @@
       note: el('div', { class: 'chart-note' }),
       holdings: el('tbody'),
     };
-    const root = el('article', { class: 'gpu', dataset: { gpu: g.index } },
+    const root = el('article', { class: 'gpu' + (g.parent !== null && g.parent !== undefined ? ' mig-instance' : ''), dataset: { gpu: g.index } },
       el('div', { class: 'gpu-head' }, refs.title, refs.meta),
       refs.usage, refs.usageText, refs.chart, refs.note,
       el('div', { class: 'table-wrap' },
@@ -232,8 +232,14 @@
 
   function updateGpu(gpu, g) {
     const r = gpu.refs;
-    r.title.textContent = `GPU ${g.index} · ${g.name || 'unknown'}`;
+    // A MIG instance is titled by its label (GPU/GI, as nvidia-smi numbers it) and profile.
+    const label = g.label || String(g.index);
+    r.title.textContent = g.parent !== null && g.parent !== undefined
+      ? `GPU ${label} · MIG ${g.mig_profile || 'instance'} · ${g.uuid || ''}`
+      : `GPU ${label} · ${g.name || 'unknown'}`;
     const bits = [];
+    if (g.mig_enabled) bits.push('MIG on: memory is held in its instances');
+    if (g.note) bits.push(g.note);
     if (g.utilization_pct !== null && g.utilization_pct !== undefined) bits.push(`util ${g.utilization_pct}%`);
     if (g.temperature_c !== null && g.temperature_c !== undefined) bits.push(`${g.temperature_c} °C`);
     if (g.power_w !== null && g.power_w !== undefined) bits.push(`${Math.round(g.power_w)} W`);
@@ -567,7 +573,7 @@
         el('td', {}, el('strong', { text: '#' + l.id }), ' ', who,
           details ? el('span', { class: 'sub', text: details }) : null, reason),
         el('td', {}, badge(l.state + position, stateTone)),
-        el('td', { class: 'num' }, fmtBytes(l.vram_bytes), el('span', { class: 'sub', text: l.gpu === null || l.gpu === undefined ? 'any GPU' : 'GPU ' + l.gpu })));
+        el('td', { class: 'num' }, fmtBytes(l.vram_bytes), el('span', { class: 'sub', text: l.gpu === null || l.gpu === undefined ? 'any GPU' : 'GPU ' + (l.gpu_label || l.gpu) })));
     });
     $('leases').replaceChildren(el('div', { class: 'table-wrap' }, el('table', {},
       el('thead', {}, el('tr', {}, el('th', { text: 'Lease' }), el('th', { text: 'State' }), el('th', { class: 'num', text: 'VRAM' }))),

@@ -1,4 +1,5 @@
 #include "core/arbiter.h"
+#include "core/gpu_select.h"  // [issue 16: MIG]
 
 #include <unordered_map>
 
@@ -137,6 +138,12 @@ std::vector<Action> Arbiter::on_sample(const SampleTaken& s, TimePoint now) {
       next.gpus.push_back(std::move(gs));
       continue;
     }
+    // [issue 16: MIG] a MIG-enabled card's memory is attributed on its instances, not twice.
+    if (!attributes_memory(g)) {
+      next.gpus.push_back(std::move(gs));
+      continue;
+    }
+    // [/issue 16]
 
     // Learn the baseline: the card's use when no process holds memory.
     if (g.processes_readable && g.processes.empty()) learned_baseline_[g.index] = g.used;

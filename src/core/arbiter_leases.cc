@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/arbiter.h"
+#include "core/gpu_select.h"  // [issue 16: MIG]
 
 namespace vramd {
 
@@ -303,7 +304,7 @@ void Arbiter::admit(TimePoint now, std::vector<Action>& actions) {
   std::map<unsigned, Bytes> free;
   std::map<unsigned, const GpuStatus*> gpus;
   for (const auto& g : status_.gpus) {
-    if (g.sample.health != GpuHealth::ok) continue;
+    if (!admits_leases(g.sample)) continue;  // [issue 16: MIG] was: health != ok
     free[g.sample.index] = budget(g);
     gpus[g.sample.index] = &g;
   }
