@@ -23,8 +23,8 @@ TEST(GpuSelector, IndexInstanceAndAny) {
 }
 
 TEST(GpuSelector, BadInputIsAClearError) {
-  for (const char* bad : {"-1", "0/", "/2", "0/2/1", "x", "1.5", " 1", "0x1", "99999", "0/70000",
-                          "1e3", "ANY"}) {
+  for (const char* bad :
+       {"-1", "0/", "/2", "0/2/1", "x", "1.5", " 1", "0x1", "99999", "0/70000", "1e3", "ANY"}) {
     auto r = parse_gpu_selector(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.error().find("expected a GPU index"), std::string::npos) << r.error();
