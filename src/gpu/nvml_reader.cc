@@ -102,13 +102,15 @@ nvmlReturn_t fetch_processes(Fn fn, nvmlDevice_t device, std::size_t stride, boo
     r = fn(device, &n, reinterpret_cast<Info*>(buffer.data()));
     if (r == NVML_SUCCESS) {
       // Whatever count the library returns, read no entry beyond what was allocated.
-      n = std::min<unsigned>(n, static_cast<unsigned>(buffer.size() * sizeof(buffer[0]) / stride));
+      // (capacity entries of any stride up to kMaxEntryBytes fit in the buffer.)
+      n = std::min<unsigned>(n, static_cast<unsigned>(capacity));
       for (unsigned i = 0; i < n; ++i) {
         const unsigned char* e = bytes + std::size_t{i} * stride;
         unsigned pid = 0;
         unsigned long long used = 0;
         std::memcpy(&pid, e, sizeof pid);
         std::memcpy(&used, e + 8, sizeof used);
+        if (pid == 0) continue;  // no process: a slot the library counted but did not fill
         ProcessMemory p;
         p.pid = static_cast<int>(pid);
         if (used != nvml::kValueNotAvailable) p.used = used;

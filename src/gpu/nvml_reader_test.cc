@@ -707,6 +707,17 @@ TEST(NvmlReaderR535, AMisjudgedLayoutNeverWritesOrReadsPastTheBuffer) {
   EXPECT_EQ(r.gpus[1].processes[0].pid, 10000);  // the first entry is where both layouts agree
 }
 
+TEST(NvmlReaderR535, ACountBeyondTheBufferIsNeverRead) {
+  // The library answers SUCCESS with a count far beyond the room it was given.
+  TestGpu gpu;
+  json state = many_processes_state("550.54.14");
+  state["overstate_count"] = 100000;
+  gpu.write(state);
+  auto reader = open_reader();
+  ASSERT_NE(reader, nullptr);
+  expect_many_processes(reader->read());  // exactly the 100 it wrote; ASan watches the rest
+}
+
 TEST(FakeNvml, MigSlotsWithoutAnInstanceAreNotFound) {
   TestGpu gpu;
   gpu.write(mig_state());

@@ -24,6 +24,7 @@
 // - "v3_entry_bytes": 32: the _v3 lists write early-R535 32-byte entries (nvmlProcessInfo_r535_t).
 //   The build FAKE_NVML_R535 (libnvidia-ml-fake-r535.so) always does, and, like those drivers,
 //   exports nvmlDeviceGetConfComputeMemSizeInfo but not nvmlDeviceGetRunningProcessDetailList.
+// - "overstate_count": N: a successful process-list call reports N more entries than it wrote.
 // - A missing or unreadable state file makes nvmlInit return DRIVER_NOT_LOADED.
 // Device handles encode the index: (nvmlDevice_t)(index + 1); a MIG device's handle adds
 // (slot + 1) << 16.
@@ -258,7 +259,8 @@ nvmlReturn_t do_processes(const char* fn, const char* key, nvmlDevice_t device, 
     info.computeInstanceId = list[i].ci;
     std::memcpy(static_cast<unsigned char*>(infos) + std::size_t{i} * stride, &info, stride);
   }
-  *count = needed;
+  // A library that claims more entries than it wrote, and more than there was room for.
+  *count = needed + static_cast<unsigned>(fake_nvml::get_u64(*state, "overstate_count", 0));
   return NVML_SUCCESS;
 }
 
