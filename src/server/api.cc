@@ -260,7 +260,7 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
                         fmt::format("gpu: GPU {} has MIG on; ask for one of its instances "
                                     "(GPU/GI, e.g. {}/1), listed by vramd status",
                                     gpu_label(g.sample), gpu_label(g.sample)));
-      if (!admits_leases(g.sample)) continue;
+      if (g.sample.mig_enabled) continue;  // its total is not room for a lease
       // [/issue 16]
       known_gpu = true;
       Bytes room = g.sample.total > arbiter.config().gpu.reserve ? g.sample.total - arbiter.config().gpu.reserve : 0;
