@@ -25,7 +25,8 @@ mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
 trap 'umount "$root/proc" 2>/dev/null || true' EXIT
 in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "$@"; }
 
-echo "--- what the root has: $(in_root sh -c 'ls /usr/lib/x86_64-linux-gnu | wc -l') libraries, no libstdc++ needed"
+echo "--- in the root, vramd needs:"
+in_root ldd /opt/vramd/vramd
 in_root /opt/vramd/vramd --version
 set +e
 out=$(in_root /opt/vramd/vramd status --url http://127.0.0.1:7971 2>&1)
@@ -34,7 +35,9 @@ set -e
 echo "vramd status (no daemon): exit $rc: $out"
 [[ $rc -ne 0 && -n "$out" ]] || { echo "FAIL: status without a daemon should fail clearly"; exit 1; }
 
-in_root /opt/vramd/vramd demo --listen 127.0.0.1:7971 --duration 20 >"$root.demo.log" 2>&1 &
+# exec: $! is then vramd itself (chroot and env exec too), which stops its stand-ins on TERM.
+(exec chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+  /opt/vramd/vramd demo --listen 127.0.0.1:7971 --duration 20) >"$root.demo.log" 2>&1 &
 demo=$!
 ok=0
 for _ in $(seq 1 30); do
