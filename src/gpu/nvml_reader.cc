@@ -1,7 +1,5 @@
 #include "gpu/nvml_reader.h"
 
-#include "core/gpu_select.h"
-
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -11,43 +9,11 @@
 #include <cstring>
 #include <map>
 
+#include "gpu/nvml_detail.h"
+
 namespace vramd {
 
-struct NvmlReader::Symbols {
-  nvmlInit_fn init_v2 = nullptr;
-  nvmlInit_fn init_v1 = nullptr;
-  nvmlShutdown_fn shutdown = nullptr;
-  nvmlErrorString_fn error_string = nullptr;
-  nvmlSystemGetDriverVersion_fn driver_version = nullptr;
-  nvmlDeviceGetCount_fn count_v2 = nullptr;
-  nvmlDeviceGetCount_fn count_v1 = nullptr;
-  nvmlDeviceGetHandleByIndex_fn handle_v2 = nullptr;
-  nvmlDeviceGetHandleByIndex_fn handle_v1 = nullptr;
-  nvmlDeviceGetName_fn name = nullptr;
-  nvmlDeviceGetUUID_fn uuid = nullptr;
-  nvmlDeviceGetMemoryInfo_v2_fn memory_v2 = nullptr;
-  nvmlDeviceGetMemoryInfo_fn memory_v1 = nullptr;
-  nvmlDeviceGetUtilizationRates_fn utilization = nullptr;
-  nvmlDeviceGetTemperature_fn temperature = nullptr;
-  nvmlDeviceGetPowerUsage_fn power = nullptr;
-  nvmlDeviceGetProcesses_v2_fn compute_v3 = nullptr;
-  nvmlDeviceGetProcesses_v2_fn compute_v2 = nullptr;
-  nvmlDeviceGetProcesses_v1_fn compute_v1 = nullptr;
-  nvmlDeviceGetProcesses_v2_fn graphics_v3 = nullptr;
-  nvmlDeviceGetProcesses_v2_fn graphics_v2 = nullptr;
-  nvmlDeviceGetProcesses_v1_fn graphics_v1 = nullptr;
-  nvmlDeviceGetProcesses_v2_fn mps_v3 = nullptr;
-  nvmlDeviceGetProcesses_v2_fn mps_v2 = nullptr;
-  nvmlDeviceGetProcesses_v1_fn mps_v1 = nullptr;
-  nvmlDeviceGetMigMode_fn mig_mode = nullptr;
-  nvmlDeviceGetMaxMigDeviceCount_fn max_mig_count = nullptr;
-  nvmlDeviceGetMigDeviceHandleByIndex_fn mig_handle = nullptr;
-  nvmlDeviceGetInstanceId_fn gpu_instance_id = nullptr;
-  nvmlDeviceGetInstanceId_fn compute_instance_id = nullptr;
-  // nvitop's test for the early R535 libraries (535.43-535.86), whose _v3 process lists write
-  // 32-byte entries: nvmlDeviceGetConfComputeMemSizeInfo exported, ...RunningProcessDetailList not.
-  bool r535_exports = false;
-};
+using namespace nvml_detail;
 
 namespace {
 
@@ -57,20 +23,6 @@ constexpr unsigned kListSlack = 8;
 template <typename Fn>
 void resolve(void* handle, const char* name, Fn& out) {
   out = reinterpret_cast<Fn>(::dlsym(handle, name));
-}
-
-// Answers that mean "this entry point is not there or not for this version: try an older one".
-bool is_absent(nvmlReturn_t r) {
-  return r == NVML_ERROR_FUNCTION_NOT_FOUND || r == NVML_ERROR_NOT_SUPPORTED ||
-         r == NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-}
-
-bool is_lost(nvmlReturn_t r) {
-  return r == NVML_ERROR_GPU_IS_LOST || r == NVML_ERROR_RESET_REQUIRED;
-}
-
-std::string c_string(const char* buffer, std::size_t size) {
-  return std::string(buffer, strnlen(buffer, size));
 }
 
 // Room per entry in the buffers handed to the library: the largest entry any driver writes, so
@@ -129,37 +81,6 @@ nvmlReturn_t fetch_processes(Fn fn, nvmlDevice_t device, std::size_t stride, boo
     count = n;
   }
   return NVML_ERROR_INSUFFICIENT_SIZE;
-}
-
-// 535.43 to 535.86 ("535.54.03"): the drivers whose _v3 lists write 32-byte entries.
-bool is_early_r535(const std::string& driver_version) {
-  unsigned major = 0, minor = 0;
-  if (std::sscanf(driver_version.c_str(), "%u.%u", &major, &minor) != 2) return false;
-  return major == 535 && minor >= 43 && minor <= 86;
-}
-
-// "1g.18gb" from "NVIDIA H200 MIG 1g.18gb"; empty when the name does not carry a profile.
-std::string mig_profile_of(const std::string& name) {
-  std::size_t at = name.rfind("MIG ");
-  if (at == std::string::npos) return "";
-  std::string rest = name.substr(at + 4);
-  rest = rest.substr(0, rest.find(' '));
-  std::size_t g = rest.find("g.");
-  if (g == 0 || g == std::string::npos || rest.size() < 4) return "";
-  return rest;
-}
-
-// A pid in both lists counts once, with the larger known value.
-void merge_processes(std::vector<ProcessMemory>& into, const std::vector<ProcessMemory>& more) {
-  for (const ProcessMemory& p : more) {
-    auto it = std::find_if(into.begin(), into.end(),
-                           [&](const ProcessMemory& q) { return q.pid == p.pid; });
-    if (it == into.end()) {
-      into.push_back(p);
-    } else if (p.used && (!it->used || *p.used > *it->used)) {
-      it->used = p.used;
-    }
-  }
 }
 
 std::string describe_init_failure(nvmlReturn_t r, const std::string& text) {
@@ -505,99 +426,6 @@ void NvmlReader::read_device(unsigned index, std::vector<GpuSample>& out, bool& 
   std::vector<GpuSample> instances;
   read_mig_instances(index, device, sample(), readable ? &processes : nullptr, instances, lost);
   for (auto& g : instances) out.push_back(std::move(g));
-}
-
-void NvmlReader::read_mig_instances(unsigned parent_index, nvmlDevice_t parent,
-                                    GpuSample& parent_sample,
-                                    const std::vector<ProcessMemory>* parent_processes,
-                                    std::vector<GpuSample>& out, bool& lost) {
-  auto add_note = [&](const std::string& text) {
-    parent_sample.note += (parent_sample.note.empty() ? "" : "; ") + text;
-  };
-  if (sym_->max_mig_count == nullptr || sym_->mig_handle == nullptr ||
-      sym_->gpu_instance_id == nullptr) {
-    return add_note("MIG is on but this NVML cannot list MIG instances");
-  }
-  unsigned max = 0;
-  nvmlReturn_t r = sym_->max_mig_count(parent, &max);
-  if (r != NVML_SUCCESS) {
-    return add_note("MIG instances: " + error_string(r) + " (NVML nvmlDeviceGetMaxMigDeviceCount)");
-  }
-  const std::string prefix = std::to_string(parent_index) + "/";
-  for (unsigned i = 0; i < max; ++i) {
-    nvmlDevice_t mig = nullptr;
-    r = sym_->mig_handle(parent, i, &mig);
-    if (r == NVML_ERROR_NOT_FOUND) continue;  // no instance in this slot
-    if (r != NVML_SUCCESS) {
-      add_note("MIG device " + std::to_string(i) + ": " + error_string(r));
-      if (is_lost(r)) lost = true;
-      continue;
-    }
-    unsigned gi = 0, ci = 0;
-    r = sym_->gpu_instance_id(mig, &gi);
-    if (r != NVML_SUCCESS) {
-      add_note("MIG device " + std::to_string(i) + ": " + error_string(r) +
-               " (NVML nvmlDeviceGetGpuInstanceId)");
-      continue;
-    }
-    bool have_ci =
-        sym_->compute_instance_id != nullptr && sym_->compute_instance_id(mig, &ci) == NVML_SUCCESS;
-    const unsigned flat = mig_flat_index(parent_index, gi);
-
-    // Compute instances of one GPU instance share its memory: one device per GPU instance.
-    auto existing =
-        std::find_if(out.begin(), out.end(), [&](const GpuSample& g) { return g.index == flat; });
-    GpuSample fresh;
-    GpuSample& g = existing != out.end() ? *existing : fresh;
-    const bool first = existing == out.end();
-    if (first) {
-      g.index = flat;
-      g.label = prefix + std::to_string(gi);
-      g.parent = parent_index;
-      g.gpu_instance_id = gi;
-      if (have_ci) g.compute_instance_id = ci;
-      auto fail = [&](nvmlReturn_t code, const char* what) {
-        g.health = is_lost(code) ? GpuHealth::lost : GpuHealth::error;
-        if (is_lost(code)) lost = true;
-        g.error = "GPU " + g.label + (g.uuid.empty() ? "" : " (" + g.uuid + ")") + ": " +
-                  error_string(code) + " (NVML " + what + ")";
-      };
-      if (sym_->uuid != nullptr) {
-        char buf[nvml::kDeviceUuidBufferSize] = {};
-        if (sym_->uuid(mig, buf, sizeof buf) == NVML_SUCCESS) g.uuid = c_string(buf, sizeof buf);
-      }
-      if (sym_->name != nullptr) {
-        char buf[nvml::kDeviceNameBufferSize] = {};
-        if (sym_->name(mig, buf, sizeof buf) == NVML_SUCCESS) g.name = c_string(buf, sizeof buf);
-      }
-      g.mig_profile = mig_profile_of(g.name);
-      r = read_memory(mig, g);
-      if (r != NVML_SUCCESS) fail(r, "nvmlDeviceGetMemoryInfo");
-    }
-    if (g.health == GpuHealth::ok) {
-      std::vector<ProcessMemory> processes;
-      bool readable = false;
-      const char* failed = "";
-      r = read_all_processes(mig, processes, readable, failed);
-      if (!readable && parent_processes != nullptr) {
-        // The parent's aggregate list says which instance each process is in.
-        processes.clear();
-        for (const ProcessMemory& p : *parent_processes)
-          if (p.gpu_instance_id == gi) processes.push_back(p);
-        readable = true;
-      }
-      if (first) {
-        g.processes_readable = readable;
-        g.processes = std::move(processes);
-      } else {
-        g.processes_readable = g.processes_readable || readable;
-        merge_processes(g.processes, processes);
-      }
-    }
-    if (first) out.push_back(std::move(fresh));
-  }
-  std::sort(out.begin(), out.end(),
-            [](const GpuSample& a, const GpuSample& b) { return a.index < b.index; });
 }
 
 GpuReading NvmlReader::read() {
