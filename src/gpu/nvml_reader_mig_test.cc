@@ -307,6 +307,39 @@ TEST(NvmlReaderR535, ACountBeyondTheBufferIsNeverRead) {
   expect_many_processes(reader->read());  // exactly the 100 it wrote; ASan watches the rest
 }
 
+TEST(NvmlReaderR535, EveryCountReadsRightInEitherLayout) {
+  // Around the first buffer's size (count + count/4 + 8) and past 96 entries, where 24-byte
+  // buffers overflowed with 32-byte entries; the list also grows between count and fetch.
+  for (bool r535 : {false, true}) {
+    for (int n : {0, 1, 2, 7, 8, 9, 31, 96, 97, 98, 250}) {
+      TestGpu gpu;
+      json state = base_state();
+      state["driver_version"] = r535 ? "535.86.10" : "535.104.05";
+      if (r535) state["v3_entry_bytes"] = 32;
+      json procs = json::array();
+      for (int i = 0; i < n; ++i) procs.push_back({{"pid", 20000 + i}, {"used", (i + 3) * 4096}});
+      state["gpus"][1]["processes"] = procs;
+      state["gpus"][1]["extra_processes_after_first_call"] = n % 3;
+      gpu.write(state);
+      auto reader = open_reader();
+      ASSERT_NE(reader, nullptr);
+      GpuReading r = reader->read();
+      ASSERT_EQ(r.gpus.size(), 2u);
+      const GpuSample& g = r.gpus[1];
+      SCOPED_TRACE(testing::Message() << "r535=" << r535 << " n=" << n);
+      EXPECT_EQ(reader->api_versions().v3_entry_bytes, r535 ? 32u : 24u);
+      EXPECT_TRUE(g.processes_readable);
+      EXPECT_EQ(g.processes.size(), static_cast<std::size_t>(n + (n ? n % 3 : 0)));
+      for (int i = 0; i < n; ++i) {
+        const ProcessMemory* p = find_pid(g, 20000 + i);
+        ASSERT_NE(p, nullptr) << i;
+        EXPECT_EQ(p->used, static_cast<Bytes>(i + 3) * 4096) << i;
+        EXPECT_EQ(p->gpu_instance_id, std::nullopt);
+      }
+    }
+  }
+}
+
 TEST(FakeNvml, MigSlotsWithoutAnInstanceAreNotFound) {
   TestGpu gpu;
   gpu.write(mig_state());
