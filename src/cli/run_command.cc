@@ -66,13 +66,15 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
   if (run.gpu != "any") {
     auto gpu = parse_gpu_selector(run.gpu);
     if (!gpu || !*gpu) {
-      std::cerr << "vramd run: --" << (gpu ? "gpu: expected a GPU index or 'any', got ''" : gpu.error())
-                << "\n";
+      std::cerr << "vramd run: --"
+                << (gpu ? "gpu: expected a GPU index or 'any', got ''" : gpu.error()) << "\n";
       return kExitUsage;
     }
     // A MIG instance as its label ("0/2"), which the API parses as `--gpu` does.
-    if (is_mig_index(**gpu)) body["gpu"] = gpu_label(**gpu);
-    else body["gpu"] = **gpu;
+    if (is_mig_index(**gpu))
+      body["gpu"] = gpu_label(**gpu);
+    else
+      body["gpu"] = **gpu;
   }
   if (!run.ram.empty()) {
     auto ram = parse_size(run.ram);

@@ -43,7 +43,8 @@ std::string process_owner_name(const ProcessInfo& p) { return process_owner_name
 bool is_mps_server(const ProcessInfo& p) {
   // comm is cut to 15 characters ("nvidia-cuda-mps" for the control daemon too): ask argv[0].
   std::string_view argv0 = std::string_view(p.cmdline).substr(0, p.cmdline.find(' '));
-  if (auto slash = argv0.rfind('/'); slash != std::string_view::npos) argv0.remove_prefix(slash + 1);
+  if (auto slash = argv0.rfind('/'); slash != std::string_view::npos)
+    argv0.remove_prefix(slash + 1);
   return argv0 == "nvidia-cuda-mps-server";
 }
 

@@ -137,9 +137,8 @@ class NvidiaSmiReader : public GpuReader {
   std::string binary_;
   Duration timeout_;
   std::vector<std::string> warnings_;
-  int mig_check_in_ = 0;                     // reads left before `nvidia-smi -L` runs again
-  std::vector<SmiMigListing> mig_listing_;   // its MIG devices, empty when none
+  int mig_check_in_ = 0;                    // reads left before `nvidia-smi -L` runs again
+  std::vector<SmiMigListing> mig_listing_;  // its MIG devices, empty when none
 };
 
 }  // namespace vramd
-

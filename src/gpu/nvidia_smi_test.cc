@@ -282,12 +282,17 @@ TEST(SmiMig, TheH200TableParsesToTheSamePictureAsNvml) {
 
 TEST(SmiMig, MigOffTableHasNoDevicesAndProcessesWithoutInstanceIds) {
   SmiMigTable t = parse_smi_mig_table(
-      "| Processes:                                                                              |\n"
-      "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |\n"
-      "|        ID   ID                                                               Usage      |\n"
-      "|=========================================================================================|\n"
+      "| Processes:                                                                              "
+      "|\n"
+      "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory "
+      "|\n"
+      "|        ID   ID                                                               Usage      "
+      "|\n"
+      "|=========================================================================================|"
+      "\n"
       "|    0   N/A  N/A            4242      C   python3 serve.py                      8000MiB |\n"
-      "+-----------------------------------------------------------------------------------------+\n");
+      "+-----------------------------------------------------------------------------------------+"
+      "\n");
   EXPECT_TRUE(t.devices.empty());
   ASSERT_EQ(t.processes.size(), 1u);
   EXPECT_EQ(t.processes[0].gi, std::nullopt);

@@ -222,25 +222,38 @@ int table(const json& state) {
     if (const json* gpu = fake_nvml::gpu_at(state, g); gpu && !mig_devices(*gpu).empty())
       any_mig = true;
   if (any_mig) {
-    std::printf("| MIG devices:                                                                            |\n");
-    std::printf("|==================+==================================+===========+=======================|\n");
+    std::printf(
+        "| MIG devices:                                                                            "
+        "|\n");
+    std::printf(
+        "|==================+==================================+===========+======================="
+        "|\n");
     for (unsigned g = 0; g < fake_nvml::gpu_count(state); ++g) {
       const json* gpu = fake_nvml::gpu_at(state, g);
       if (gpu == nullptr) continue;
       unsigned dev = 0;
       for (const json* d : mig_devices(*gpu)) {
-        std::printf("| %2u  %3llu %3llu %3u  | %15lluMiB / %5lluMiB    | 16      0 |  1   0    1    0    1 |\n",
-                    g, fake_nvml::get_u64(*d, "gi", 0), fake_nvml::get_u64(*d, "ci", 0), dev++,
-                    fake_nvml::get_u64(*d, "used", 0) / kMiB,
-                    fake_nvml::get_u64(*d, "total", 0) / kMiB);
-        std::printf("|                  |               0MiB / 1024MiB     |           |                       |\n");
+        std::printf(
+            "| %2u  %3llu %3llu %3u  | %15lluMiB / %5lluMiB    | 16      0 |  1   0    1    0    1 "
+            "|\n",
+            g, fake_nvml::get_u64(*d, "gi", 0), fake_nvml::get_u64(*d, "ci", 0), dev++,
+            fake_nvml::get_u64(*d, "used", 0) / kMiB, fake_nvml::get_u64(*d, "total", 0) / kMiB);
+        std::printf(
+            "|                  |               0MiB / 1024MiB     |           |                   "
+            "    |\n");
       }
     }
     std::printf("\n");
   }
-  std::printf("| Processes:                                                                              |\n");
-  std::printf("|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |\n");
-  std::printf("|=========================================================================================|\n");
+  std::printf(
+      "| Processes:                                                                              "
+      "|\n");
+  std::printf(
+      "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory "
+      "|\n");
+  std::printf(
+      "|=========================================================================================|"
+      "\n");
   for (unsigned g = 0; g < fake_nvml::gpu_count(state); ++g) {
     const json* gpu = fake_nvml::gpu_at(state, g);
     if (gpu == nullptr) continue;
@@ -258,7 +271,9 @@ int table(const json& state) {
               std::to_string(fake_nvml::get_u64(*d, "ci", 0)), p);
     }
   }
-  std::printf("+-----------------------------------------------------------------------------------------+\n");
+  std::printf(
+      "+-----------------------------------------------------------------------------------------+"
+      "\n");
   std::fflush(stdout);
   return 0;
 }
