@@ -230,10 +230,17 @@
     return { index: g.index, root, refs, plot: null, owners: [], history: null };
   }
 
+  // "0/2" for a MIG instance, whose index is a large number (docs/api.md).
+  function gpuLabel(index) {
+    const g = state.gpus.get(index);
+    return g && g.label ? g.label : String(index);
+  }
+
   function updateGpu(gpu, g) {
     const r = gpu.refs;
     // A MIG instance is titled by its label (GPU/GI, as nvidia-smi numbers it) and profile.
     const label = g.label || String(g.index);
+    gpu.label = label;
     r.title.textContent = g.parent !== null && g.parent !== undefined
       ? `GPU ${label} · MIG ${g.mig_profile || 'instance'} · ${g.uuid || ''}`
       : `GPU ${label} · ${g.name || 'unknown'}`;
@@ -456,7 +463,7 @@
 
     const facts = [];
     const fact = (k, v) => facts.push(el('dt', { text: k }), el('dd', {}, v));
-    fact('VRAM', fmtBytes(s.bytes) + (s.per_gpu && s.per_gpu.length > 1 ? ' (' + s.per_gpu.map((p) => `GPU ${p.gpu}: ${fmtBytes(p.bytes)}`).join(', ') + ')' : ''));
+    fact('VRAM', fmtBytes(s.bytes) + (s.per_gpu && s.per_gpu.length > 1 ? ' (' + s.per_gpu.map((p) => `GPU ${gpuLabel(p.gpu)}: ${fmtBytes(p.bytes)}`).join(', ') + ')' : ''));
     if (s.busy) fact('Activity', 'busy' + (s.queue_depth ? `, ${s.queue_depth} queued` : ''));
     else fact('Idle for', s.idle_seconds === null ? '—' : fmtDuration(s.idle_seconds) + (s.unload_after_idle_seconds ? ` (unloads after ${fmtDuration(s.unload_after_idle_seconds)})` : ''));
     fact('Models', s.models && s.models.length ? s.models.join(', ') : 'none loaded');
