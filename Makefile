@@ -15,7 +15,7 @@ DEB_PACKAGES := g++ cmake ninja-build pkg-config libboost1.74-dev nlohmann-json3
 # /metrics. libfaketime: a test steps the daemon's wall clock. An npm that came with another nodejs package (NodeSource's provides it) counts.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build test test-asan fuzz tidy demo bench clean format format-check install
+.PHONY: all deps build test test-asan fuzz tidy demo bench clean format format-check install dist dist-check
 
 all: build
 
@@ -72,6 +72,23 @@ tidy: deps $(BUILD)/build.ninja
 demo: build
 	$(BUILD)/vramd demo
 
+# dist/: what a user downloads. vramd with every library but glibc linked in and the dashboard
+# embedded, and beside it what `vramd demo` needs (the test GPU's library, the stand-in servers).
+DIST_BUILD ?= build-dist
+dist: deps
+	cmake -S . -B $(DIST_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DVRAMD_DIST=ON \
+	  -DVRAMD_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build $(DIST_BUILD) --target vramd nvidia-ml-fake fake-gpu-server
+	mkdir -p dist
+	install -m 755 -s $(DIST_BUILD)/vramd $(DIST_BUILD)/fake-gpu-server dist/
+	install -m 644 -s $(DIST_BUILD)/libnvidia-ml-fake.so dist/
+	tests/dist/check-libs.sh dist
+
+# Runs dist/ in a minimal Debian 12 root (debootstrap minbase; needs root and the network once,
+# the root is cached in $(DIST_BUILD)/bookworm-root).
+dist-check: dist
+	tests/dist/check-bare-root.sh dist $(DIST_BUILD)/bookworm-root
+
 bench: build
 	bench/run.sh $(BUILD)
 
@@ -82,7 +99,7 @@ format-check:
 	clang-format --dry-run --Werror $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(DIST_BUILD) dist
 
 # `make install`: the binary, the systemd unit and, unless one exists, the example config.
 # DESTDIR stages everything under another root (packages, tests: no root needed). The unit goes to

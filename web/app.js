@@ -218,7 +218,7 @@
       note: el('div', { class: 'chart-note' }),
       holdings: el('tbody'),
     };
-    const root = el('article', { class: 'gpu', dataset: { gpu: g.index } },
+    const root = el('article', { class: 'gpu' + (g.parent !== null && g.parent !== undefined ? ' mig-instance' : ''), dataset: { gpu: g.index } },
       el('div', { class: 'gpu-head' }, refs.title, refs.meta),
       refs.usage, refs.usageText, refs.chart, refs.note,
       el('div', { class: 'table-wrap' },
@@ -230,10 +230,23 @@
     return { index: g.index, root, refs, plot: null, owners: [], history: null };
   }
 
+  // "0/2" for a MIG instance, whose index is a large number (docs/api.md).
+  function gpuLabel(index) {
+    const g = state.gpus.get(index);
+    return g && g.label ? g.label : String(index);
+  }
+
   function updateGpu(gpu, g) {
     const r = gpu.refs;
-    r.title.textContent = `GPU ${g.index} · ${g.name || 'unknown'}`;
+    // A MIG instance is titled by its label (GPU/GI, as nvidia-smi numbers it) and profile.
+    const label = g.label || String(g.index);
+    gpu.label = label;
+    r.title.textContent = g.parent !== null && g.parent !== undefined
+      ? `GPU ${label} · MIG ${g.mig_profile || 'instance'} · ${g.uuid || ''}`
+      : `GPU ${label} · ${g.name || 'unknown'}`;
     const bits = [];
+    if (g.mig_enabled) bits.push('MIG on: memory is held in its instances');
+    if (g.note) bits.push(g.note);
     if (g.utilization_pct !== null && g.utilization_pct !== undefined) bits.push(`util ${g.utilization_pct}%`);
     if (g.temperature_c !== null && g.temperature_c !== undefined) bits.push(`${g.temperature_c} °C`);
     if (g.power_w !== null && g.power_w !== undefined) bits.push(`${Math.round(g.power_w)} W`);
@@ -450,7 +463,7 @@
 
     const facts = [];
     const fact = (k, v) => facts.push(el('dt', { text: k }), el('dd', {}, v));
-    fact('VRAM', fmtBytes(s.bytes) + (s.per_gpu && s.per_gpu.length > 1 ? ' (' + s.per_gpu.map((p) => `GPU ${p.gpu}: ${fmtBytes(p.bytes)}`).join(', ') + ')' : ''));
+    fact('VRAM', fmtBytes(s.bytes) + (s.per_gpu && s.per_gpu.length > 1 ? ' (' + s.per_gpu.map((p) => `GPU ${gpuLabel(p.gpu)}: ${fmtBytes(p.bytes)}`).join(', ') + ')' : ''));
     if (s.busy) fact('Activity', 'busy' + (s.queue_depth ? `, ${s.queue_depth} queued` : ''));
     else fact('Idle for', s.idle_seconds === null ? '—' : fmtDuration(s.idle_seconds) + (s.unload_after_idle_seconds ? ` (unloads after ${fmtDuration(s.unload_after_idle_seconds)})` : ''));
     fact('Models', s.models && s.models.length ? s.models.join(', ') : 'none loaded');
@@ -569,7 +582,7 @@
         el('td', {}, el('strong', { text: '#' + l.id }), ' ', who,
           details ? el('span', { class: 'sub', text: details }) : null, reason),
         el('td', {}, badge(l.state + position, stateTone)),
-        el('td', { class: 'num' }, fmtBytes(l.vram_bytes), el('span', { class: 'sub', text: l.gpu === null || l.gpu === undefined ? 'any GPU' : 'GPU ' + l.gpu })));
+        el('td', { class: 'num' }, fmtBytes(l.vram_bytes), el('span', { class: 'sub', text: l.gpu === null || l.gpu === undefined ? 'any GPU' : 'GPU ' + (l.gpu_label || l.gpu) })));
     });
     $('leases').replaceChildren(el('div', { class: 'table-wrap' }, el('table', {},
       el('thead', {}, el('tr', {}, el('th', { text: 'Lease' }), el('th', { text: 'State' }), el('th', { class: 'num', text: 'VRAM' }))),

@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "cli/daemon_call.h"
+#include "core/gpu_select.h"
 
 namespace vramd {
 
@@ -63,12 +64,17 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
   }
   json body = {{"vram", *vram}, {"holder", "vramd run"}, {"priority", run.priority}};
   if (run.gpu != "any") {
-    if (run.gpu.empty() || run.gpu.size() > 2 ||
-        run.gpu.find_first_not_of("0123456789") != std::string::npos) {
-      std::cerr << "vramd run: --gpu: expected a GPU index or 'any', got '" << run.gpu << "'\n";
+    auto gpu = parse_gpu_selector(run.gpu);
+    if (!gpu || !*gpu) {
+      std::cerr << "vramd run: --"
+                << (gpu ? "gpu: expected a GPU index or 'any', got ''" : gpu.error()) << "\n";
       return kExitUsage;
     }
-    body["gpu"] = std::stoi(run.gpu);
+    // A MIG instance as its label ("0/2"), which the API parses as `--gpu` does.
+    if (is_mig_index(**gpu))
+      body["gpu"] = gpu_label(**gpu);
+    else
+      body["gpu"] = **gpu;
   }
   if (!run.ram.empty()) {
     auto ram = parse_size(run.ram);
@@ -173,9 +179,16 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
     return kExitFailure;
   }
   unsigned gpu = (*lease)["gpu"].get<unsigned>();
+  std::string label = (*lease).value("gpu_label", json(nullptr)).is_string()
+                          ? (*lease)["gpu_label"].get<std::string>()
+                          : gpu_label(gpu);
+  // A MIG instance is named by its UUID; older daemons send no such field.
+  std::string cuda_devices = (*lease).value("gpu_cuda_visible_devices", json(nullptr)).is_string()
+                                 ? (*lease)["gpu_cuda_visible_devices"].get<std::string>()
+                                 : std::to_string(gpu);
   if (!run.detach)
     std::cerr << fmt::format("vramd run: lease #{} granted: {} on GPU {} after {}\n", id,
-                             format_size(*vram), gpu,
+                             format_size(*vram), label,
                              format_elapsed(std::chrono::steady_clock::now() - started));
 
   pid_t child = fork();
@@ -188,7 +201,7 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
     if (!run.no_cuda_env) {
       // NVML numbers GPUs in PCI bus order; CUDA does too only with this order set.
       setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
-      setenv("CUDA_VISIBLE_DEVICES", std::to_string(gpu).c_str(), 1);
+      setenv("CUDA_VISIBLE_DEVICES", cuda_devices.c_str(), 1);
     }
     setenv("VRAMD_LEASE_ID", std::to_string(id).c_str(), 1);
     std::vector<char*> argv;
@@ -227,7 +240,7 @@ int cmd_leases(const CommonOptions& opts, bool as_json) {
   std::cout << fmt::format("{:>5}  {:<20} {:<8} {:>4} {:>10} {:>10}  {}\n", "ID", "OWNER", "STATE",
                            "GPU", "LEASED", "HELD", "WHY / SINCE");
   for (const auto& l : (*body)["leases"]) {
-    std::string gpu = l["gpu"].is_number() ? std::to_string(l["gpu"].get<unsigned>()) : "any";
+    std::string gpu = l["gpu"].is_number() ? gpu_label(l["gpu"].get<unsigned>()) : "any";
     std::string why = l["state"] == "queued" ? reason_text(l) : l["granted_at"].get<std::string>();
     std::cout << fmt::format(
         "{:>5}  {:<20} {:<8} {:>4} {:>10} {:>10}  {}\n", l["id"].get<uint64_t>(),
@@ -289,7 +302,7 @@ int cmd_jobs(const CommonOptions& opts, const std::string& stats_label, size_t l
     std::cout << fmt::format(
         "{:>5}  {:<16} {:<10} {:>4} {:>10} {:>9} {:>9} {:>10} {:>5}\n", j["id"].get<uint64_t>(),
         j["label"].get<std::string>(), j["state"].get<std::string>(),
-        j["gpu"].is_number() ? std::to_string(j["gpu"].get<unsigned>()) : "-",
+        j["gpu"].is_number() ? gpu_label(j["gpu"].get<unsigned>()) : "-",
         format_size(j["vram_bytes"].get<Bytes>()), ms(j["wait_ms"]), ms(j["run_ms"]),
         format_size(j["peak_bytes"].get<Bytes>()),
         j["exit_status"].is_number() ? std::to_string(j["exit_status"].get<int>()) : "-");

@@ -119,26 +119,47 @@ void print_status(std::ostream& out, const json& st, TimePoint now) {
     std::string util = g["utilization_pct"].is_null()
                            ? ""
                            : fmt::format(", util {:.0f}%", g["utilization_pct"].get<double>());
-    out << fmt::format("GPU {}  {}  {} used of {} ({:.0f}%), {} free{}\n", g["index"].get<int>(),
-                       g["name"].get<std::string>(), format_size(used), format_size(total),
-                       total ? 100.0 * double(used) / double(total) : 0.0,
-                       format_size(total > used ? total - used : 0), util);
+    // Older daemons send no label: the index is the label.
+    std::string label = g.contains("label") && g["label"].is_string()
+                            ? g["label"].get<std::string>()
+                            : std::to_string(g["index"].get<unsigned>());
+    bool instance = g.contains("parent") && !g["parent"].is_null();
+    bool mig_parent = g.value("mig_enabled", false);
+    std::string indent = instance ? "  " : "";
+    std::string what = g["name"].get<std::string>();
+    if (instance) {
+      std::string profile = g["mig_profile"].is_string() ? g["mig_profile"].get<std::string>() : "";
+      what = "MIG " + (profile.empty() ? std::string("instance") : profile) + "  " +
+             g["uuid"].get<std::string>();
+    }
+    out << fmt::format(
+        "{}GPU {}  {}  {} used of {} ({:.0f}%), {} free{}{}\n", indent, label, what,
+        format_size(used), format_size(total), total ? 100.0 * double(used) / double(total) : 0.0,
+        format_size(total > used ? total - used : 0), util, mig_parent ? ", MIG on" : "");
+    indent += "  ";
+    if (g.contains("note") && g["note"].is_string())
+      out << indent << "note: " << g["note"].get<std::string>() << "\n";
     if (g["health"] != "ok") {
-      out << fmt::format("  {}: {}\n", g["health"].get<std::string>(),
+      out << fmt::format("{}{}: {}\n", indent, g["health"].get<std::string>(),
                          g["error"].is_null() ? "" : g["error"].get<std::string>());
       continue;
     }
+    if (mig_parent) {
+      out << indent << "(MIG on: memory is held in its instances, listed below)\n";
+      continue;
+    }
     if (!g["per_process_available"].get<bool>())
-      out << "  (the driver gives no per-process memory here: shares come from the card's "
+      out << indent
+          << "(the driver gives no per-process memory here: shares come from the card's "
              "totals)\n";
-    out << fmt::format("  {:<22} {:<9} {:>9} {:>6}  {:<9} {:<11} {}\n", "OWNER", "KIND", "SIZE",
-                       "SHARE", "SINCE", "SOURCE", "PIDS");
+    out << fmt::format("{}{:<22} {:<9} {:>9} {:>6}  {:<9} {:<11} {}\n", indent, "OWNER", "KIND",
+                       "SIZE", "SHARE", "SINCE", "SOURCE", "PIDS");
     for (const auto& h : g["holdings"]) {
       Bytes b = h["bytes"].get<Bytes>();
       std::string since = "-";
       if (auto t = parse_rfc3339(h["since"].get<std::string>()); t && h["owner_kind"] != "baseline")
         since = format_age(now - *t);
-      out << fmt::format("  {:<22} {:<9} {:>9} {:>5.0f}%  {:<9} {:<11} {}\n",
+      out << fmt::format("{}{:<22} {:<9} {:>9} {:>5.0f}%  {:<9} {:<11} {}\n", indent,
                          h["owner"].get<std::string>(), h["owner_kind"].get<std::string>(),
                          format_size(b), total ? 100.0 * double(b) / double(total) : 0.0, since,
                          h["source"].get<std::string>(), pids_text(h["pids"]));
@@ -148,7 +169,7 @@ void print_status(std::ostream& out, const json& st, TimePoint now) {
           if (!c.empty()) c += ", ";
           c += fmt::format("{} (pid {})", cand["name"].get<std::string>(), cand["pid"].get<int>());
         }
-        out << "    candidates: " << c << "\n";
+        out << indent << "  candidates: " << c << "\n";
       }
     }
   }

@@ -1,5 +1,9 @@
 #include "cli/status_printer.h"
 
+#include "core/arbiter.h"
+#include "core/gpu_select.h"
+#include "server/json_view.h"
+
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -81,6 +85,51 @@ TEST(WatchFrame, PipeSeparatesSnapshotsWithABlankLine) {
   std::string both =
       watch_frame("h1", "t1\n", false, true) + watch_frame("h2", "t2\n", false, false);
   EXPECT_EQ(both, "h1\n\nt1\n\nh2\n\nt2\n");
+}
+
+TEST(PrintStatus, MigInstancesUnderTheirCardWithLabelUuidAndProfile) {
+  // Through the API's own JSON (server/json_view), as `vramd status` gets it.
+  StatusSnapshot st;
+  st.sampled = true;
+  GpuStatus card;
+  card.sample.index = 0;
+  card.sample.label = "0";
+  card.sample.name = "NVIDIA H200";
+  card.sample.mig_enabled = true;
+  card.sample.note = "card-wide memory: Insufficient Permissions";
+  st.gpus.push_back(card);
+  GpuStatus gi2;
+  gi2.sample.index = mig_flat_index(0, 2);
+  gi2.sample.label = "0/2";
+  gi2.sample.parent = 0;
+  gi2.sample.uuid = "MIG-aaaaaaaa-0000";
+  gi2.sample.mig_profile = "3g.71gb";
+  gi2.sample.total = 70 * GiB;
+  gi2.sample.used = 16 * GiB;
+  Holding h;
+  h.owner = {OwnerKind::process, "gpu_burn[12267]"};
+  h.bytes = 16 * GiB;
+  h.source = Source::process;
+  h.pids = {12267};
+  gi2.holdings.push_back(h);
+  st.gpus.push_back(gi2);
+  nlohmann::json j = to_json(st, Now(MonoTime{}));
+  EXPECT_EQ(j["gpus"][1]["label"], "0/2");
+  EXPECT_EQ(j["gpus"][1]["parent"], "0");
+  EXPECT_EQ(j["gpus"][1]["mig_profile"], "3g.71gb");
+  EXPECT_EQ(j["gpus"][0]["mig_enabled"], true);
+  std::ostringstream out;
+  print_status(out, j, TimePoint{});
+  std::string text = out.str();
+  EXPECT_NE(text.find("GPU 0  NVIDIA H200  0 B used of 0 B (0%), 0 B free, MIG on\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  note: card-wide memory: Insufficient Permissions\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\n  GPU 0/2  MIG 3g.71gb  MIG-aaaaaaaa-0000  16.0 GiB used of 70.0 GiB"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\n    gpu_burn[12267]"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/eviction.h"
+#include "core/gpu_select.h"
 #include "core/service_policy.h"
 #include "core/supervision.h"
 
@@ -301,7 +302,7 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
   std::map<unsigned, Bytes> free;
   std::map<unsigned, const GpuStatus*> gpus;
   for (const auto& g : status.gpus) {
-    if (g.sample.health != GpuHealth::ok) continue;
+    if (!admits_leases(g.sample)) continue;  // lost, or a MIG card (its instances admit)
     free[g.sample.index] = budget(g);
     gpus[g.sample.index] = &g;
   }

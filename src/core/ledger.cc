@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/attribution.h"
+#include "core/gpu_select.h"
 
 namespace vramd {
 
@@ -71,18 +72,23 @@ void Ledger::on_sample(const SampleTaken& s, const OwnerHints& hints,
     auto prev_health = health_.find(g.index);
     if (prev_health != health_.end() && prev_health->second != g.health) {
       if (g.health == GpuHealth::ok)
-        emit("gpu.recovered", g.index, "", fmt::format("GPU {} reads again", g.index));
+        emit("gpu.recovered", g.index, "", fmt::format("GPU {} reads again", gpu_label(g)));
       else
         emit(g.health == GpuHealth::lost ? "gpu.lost" : "gpu.error", g.index, "",
-             fmt::format("GPU {}: {}", g.index, g.error));
+             fmt::format("GPU {}: {}", gpu_label(g), g.error));
     } else if (prev_health == health_.end() && g.health != GpuHealth::ok) {
       emit(g.health == GpuHealth::lost ? "gpu.lost" : "gpu.error", g.index, "",
-           fmt::format("GPU {}: {}", g.index, g.error));
+           fmt::format("GPU {}: {}", gpu_label(g), g.error));
     }
     health_[g.index] = g.health;
 
     if (g.health != GpuHealth::ok) {
       // Nothing to attribute; keep the owners' `since` so a brief loss does not reset them.
+      next.gpus.push_back(std::move(gs));
+      continue;
+    }
+    // A card with MIG on: its memory is its instances', attributed on each of them.
+    if (!attributes_memory(g)) {
       next.gpus.push_back(std::move(gs));
       continue;
     }
@@ -123,7 +129,7 @@ void Ledger::on_sample(const SampleTaken& s, const OwnerHints& hints,
       if (it == since.end() && noteworthy && status_.sampled)
         emit("owner.appeared", g.index, h.owner.name,
              fmt::format("{} {} holds {} on GPU {} ({})", to_string(h.owner.kind), h.owner.name,
-                         format_size(h.bytes), g.index, to_string(h.source)));
+                         format_size(h.bytes), gpu_label(g), to_string(h.source)));
     }
     for (const auto& [owner, t] : since) {
       if (next_since.count(owner) || owner.kind == OwnerKind::baseline) continue;
@@ -134,7 +140,7 @@ void Ledger::on_sample(const SampleTaken& s, const OwnerHints& hints,
           if (h.owner == owner && h.bytes >= config_.gpu.residual_tolerance)
             emit("owner.gone", g.index, owner.name,
                  fmt::format("{} {} released {} on GPU {} after {}", to_string(owner.kind),
-                             owner.name, format_size(h.bytes), g.index, format_age(now.mono - t)));
+                             owner.name, format_size(h.bytes), gpu_label(g), format_age(now.mono - t)));
       }
     }
     since = std::move(next_since);

@@ -16,6 +16,9 @@ struct ProcessMemory {
   int pid = 0;
   std::optional<Bytes> used;  // nullopt: NVML_VALUE_NOT_AVAILABLE / "[N/A]" (WSL, WDDM). Never 0.
   std::string name;           // process name when the backend gives one (nvidia-smi), else empty
+  // The MIG instance the driver places it in; nullopt when MIG is off (the driver's 0xFFFFFFFF).
+  std::optional<unsigned> gpu_instance_id;
+  std::optional<unsigned> compute_instance_id;
 };
 
 enum class GpuHealth {
@@ -25,9 +28,15 @@ enum class GpuHealth {
 };
 const char* to_string(GpuHealth h);
 
+// Every device the core sees is a GpuSample keyed by a flat `index`: a physical GPU's NVML index,
+// or for a MIG GPU instance the value of mig_flat_index() (core/gpu_select.h), which no physical
+// index reaches. A MIG instance is a device of its own (its memory, its processes, leases);
+// its parent (mig_enabled) stays in the list for its card-wide figures but holds no memory of its
+// own and admits no lease (core/gpu_select.h: admits_leases, attributes_memory).
 struct GpuSample {
   unsigned index = 0;
-  std::string uuid;
+  std::string label;  // "0"; "0/2" for GPU instance 2 of GPU 0 (nvidia-smi's GI id). gpu_label()
+  std::string uuid;   // "GPU-..."; a MIG instance's is "MIG-..." (its first compute instance's)
   std::string name;
   GpuHealth health = GpuHealth::ok;
   std::string error;  // set when health != ok
@@ -41,6 +50,17 @@ struct GpuSample {
   // that says nothing); per-process N/A is per entry instead.
   bool processes_readable = true;
   std::vector<ProcessMemory> processes;
+  // MIG. On a physical GPU: mig_enabled when its MIG mode is on. On an instance: parent is the
+  // physical GPU's index; gpu_instance_id its GI id; compute_instance_id its first CI's id;
+  // mig_profile "1g.18gb" (empty when the driver does not say).
+  bool mig_enabled = false;
+  std::optional<unsigned> parent;
+  std::optional<unsigned> gpu_instance_id;
+  std::optional<unsigned> compute_instance_id;
+  std::string mig_profile;
+  // What could not be read without making the device an error ("card-wide memory: Insufficient
+  // Permissions (needs root with MIG on); read per MIG instance"); empty when none.
+  std::string note;
 };
 
 // One read of every GPU.

@@ -40,6 +40,14 @@ std::string process_owner_name(int pid, const std::string& comm) {
 
 std::string process_owner_name(const ProcessInfo& p) { return process_owner_name(p.pid, p.comm); }
 
+bool is_mps_server(const ProcessInfo& p) {
+  // comm is cut to 15 characters ("nvidia-cuda-mps" for the control daemon too): ask argv[0].
+  std::string_view argv0 = std::string_view(p.cmdline).substr(0, p.cmdline.find(' '));
+  if (auto slash = argv0.rfind('/'); slash != std::string_view::npos)
+    argv0.remove_prefix(slash + 1);
+  return argv0 == "nvidia-cuda-mps-server";
+}
+
 OwnerResolver::OwnerResolver(const std::vector<ServiceConfig>& services) {
   for (const auto& s : services) {
     Rule r;
@@ -167,6 +175,14 @@ std::unordered_map<int, ResolvedOwner> OwnerResolver::resolve(const HostSnapshot
   };
 
   for (const auto& p : host.processes) {
+    // The MPS server holds the memory MPS itself needs, for every client: an owner of its own,
+    // whichever service, unit or container started its control daemon. (Clients are listed
+    // by the driver with their own pids and memory, and are attributed like any process.)
+    if (is_mps_server(p)) {
+      out[p.pid] = {{OwnerKind::process, fmt::format("nvidia-cuda-mps-server[{}]", p.pid)},
+                    "the CUDA MPS server"};
+      continue;
+    }
     if (const Direct* d = find_direct(p.pid, 0)) {
       out[p.pid] = d->owner;
       continue;

@@ -56,6 +56,8 @@ int url_port(const std::string& url);
 
 // A process owner's display name: "python3[1234]".
 std::string process_owner_name(const ProcessInfo& p);
+// nvidia-cuda-mps-server (by argv[0]): always an owner of its own, "nvidia-cuda-mps-server[PID]".
+bool is_mps_server(const ProcessInfo& p);
 std::string process_owner_name(int pid, const std::string& comm);
 
 }  // namespace vramd

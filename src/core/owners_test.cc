@@ -48,6 +48,22 @@ TEST(Owners, CmdlineRuleNamesTheProcessAndItsDescendants) {
   EXPECT_NE(owners[100].evidence.find("cmdline"), std::string::npos);
 }
 
+TEST(Owners, TheMpsServerIsAnOwnerOfItsOwnAndItsClientsAreTheirs) {
+  // A service whose start script runs the MPS control daemon: the server (its child) is still
+  // not the service's, while a client the service runs is.
+  OwnerResolver r({service("comfyui", "http://127.0.0.1:8188", {.cmdline = "main\\.py"})});
+  HostSnapshot host;
+  host.processes = {proc(100, 1, "python3", "python3 main.py --port 8188"),
+                    proc(110, 100, "nvidia-cuda-mps", "nvidia-cuda-mps-control -d"),
+                    proc(111, 110, "nvidia-cuda-mps", "/usr/bin/nvidia-cuda-mps-server"),
+                    proc(120, 100, "python3", "python3 worker.py")};
+  auto owners = r.resolve(host, {});
+  EXPECT_EQ(owners[111].owner, (Owner{OwnerKind::process, "nvidia-cuda-mps-server[111]"}));
+  EXPECT_EQ(owners[120].owner, (Owner{OwnerKind::service, "comfyui"}));
+  EXPECT_EQ(owners[110].owner, (Owner{OwnerKind::service, "comfyui"}));  // holds no GPU memory
+  EXPECT_FALSE(is_mps_server(proc(1, 0, "nvidia-cuda-mps", "nvidia-cuda-mps-control -d")));
+}
+
 TEST(Owners, WithoutMatchTheListenerOnTheUrlPortIsTheService) {
   OwnerResolver r({service("ollama", "http://127.0.0.1:11434")});
   EXPECT_EQ(r.ports_wanted(), std::vector<int>{11434});

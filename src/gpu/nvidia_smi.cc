@@ -488,6 +488,35 @@ GpuReading NvidiaSmiReader::read() {
   SmiApps apps = parse_smi_compute_apps(apps_out);
   warnings_.insert(warnings_.end(), apps.warnings.begin(), apps.warnings.end());
   attach_smi_apps(reading.gpus, apps.apps, warnings_);
+
+  // MIG: which instances exist (`nvidia-smi -L`, looked at again every kMigRecheckReads reads:
+  // MIG mode changes only with a GPU reset); while there are some, their memory and processes
+  // come from the plain table, the only output that names the instance of each process.
+  auto run_args = [&](std::vector<std::string> argv, std::string& out) {
+    SmiProcessOutput r = run_smi_process(argv, timeout_);
+    if (!r.spawn_error.empty() || r.timed_out || r.exit_code != 0) {
+      warnings_.push_back(argv.size() > 1 ? "nvidia-smi " + argv[1] + " failed"
+                                          : "nvidia-smi (table) failed");
+      return false;
+    }
+    out = std::move(r.out);
+    return true;
+  };
+  if (mig_check_in_ == 0) {
+    std::string list_out;
+    if (run_args({binary_, "-L"}, list_out)) mig_listing_ = parse_smi_list(list_out);
+    mig_check_in_ = kMigRecheckReads;
+  } else {
+    --mig_check_in_;
+  }
+  if (!mig_listing_.empty()) {
+    std::string table_out;
+    if (run_args({binary_}, table_out)) {
+      SmiMigTable table = parse_smi_mig_table(table_out);
+      warnings_.insert(warnings_.end(), table.warnings.begin(), table.warnings.end());
+      apply_smi_mig(reading.gpus, table, mig_listing_);
+    }
+  }
   return reading;
 }
 

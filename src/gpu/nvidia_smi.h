@@ -87,6 +87,39 @@ SmiProcessOutput run_smi_process(const std::vector<std::string>& argv, Duration 
 // PATH. Error says where it looked.
 Result<std::string> find_nvidia_smi();
 
+// ---- MIG, from nvidia-smi's own screens (the CSV queries do not say which instance) ----
+
+// One row of the "MIG devices:" table of plain `nvidia-smi`, and one row of its "Processes:"
+// table (GI/CI "N/A" with MIG off).
+struct SmiMigDevice {
+  unsigned gpu = 0, gi = 0, ci = 0, mig_dev = 0;
+  Bytes used = 0, total = 0;  // MiB as printed
+};
+struct SmiMigProcess {
+  unsigned gpu = 0;
+  std::optional<unsigned> gi, ci;
+  ProcessMemory process;
+};
+struct SmiMigTable {
+  std::vector<SmiMigDevice> devices;
+  std::vector<SmiMigProcess> processes;
+  std::vector<std::string> warnings;
+};
+// Plain `nvidia-smi` output: its "MIG devices:" and "Processes:" tables (everything else skipped).
+SmiMigTable parse_smi_mig_table(std::string_view output);
+
+// `nvidia-smi -L`: "  MIG 3g.71gb Device  0: (UUID: MIG-...)" under "GPU 0: ...".
+struct SmiMigListing {
+  unsigned gpu = 0, mig_dev = 0;
+  std::string profile, uuid;
+};
+std::vector<SmiMigListing> parse_smi_list(std::string_view output);
+
+// Turns the GPUs that have MIG devices into MIG parents (mig_enabled, no processes of their own)
+// followed by one GpuSample per GPU instance, as the NVML reader does (core/gpu_select.h).
+void apply_smi_mig(std::vector<GpuSample>& gpus, const SmiMigTable& table,
+                   const std::vector<SmiMigListing>& listing);
+
 class NvidiaSmiReader : public GpuReader {
  public:
   static Result<std::unique_ptr<NvidiaSmiReader>> open();
@@ -100,9 +133,12 @@ class NvidiaSmiReader : public GpuReader {
   const std::vector<std::string>& last_warnings() const { return warnings_; }
 
  private:
+  static constexpr int kMigRecheckReads = 60;
   std::string binary_;
   Duration timeout_;
   std::vector<std::string> warnings_;
+  int mig_check_in_ = 0;                    // reads left before `nvidia-smi -L` runs again
+  std::vector<SmiMigListing> mig_listing_;  // its MIG devices, empty when none
 };
 
 }  // namespace vramd

@@ -157,5 +157,38 @@ TEST(FindNvidiaSmi, EnvironmentThenPath) {
   EXPECT_EQ(*found, kFakeSmi);
 }
 
+TEST(NvidiaSmiReader, MigInstancesComeFromTheListingAndTheTable) {
+  SmiGpu gpu;
+  gpu.write(json::parse(R"({
+    "gpus": [
+      {"name": "NVIDIA H200", "uuid": "GPU-0000cccc", "total": 150754820096, "used": 17783848960,
+       "mig_devices": [
+         {"gi": 2, "ci": 0, "uuid": "MIG-aaaa", "profile": "3g.71gb", "total": 74893950976,
+          "used": 17747148800, "processes": []},
+         {"gi": 2, "ci": 1, "uuid": "MIG-aaab", "profile": "3g.71gb", "total": 74893950976,
+          "used": 17747148800,
+          "processes": [{"pid": 12267, "used": 14183038976, "name": "./gpu_burn"}]},
+         {"gi": 9, "ci": 0, "uuid": "MIG-cccc", "profile": "1g.18gb", "total": 17179869184,
+          "used": 9437184, "processes": [{"pid": 300, "used": 1048576, "name": "python3"}]}]}
+    ]})"));
+  NvidiaSmiReader reader(kFakeSmi);
+  GpuReading r = reader.read();
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  ASSERT_EQ(r.gpus.size(), 3u);
+  EXPECT_TRUE(r.gpus[0].mig_enabled);
+  EXPECT_TRUE(r.gpus[0].processes.empty());
+  EXPECT_EQ(r.gpus[1].label, "0/2");
+  EXPECT_EQ(r.gpus[1].uuid, "MIG-aaaa");
+  EXPECT_EQ(r.gpus[1].mig_profile, "3g.71gb");
+  EXPECT_EQ(r.gpus[1].total, 71424 * MiB);
+  ASSERT_EQ(r.gpus[1].processes.size(), 1u);
+  EXPECT_EQ(r.gpus[1].processes[0].pid, 12267);
+  EXPECT_EQ(r.gpus[1].processes[0].used, 13526 * MiB);
+  EXPECT_EQ(r.gpus[2].label, "0/9");
+  ASSERT_EQ(r.gpus[2].processes.size(), 1u);
+  EXPECT_EQ(r.gpus[2].processes[0].pid, 300);
+  for (const auto& w : reader.last_warnings()) ADD_FAILURE() << w;
+}
+
 }  // namespace
 }  // namespace vramd

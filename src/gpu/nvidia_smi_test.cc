@@ -1,5 +1,7 @@
 #include "gpu/nvidia_smi.h"
 
+#include "core/gpu_select.h"
+
 #include <fstream>
 #include <sstream>
 
@@ -222,6 +224,102 @@ TEST(NvidiaSmi, FuzzRegressionNumbersBeyondTheirTypeAreRefused) {
   EXPECT_EQ(gpus.gpus[0].uuid, "GPU-2");
   EXPECT_EQ(gpus.gpus[0].temperature_c, std::nullopt);
   EXPECT_EQ(gpus.warnings.size(), 1u);
+}
+
+}  // namespace
+}  // namespace vramd
+
+namespace vramd {
+namespace {
+
+std::string read_sample(const char* name) {
+  // A copy of shared/reference/samples/<name> (see SOURCES.md there).
+  std::ifstream in(std::string(VRAMD_SOURCE_DIR) + "/tests/fixtures/nvidia-smi/" + name);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(SmiMig, TheH200TableParsesToTheSamePictureAsNvml) {
+  std::string table = read_sample("nvidia-smi-table-h200-mig-590.48.txt");
+  ASSERT_FALSE(table.empty()) << "sample missing";
+  SmiMigTable t = parse_smi_mig_table(table);
+  EXPECT_TRUE(t.warnings.empty());
+  ASSERT_EQ(t.devices.size(), 5u);  // MIG devices 0-4; 0 and 1 are both of GI 2
+  EXPECT_EQ(t.devices[1].gi, 2u);
+  EXPECT_EQ(t.devices[1].ci, 1u);
+  EXPECT_EQ(t.devices[1].mig_dev, 1u);
+  EXPECT_EQ(t.devices[1].used, 16925 * MiB);
+  EXPECT_EQ(t.devices[1].total, 71424 * MiB);
+  ASSERT_EQ(t.processes.size(), 3u);
+  EXPECT_EQ(t.processes[2].process.pid, 12267);
+  EXPECT_EQ(t.processes[2].process.name, "./gpu_burn");
+  EXPECT_EQ(t.processes[2].process.used, 13526 * MiB);
+  EXPECT_EQ(t.processes[2].gi, 2u);
+  EXPECT_EQ(t.processes[2].ci, 1u);
+
+  // `nvidia-smi -L` in the shape the driver prints (constructed for this table's devices).
+  std::vector<SmiMigListing> listing = parse_smi_list(
+      "GPU 0: NVIDIA H200 (UUID: GPU-00000000-0000-0000-0000-000000000000)\n"
+      "  MIG 3g.71gb     Device  0: (UUID: MIG-aaaaaaaa-0000-5000-8000-000000000000)\n"
+      "  MIG 3g.71gb     Device  1: (UUID: MIG-aaaaaaaa-0000-5000-8000-000000000001)\n"
+      "  MIG 2g.35gb     Device  2: (UUID: MIG-bbbbbbbb-0000-5000-8000-000000000000)\n"
+      "  MIG 1g.18gb     Device  3: (UUID: MIG-cccccccc-0000-5000-8000-000000000000)\n"
+      "  MIG 1g.18gb     Device  4: (UUID: MIG-dddddddd-0000-5000-8000-000000000000)\n");
+  ASSERT_EQ(listing.size(), 5u);
+  EXPECT_EQ(listing[2].profile, "2g.35gb");
+
+  std::vector<GpuSample> gpus(1);
+  gpus[0].index = 0;
+  gpus[0].name = "NVIDIA H200";
+  gpus[0].total = 143771 * MiB;
+  gpus[0].used = 16959 * MiB;
+  gpus[0].processes.push_back({12249, 2194 * MiB, "/root/tools/memhog", {}, {}});
+  apply_smi_mig(gpus, t, listing);
+  ASSERT_EQ(gpus.size(), 5u);  // the parent, GI 2, 3, 9, 10
+  EXPECT_TRUE(gpus[0].mig_enabled);
+  EXPECT_TRUE(gpus[0].processes.empty());
+  EXPECT_FALSE(admits_leases(gpus[0]));
+  const GpuSample& gi2 = gpus[1];
+  EXPECT_EQ(gi2.label, "0/2");
+  EXPECT_EQ(gi2.index, mig_flat_index(0, 2));
+  EXPECT_EQ(gi2.parent, 0u);
+  EXPECT_EQ(gi2.uuid, "MIG-aaaaaaaa-0000-5000-8000-000000000000");
+  EXPECT_EQ(gi2.mig_profile, "3g.71gb");
+  EXPECT_EQ(gi2.total, 71424 * MiB);  // GI 2's two compute instances: its memory once
+  EXPECT_EQ(gi2.used, 16925 * MiB);
+  ASSERT_EQ(gi2.processes.size(), 3u);
+  Bytes sum = 0;
+  for (const auto& p : gi2.processes) sum += *p.used;
+  EXPECT_EQ(sum, (2194 + 1170 + 13526) * MiB);
+  EXPECT_EQ(gpus[2].label, "0/3");
+  EXPECT_EQ(gpus[3].label, "0/9");
+  EXPECT_EQ(gpus[4].label, "0/10");
+  EXPECT_EQ(gpus[4].used, 9 * MiB);
+  EXPECT_TRUE(gpus[4].processes.empty());
+}
+
+TEST(SmiMig, MigOffTableHasNoDevicesAndProcessesWithoutInstanceIds) {
+  SmiMigTable t = parse_smi_mig_table(
+      "| Processes:                                                                              "
+      "|\n"
+      "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory "
+      "|\n"
+      "|        ID   ID                                                               Usage      "
+      "|\n"
+      "|=========================================================================================|"
+      "\n"
+      "|    0   N/A  N/A            4242      C   python3 serve.py                      8000MiB |\n"
+      "+-----------------------------------------------------------------------------------------+"
+      "\n");
+  EXPECT_TRUE(t.devices.empty());
+  ASSERT_EQ(t.processes.size(), 1u);
+  EXPECT_EQ(t.processes[0].gi, std::nullopt);
+  EXPECT_EQ(t.processes[0].process.name, "python3 serve.py");
+  std::vector<GpuSample> gpus(1);
+  apply_smi_mig(gpus, t, {});
+  ASSERT_EQ(gpus.size(), 1u);
+  EXPECT_FALSE(gpus[0].mig_enabled);
 }
 
 }  // namespace

@@ -59,6 +59,15 @@ typedef struct nvmlProcessInfo_v2_st {
   unsigned int computeInstanceId;
 } nvmlProcessInfo_v2_t;
 
+// What early R535 drivers (535.43-535.86) write from the _v3 process lists: 32-byte entries.
+typedef struct nvmlProcessInfo_r535_st {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+  unsigned long long usedGpuCcProtectedMemory;
+} nvmlProcessInfo_r535_t;
+
 typedef nvmlReturn_t (*nvmlInit_fn)(void);
 typedef nvmlReturn_t (*nvmlShutdown_fn)(void);
 typedef const char* (*nvmlErrorString_fn)(nvmlReturn_t);
@@ -76,6 +85,12 @@ typedef nvmlReturn_t (*nvmlDeviceGetProcesses_v1_fn)(nvmlDevice_t, unsigned int*
                                                      nvmlProcessInfo_v1_t*);
 typedef nvmlReturn_t (*nvmlDeviceGetProcesses_v2_fn)(nvmlDevice_t, unsigned int*,
                                                      nvmlProcessInfo_v2_t*);
+// MIG (nvml.h 11.0+).
+typedef nvmlReturn_t (*nvmlDeviceGetMigMode_fn)(nvmlDevice_t, unsigned int*, unsigned int*);
+typedef nvmlReturn_t (*nvmlDeviceGetMaxMigDeviceCount_fn)(nvmlDevice_t, unsigned int*);
+typedef nvmlReturn_t (*nvmlDeviceGetMigDeviceHandleByIndex_fn)(nvmlDevice_t, unsigned int,
+                                                               nvmlDevice_t*);
+typedef nvmlReturn_t (*nvmlDeviceGetInstanceId_fn)(nvmlDevice_t, unsigned int*);
 
 }  // extern "C"
 
@@ -87,12 +102,15 @@ constexpr int kTemperatureGpu = 0;
 constexpr unsigned int kDriverVersionBufferSize = 80;
 constexpr unsigned int kDeviceNameBufferSize = 96;
 constexpr unsigned int kDeviceUuidBufferSize = 96;
+constexpr unsigned int kDeviceMigEnable = 1;       // NVML_DEVICE_MIG_ENABLE
+constexpr unsigned int kNoInstance = 0xFFFFFFFFu;  // gpuInstanceId/computeInstanceId, MIG off
 
 static_assert(sizeof(nvmlMemory_t) == 24);
 static_assert(sizeof(nvmlMemory_v2_t) == 40);
 static_assert(sizeof(nvmlUtilization_t) == 8);
 static_assert(sizeof(nvmlProcessInfo_v1_t) == 16);
 static_assert(sizeof(nvmlProcessInfo_v2_t) == 24);
+static_assert(sizeof(nvmlProcessInfo_r535_t) == 32);
 static_assert(kMemoryV2Version == 0x02000028);
 static_assert(sizeof(nvmlReturn_t) == 4);
 

@@ -3,36 +3,17 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 
+#include "gpu/nvml_detail.h"
+
 namespace vramd {
 
-struct NvmlReader::Symbols {
-  nvmlInit_fn init_v2 = nullptr;
-  nvmlInit_fn init_v1 = nullptr;
-  nvmlShutdown_fn shutdown = nullptr;
-  nvmlErrorString_fn error_string = nullptr;
-  nvmlSystemGetDriverVersion_fn driver_version = nullptr;
-  nvmlDeviceGetCount_fn count_v2 = nullptr;
-  nvmlDeviceGetCount_fn count_v1 = nullptr;
-  nvmlDeviceGetHandleByIndex_fn handle_v2 = nullptr;
-  nvmlDeviceGetHandleByIndex_fn handle_v1 = nullptr;
-  nvmlDeviceGetName_fn name = nullptr;
-  nvmlDeviceGetUUID_fn uuid = nullptr;
-  nvmlDeviceGetMemoryInfo_v2_fn memory_v2 = nullptr;
-  nvmlDeviceGetMemoryInfo_fn memory_v1 = nullptr;
-  nvmlDeviceGetUtilizationRates_fn utilization = nullptr;
-  nvmlDeviceGetTemperature_fn temperature = nullptr;
-  nvmlDeviceGetPowerUsage_fn power = nullptr;
-  nvmlDeviceGetProcesses_v2_fn compute_v3 = nullptr;
-  nvmlDeviceGetProcesses_v2_fn compute_v2 = nullptr;
-  nvmlDeviceGetProcesses_v1_fn compute_v1 = nullptr;
-  nvmlDeviceGetProcesses_v2_fn graphics_v3 = nullptr;
-  nvmlDeviceGetProcesses_v2_fn graphics_v2 = nullptr;
-  nvmlDeviceGetProcesses_v1_fn graphics_v1 = nullptr;
-};
+using namespace nvml_detail;
 
 namespace {
 
@@ -44,23 +25,19 @@ void resolve(void* handle, const char* name, Fn& out) {
   out = reinterpret_cast<Fn>(::dlsym(handle, name));
 }
 
-// Answers that mean "this entry point is not there or not for this version: try an older one".
-bool is_absent(nvmlReturn_t r) {
-  return r == NVML_ERROR_FUNCTION_NOT_FOUND || r == NVML_ERROR_NOT_SUPPORTED ||
-         r == NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-}
+// Room per entry in the buffers handed to the library: the largest entry any driver writes, so
+// that a misjudged layout can garble entries but never write past the buffer.
+constexpr std::size_t kMaxEntryBytes = sizeof(nvmlProcessInfo_r535_t);
 
-bool is_lost(nvmlReturn_t r) {
-  return r == NVML_ERROR_GPU_IS_LOST || r == NVML_ERROR_RESET_REQUIRED;
-}
-
-std::string c_string(const char* buffer, std::size_t size) {
-  return std::string(buffer, strnlen(buffer, size));
-}
-
-// The count/INSUFFICIENT_SIZE protocol for one entry point; `Info` is its struct layout.
+// The count/INSUFFICIENT_SIZE protocol for one entry point. `stride` is the size of the entries
+// the library writes (16 for v1, 24 for v2/v3, 32 for early-R535 v3); `ids` whether they carry
+// gpuInstanceId/computeInstanceId (at offsets 16 and 20).
 template <typename Info, typename Fn>
-nvmlReturn_t fetch_processes(Fn fn, nvmlDevice_t device, std::vector<ProcessMemory>& out) {
+nvmlReturn_t fetch_processes(Fn fn, nvmlDevice_t device, std::size_t stride, bool ids,
+                             std::vector<ProcessMemory>& out) {
+  static_assert(offsetof(nvmlProcessInfo_v2_t, gpuInstanceId) == 16);
+  static_assert(offsetof(nvmlProcessInfo_v2_t, computeInstanceId) == 20);
+  static_assert(offsetof(nvmlProcessInfo_r535_t, usedGpuCcProtectedMemory) == 24);
   out.clear();
   unsigned count = 0;
   nvmlReturn_t r = fn(device, &count, nullptr);
@@ -70,15 +47,32 @@ nvmlReturn_t fetch_processes(Fn fn, nvmlDevice_t device, std::vector<ProcessMemo
   for (int attempt = 0; attempt < kMaxListAttempts; ++attempt) {
     // Processes come and go between calls: leave room, and always grow.
     capacity = std::max<std::size_t>(capacity * 2, count + count / 4 + kListSlack);
-    std::vector<Info> infos(capacity);
-    unsigned n = static_cast<unsigned>(infos.size());
-    r = fn(device, &n, infos.data());
+    // 8-byte aligned, kMaxEntryBytes per entry whatever the stride.
+    std::vector<unsigned long long> buffer(capacity * kMaxEntryBytes / sizeof(unsigned long long));
+    const unsigned char* bytes = reinterpret_cast<const unsigned char*>(buffer.data());
+    unsigned n = static_cast<unsigned>(capacity);
+    r = fn(device, &n, reinterpret_cast<Info*>(buffer.data()));
     if (r == NVML_SUCCESS) {
-      n = std::min<unsigned>(n, static_cast<unsigned>(infos.size()));
+      // Whatever count the library returns, read no entry beyond what was allocated.
+      // (capacity entries of any stride up to kMaxEntryBytes fit in the buffer.)
+      n = std::min<unsigned>(n, static_cast<unsigned>(capacity));
       for (unsigned i = 0; i < n; ++i) {
+        const unsigned char* e = bytes + std::size_t{i} * stride;
+        unsigned pid = 0;
+        unsigned long long used = 0;
+        std::memcpy(&pid, e, sizeof pid);
+        std::memcpy(&used, e + 8, sizeof used);
+        if (pid == 0) continue;  // no process: a slot the library counted but did not fill
         ProcessMemory p;
-        p.pid = static_cast<int>(infos[i].pid);
-        if (infos[i].usedGpuMemory != nvml::kValueNotAvailable) p.used = infos[i].usedGpuMemory;
+        p.pid = static_cast<int>(pid);
+        if (used != nvml::kValueNotAvailable) p.used = used;
+        if (ids) {
+          unsigned gi = 0, ci = 0;
+          std::memcpy(&gi, e + 16, sizeof gi);
+          std::memcpy(&ci, e + 20, sizeof ci);
+          if (gi != nvml::kNoInstance) p.gpu_instance_id = gi;
+          if (ci != nvml::kNoInstance) p.compute_instance_id = ci;
+        }
         out.push_back(std::move(p));
       }
       return r;
@@ -87,19 +81,6 @@ nvmlReturn_t fetch_processes(Fn fn, nvmlDevice_t device, std::vector<ProcessMemo
     count = n;
   }
   return NVML_ERROR_INSUFFICIENT_SIZE;
-}
-
-// A pid in both lists counts once, with the larger known value.
-void merge_processes(std::vector<ProcessMemory>& into, const std::vector<ProcessMemory>& more) {
-  for (const ProcessMemory& p : more) {
-    auto it = std::find_if(into.begin(), into.end(),
-                           [&](const ProcessMemory& q) { return q.pid == p.pid; });
-    if (it == into.end()) {
-      into.push_back(p);
-    } else if (p.used && (!it->used || *p.used > *it->used)) {
-      it->used = p.used;
-    }
-  }
 }
 
 std::string describe_init_failure(nvmlReturn_t r, const std::string& text) {
@@ -121,7 +102,8 @@ std::string describe_init_failure(nvmlReturn_t r, const std::string& text) {
 }  // namespace
 
 std::string NvmlApiVersions::to_string() const {
-  return "init=" + init + " mem=" + memory + " compute=" + compute + " graphics=" + graphics;
+  return "init=" + init + " mem=" + memory + " compute=" + compute + " graphics=" + graphics +
+         " mps=" + mps + " v3_entry=" + std::to_string(v3_entry_bytes);
 }
 
 const char* nvml_return_name(nvmlReturn_t code) {
@@ -200,6 +182,16 @@ Result<std::unique_ptr<NvmlReader>> NvmlReader::open(const std::vector<std::stri
     resolve(handle, "nvmlDeviceGetGraphicsRunningProcesses_v3", s->graphics_v3);
     resolve(handle, "nvmlDeviceGetGraphicsRunningProcesses_v2", s->graphics_v2);
     resolve(handle, "nvmlDeviceGetGraphicsRunningProcesses", s->graphics_v1);
+    resolve(handle, "nvmlDeviceGetMPSComputeRunningProcesses_v3", s->mps_v3);
+    resolve(handle, "nvmlDeviceGetMPSComputeRunningProcesses_v2", s->mps_v2);
+    resolve(handle, "nvmlDeviceGetMPSComputeRunningProcesses", s->mps_v1);
+    resolve(handle, "nvmlDeviceGetMigMode", s->mig_mode);
+    resolve(handle, "nvmlDeviceGetMaxMigDeviceCount", s->max_mig_count);
+    resolve(handle, "nvmlDeviceGetMigDeviceHandleByIndex", s->mig_handle);
+    resolve(handle, "nvmlDeviceGetGpuInstanceId", s->gpu_instance_id);
+    resolve(handle, "nvmlDeviceGetComputeInstanceId", s->compute_instance_id);
+    s->r535_exports = ::dlsym(handle, "nvmlDeviceGetConfComputeMemSizeInfo") != nullptr &&
+                      ::dlsym(handle, "nvmlDeviceGetRunningProcessDetailList") == nullptr;
     std::string missing;
     if (!s->init_v2 && !s->init_v1) missing += " nvmlInit";
     if (!s->count_v2 && !s->count_v1) missing += " nvmlDeviceGetCount";
@@ -249,69 +241,41 @@ void NvmlReader::shutdown() {
   initialized_ = false;
 }
 
-nvmlReturn_t NvmlReader::read_processes(bool graphics, nvmlDevice_t device,
+nvmlReturn_t NvmlReader::read_processes(ProcessList list, nvmlDevice_t device,
                                         std::vector<ProcessMemory>& out, std::string& version) {
-  auto v3 = graphics ? sym_->graphics_v3 : sym_->compute_v3;
-  auto v2 = graphics ? sym_->graphics_v2 : sym_->compute_v2;
-  auto v1 = graphics ? sym_->graphics_v1 : sym_->compute_v1;
+  nvmlDeviceGetProcesses_v2_fn v3 = nullptr, v2 = nullptr;
+  nvmlDeviceGetProcesses_v1_fn v1 = nullptr;
+  switch (list) {
+    case ProcessList::compute:
+      v3 = sym_->compute_v3, v2 = sym_->compute_v2, v1 = sym_->compute_v1;
+      break;
+    case ProcessList::graphics:
+      v3 = sym_->graphics_v3, v2 = sym_->graphics_v2, v1 = sym_->graphics_v1;
+      break;
+    case ProcessList::mps:
+      v3 = sym_->mps_v3, v2 = sym_->mps_v2, v1 = sym_->mps_v1;
+      break;
+  }
   nvmlReturn_t r = NVML_ERROR_FUNCTION_NOT_FOUND;
   version.clear();
   if (v3 != nullptr) {
-    r = fetch_processes<nvmlProcessInfo_v2_t>(v3, device, out);
+    r = fetch_processes<nvmlProcessInfo_v2_t>(v3, device, versions_.v3_entry_bytes, true, out);
     if (!is_absent(r)) version = "v3";
   }
   if (is_absent(r) && v2 != nullptr) {
-    r = fetch_processes<nvmlProcessInfo_v2_t>(v2, device, out);
+    r = fetch_processes<nvmlProcessInfo_v2_t>(v2, device, sizeof(nvmlProcessInfo_v2_t), true, out);
     if (!is_absent(r)) version = "v2";
   }
   if (is_absent(r) && v1 != nullptr) {
-    r = fetch_processes<nvmlProcessInfo_v1_t>(v1, device, out);
+    r = fetch_processes<nvmlProcessInfo_v1_t>(v1, device, sizeof(nvmlProcessInfo_v1_t), false, out);
     if (!is_absent(r)) version = "v1";
   }
   if (r != NVML_SUCCESS) out.clear();
   return r;
 }
 
-void NvmlReader::read_device(unsigned index, GpuSample& sample, bool& lost) {
-  sample.index = index;
-  auto fail = [&](nvmlReturn_t r, const char* what) {
-    if (is_lost(r)) {
-      sample.health = GpuHealth::lost;
-      lost = true;
-    } else if (sample.health != GpuHealth::lost) {
-      sample.health = GpuHealth::error;
-    }
-    sample.error = "GPU " + std::to_string(index) +
-                   (sample.uuid.empty() ? "" : " (" + sample.uuid + ")") + ": " + error_string(r) +
-                   " (NVML " + what + ")";
-  };
-
-  nvmlDevice_t device = nullptr;
+nvmlReturn_t NvmlReader::read_memory(nvmlDevice_t device, GpuSample& sample) {
   nvmlReturn_t r = NVML_ERROR_FUNCTION_NOT_FOUND;
-  if (sym_->handle_v2 != nullptr) r = sym_->handle_v2(index, &device);
-  if (r == NVML_ERROR_FUNCTION_NOT_FOUND && sym_->handle_v1 != nullptr) {
-    r = sym_->handle_v1(index, &device);
-  }
-  if (r != NVML_SUCCESS) return fail(r, "nvmlDeviceGetHandleByIndex");
-
-  if (sym_->uuid != nullptr) {
-    char buf[nvml::kDeviceUuidBufferSize] = {};
-    r = sym_->uuid(device, buf, sizeof buf);
-    if (r == NVML_SUCCESS)
-      sample.uuid = c_string(buf, sizeof buf);
-    else if (is_lost(r))
-      return fail(r, "nvmlDeviceGetUUID");
-  }
-  if (sym_->name != nullptr) {
-    char buf[nvml::kDeviceNameBufferSize] = {};
-    r = sym_->name(device, buf, sizeof buf);
-    if (r == NVML_SUCCESS)
-      sample.name = c_string(buf, sizeof buf);
-    else if (is_lost(r))
-      return fail(r, "nvmlDeviceGetName");
-  }
-
-  r = NVML_ERROR_FUNCTION_NOT_FOUND;
   if (sym_->memory_v2 != nullptr) {
     nvmlMemory_v2_t mem{};
     mem.version = nvml::kMemoryV2Version;
@@ -332,14 +296,98 @@ void NvmlReader::read_device(unsigned index, GpuSample& sample, bool& lost) {
       sample.used = mem.total >= mem.free ? mem.total - mem.free : 0;
     }
   }
-  if (r != NVML_SUCCESS) return fail(r, "nvmlDeviceGetMemoryInfo");
+  return r;
+}
+
+nvmlReturn_t NvmlReader::read_all_processes(nvmlDevice_t device, std::vector<ProcessMemory>& out,
+                                            bool& readable, const char*& failed) {
+  std::vector<ProcessMemory> compute, graphics, mps;
+  nvmlReturn_t rc = read_processes(ProcessList::compute, device, compute, versions_.compute);
+  if (is_lost(rc)) return (failed = "nvmlDeviceGetComputeRunningProcesses", rc);
+  nvmlReturn_t rg = read_processes(ProcessList::graphics, device, graphics, versions_.graphics);
+  if (is_lost(rg)) return (failed = "nvmlDeviceGetGraphicsRunningProcesses", rg);
+  // MPS clients: absent before R460 and without MPS support; then there are none to add.
+  nvmlReturn_t rm = read_processes(ProcessList::mps, device, mps, versions_.mps);
+  if (is_lost(rm)) return (failed = "nvmlDeviceGetMPSComputeRunningProcesses", rm);
+  // Unreadable only when neither list could be read: one of them still names processes.
+  readable = rc == NVML_SUCCESS || rg == NVML_SUCCESS;
+  out = std::move(compute);
+  merge_processes(out, graphics);
+  merge_processes(out, mps);
+  return readable ? NVML_SUCCESS : (rc != NVML_SUCCESS ? rc : rg);
+}
+
+void NvmlReader::read_device(unsigned index, std::vector<GpuSample>& out, bool& lost) {
+  out.emplace_back();
+  std::size_t at = out.size() - 1;
+  auto sample = [&]() -> GpuSample& { return out[at]; };
+  sample().index = index;
+  sample().label = std::to_string(index);
+  auto fail = [&](nvmlReturn_t r, const char* what) {
+    GpuSample& s = sample();
+    if (is_lost(r)) {
+      s.health = GpuHealth::lost;
+      lost = true;
+    } else if (s.health != GpuHealth::lost) {
+      s.health = GpuHealth::error;
+    }
+    s.error = "GPU " + std::to_string(index) + (s.uuid.empty() ? "" : " (" + s.uuid + ")") + ": " +
+              error_string(r) + " (NVML " + what + ")";
+  };
+
+  nvmlDevice_t device = nullptr;
+  nvmlReturn_t r = NVML_ERROR_FUNCTION_NOT_FOUND;
+  if (sym_->handle_v2 != nullptr) r = sym_->handle_v2(index, &device);
+  if (r == NVML_ERROR_FUNCTION_NOT_FOUND && sym_->handle_v1 != nullptr) {
+    r = sym_->handle_v1(index, &device);
+  }
+  if (r != NVML_SUCCESS) return fail(r, "nvmlDeviceGetHandleByIndex");
+
+  if (sym_->uuid != nullptr) {
+    char buf[nvml::kDeviceUuidBufferSize] = {};
+    r = sym_->uuid(device, buf, sizeof buf);
+    if (r == NVML_SUCCESS)
+      sample().uuid = c_string(buf, sizeof buf);
+    else if (is_lost(r))
+      return fail(r, "nvmlDeviceGetUUID");
+  }
+  if (sym_->name != nullptr) {
+    char buf[nvml::kDeviceNameBufferSize] = {};
+    r = sym_->name(device, buf, sizeof buf);
+    if (r == NVML_SUCCESS)
+      sample().name = c_string(buf, sizeof buf);
+    else if (is_lost(r))
+      return fail(r, "nvmlDeviceGetName");
+  }
+  if (sym_->mig_mode != nullptr) {
+    unsigned current = 0, pending = 0;
+    r = sym_->mig_mode(device, &current, &pending);
+    if (r == NVML_SUCCESS)
+      sample().mig_enabled = current == nvml::kDeviceMigEnable;
+    else if (is_lost(r))
+      return fail(r, "nvmlDeviceGetMigMode");
+    // NOT_SUPPORTED: a card without MIG.
+  }
+  const bool mig = sample().mig_enabled;
+  auto add_note = [&](const std::string& text) {
+    std::string& note = sample().note;
+    note += (note.empty() ? "" : "; ") + text;
+  };
+
+  r = read_memory(device, sample());
+  if (r != NVML_SUCCESS) {
+    // A MIG parent's card-wide figures need privileges; its instances are still read.
+    if (!(mig && !is_lost(r))) return fail(r, "nvmlDeviceGetMemoryInfo");
+    add_note("card-wide memory: " + error_string(r) +
+             " (needs root with MIG on); read per MIG instance");
+  }
 
   // Optional figures: a failure leaves them unknown, unless it says the GPU is gone.
   if (sym_->utilization != nullptr) {
     nvmlUtilization_t u{};
     r = sym_->utilization(device, &u);
     if (r == NVML_SUCCESS)
-      sample.utilization_pct = u.gpu;
+      sample().utilization_pct = u.gpu;
     else if (is_lost(r))
       return fail(r, "nvmlDeviceGetUtilizationRates");
   }
@@ -347,7 +395,7 @@ void NvmlReader::read_device(unsigned index, GpuSample& sample, bool& lost) {
     unsigned t = 0;
     r = sym_->temperature(device, nvml::kTemperatureGpu, &t);
     if (r == NVML_SUCCESS)
-      sample.temperature_c = t;
+      sample().temperature_c = t;
     else if (is_lost(r))
       return fail(r, "nvmlDeviceGetTemperature");
   }
@@ -355,20 +403,29 @@ void NvmlReader::read_device(unsigned index, GpuSample& sample, bool& lost) {
     unsigned mw = 0;
     r = sym_->power(device, &mw);
     if (r == NVML_SUCCESS)
-      sample.power_w = mw / 1000.0;
+      sample().power_w = mw / 1000.0;
     else if (is_lost(r))
       return fail(r, "nvmlDeviceGetPowerUsage");
   }
 
-  std::vector<ProcessMemory> compute, graphics;
-  nvmlReturn_t rc = read_processes(false, device, compute, versions_.compute);
-  if (is_lost(rc)) return fail(rc, "nvmlDeviceGetComputeRunningProcesses");
-  nvmlReturn_t rg = read_processes(true, device, graphics, versions_.graphics);
-  if (is_lost(rg)) return fail(rg, "nvmlDeviceGetGraphicsRunningProcesses");
-  // Unreadable only when neither list could be read: one of them still names processes.
-  sample.processes_readable = rc == NVML_SUCCESS || rg == NVML_SUCCESS;
-  sample.processes = std::move(compute);
-  merge_processes(sample.processes, graphics);
+  std::vector<ProcessMemory> processes;
+  bool readable = false;
+  const char* failed = "";
+  r = read_all_processes(device, processes, readable, failed);
+  if (is_lost(r)) return fail(r, failed);
+  if (!mig) {
+    sample().processes_readable = readable;
+    sample().processes = std::move(processes);
+    return;
+  }
+  // MIG on: the parent's processes are its instances'; they are listed (and counted) there.
+  sample().processes_readable = false;
+  if (!readable) {
+    add_note("card-wide process list: " + error_string(r) + "; read per MIG instance");
+  }
+  std::vector<GpuSample> instances;
+  read_mig_instances(index, device, sample(), readable ? &processes : nullptr, instances, lost);
+  for (auto& g : instances) out.push_back(std::move(g));
 }
 
 GpuReading NvmlReader::read() {
@@ -396,12 +453,11 @@ GpuReading NvmlReader::read() {
     shutdown();  // start afresh next time: the driver may have gone away
     return reading;
   }
+  versions_.v3_entry_bytes = sym_->r535_exports || is_early_r535(reading.driver_version)
+                                 ? sizeof(nvmlProcessInfo_r535_t)
+                                 : sizeof(nvmlProcessInfo_v2_t);
   bool lost = false;
-  for (unsigned i = 0; i < count; ++i) {
-    GpuSample sample;
-    read_device(i, sample, lost);
-    reading.gpus.push_back(std::move(sample));
-  }
+  for (unsigned i = 0; i < count; ++i) read_device(i, reading.gpus, lost);
   // A lost GPU may come back (reset, driver reload): re-initialise before the next read so that
   // NVML enumerates devices afresh.
   if (lost) shutdown();

@@ -20,7 +20,11 @@ struct NvmlApiVersions {
   std::string memory;    // "v2" (nvmlDeviceGetMemoryInfo_v2) | "v1"
   std::string compute;   // nvmlDeviceGetComputeRunningProcesses_v3 | _v2 | v1
   std::string graphics;  // nvmlDeviceGetGraphicsRunningProcesses_v3 | _v2 | v1
-  // "init=v2 mem=v2 compute=v3 graphics=v3"
+  std::string mps;       // nvmlDeviceGetMPSComputeRunningProcesses_v3 | _v2 | v1
+  // Bytes per entry the _v3 lists are read with: 24, or 32 on early R535 (535.43-535.86), told
+  // by the library's exports as nvitop does, or by the driver version.
+  std::size_t v3_entry_bytes = 24;
+  // "init=v2 mem=v2 compute=v3 graphics=v3 mps=v3 v3_entry=24"
   std::string to_string() const;
 };
 
@@ -57,10 +61,21 @@ class NvmlReader : public GpuReader {
   nvmlReturn_t init();
   void shutdown();
   std::string error_string(nvmlReturn_t code) const;
-  void read_device(unsigned index, GpuSample& sample, bool& lost);
-  // Reads one family (compute or graphics) with version fallback; `version` gets what answered.
-  nvmlReturn_t read_processes(bool graphics, nvmlDevice_t device, std::vector<ProcessMemory>& out,
-                              std::string& version);
+  // Appends GPU `index` to `out`, then its MIG instances when MIG is on.
+  void read_device(unsigned index, std::vector<GpuSample>& out, bool& lost);
+  // One device per GPU instance of a MIG parent (compute instances of one GI merged); what cannot
+  // be read goes to parent_sample.note or to that instance's error.
+  void read_mig_instances(unsigned parent_index, nvmlDevice_t parent, GpuSample& parent_sample,
+                          const std::vector<ProcessMemory>* parent_processes,
+                          std::vector<GpuSample>& out, bool& lost);
+  nvmlReturn_t read_memory(nvmlDevice_t device, GpuSample& sample);
+  enum class ProcessList { compute, graphics, mps };
+  // Reads one family with version fallback; `version` gets what answered.
+  nvmlReturn_t read_processes(ProcessList list, nvmlDevice_t device,
+                              std::vector<ProcessMemory>& out, std::string& version);
+  // Compute, graphics and MPS lists merged; `failed` names the call when the GPU is lost.
+  nvmlReturn_t read_all_processes(nvmlDevice_t device, std::vector<ProcessMemory>& out,
+                                  bool& readable, const char*& failed);
 
   void* handle_ = nullptr;
   std::string library_path_;

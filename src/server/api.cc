@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "core/gpu_select.h"
 #include "supervisor/children.h"
 #include "server/json_view.h"
 #include "core/eviction.h"
@@ -162,11 +163,16 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     if (!vram || *vram == 0) co_return error(400, "bad_request", "vram: required, more than 0");
     r.vram = *vram;
     r.ram = ram;
-    if (body.contains("gpu") && !body["gpu"].is_null() && body["gpu"] != "any") {
-      if (!body["gpu"].is_number_unsigned() || body["gpu"].get<uint64_t>() > 1023)
-        co_return error(400, "bad_request", "gpu: expected a GPU index or \"any\"");
-      r.gpu = body["gpu"].get<unsigned>();
+    // [issue 16: MIG] "gpu": an index, a MIG instance "0/2", or "any" (core/gpu_select.h).
+    if (body.contains("gpu") && !body["gpu"].is_null()) {
+      const json& g = body["gpu"];
+      auto sel = parse_gpu_selector(g.is_string()           ? g.get<std::string>()
+                                    : g.is_number_unsigned() ? std::to_string(g.get<uint64_t>())
+                                                             : g.dump());
+      if (!sel) co_return error(400, "bad_request", sel.error());
+      r.gpu = *sel;
     }
+    // [/issue 16]
     auto text = [&](const char* key, std::string& out) -> bool {
       if (!body.contains(key) || body[key].is_null()) return true;
       if (!body[key].is_string()) return false;
@@ -204,12 +210,20 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     bool known_gpu = !r.gpu;
     for (const auto& g : arbiter.status().gpus) {
       if (r.gpu && g.sample.index != *r.gpu) continue;
+      // [issue 16: MIG] a MIG-enabled card's memory is its instances': lease one of those.
+      if (r.gpu && g.sample.mig_enabled)
+        co_return error(400, "bad_request",
+                        fmt::format("gpu: GPU {} has MIG on; ask for one of its instances "
+                                    "(GPU/GI, e.g. {}/1), listed by vramd status",
+                                    gpu_label(g.sample), gpu_label(g.sample)));
+      if (g.sample.mig_enabled) continue;  // its total is not room for a lease
+      // [/issue 16]
       known_gpu = true;
       Bytes room = g.sample.total > arbiter.config().gpu.reserve ? g.sample.total - arbiter.config().gpu.reserve : 0;
       largest = std::max(largest, room);
     }
     if (arbiter.status().sampled && !known_gpu)
-      co_return error(400, "bad_request", fmt::format("gpu: no GPU {}", *r.gpu));
+      co_return error(400, "bad_request", fmt::format("gpu: no GPU {}", gpu_label(*r.gpu)));
     if (arbiter.status().sampled && largest > 0 && r.vram > largest)
       co_return error(400, "never_fits",
                       fmt::format("needs {}; the largest GPU it may use has {}", format_size(r.vram),
@@ -493,9 +507,11 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
     if (!get) co_return only("GET");
     unsigned gpu = 0;
     if (const auto* g = t.param("gpu")) {
-      if (g->empty() || g->size() > 2 || g->find_first_not_of("0123456789") != std::string::npos)
+      // [issue 16: MIG] an index or a MIG instance "0/2"
+      auto sel = parse_gpu_selector(*g);
+      if (!sel || !*sel)
         co_return error(400, "bad_request", fmt::format("gpu: expected a GPU index, got '{}'", *g));
-      gpu = static_cast<unsigned>(std::stoul(*g));
+      gpu = **sel;
     }
     Duration window = std::chrono::minutes(15);
     if (const auto* w = t.param("window")) {

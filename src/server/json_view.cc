@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/gpu_select.h"
+
 namespace vramd {
 
 using nlohmann::json;
@@ -35,9 +37,18 @@ json to_json(const GpuStatus& g, const Now& now) {
   for (const auto& p : s.processes) {
     json j = {{"pid", p.pid}, {"used_bytes", opt(p.used)}};
     if (!p.name.empty()) j["name"] = p.name;
+    if (p.gpu_instance_id) j["gpu_instance_id"] = *p.gpu_instance_id;
+    if (p.compute_instance_id) j["compute_instance_id"] = *p.compute_instance_id;
     processes.push_back(std::move(j));
   }
   return {{"index", s.index},
+          {"label", gpu_label(s)},
+          {"mig_enabled", s.mig_enabled},
+          {"parent", s.parent ? json(gpu_label(*s.parent)) : json(nullptr)},
+          {"gpu_instance_id", opt(s.gpu_instance_id)},
+          {"compute_instance_id", opt(s.compute_instance_id)},
+          {"mig_profile", s.mig_profile.empty() ? json(nullptr) : json(s.mig_profile)},
+          {"note", s.note.empty() ? json(nullptr) : json(s.note)},
           {"uuid", s.uuid},
           {"name", s.name},
           {"health", to_string(s.health)},
@@ -183,11 +194,19 @@ json to_json(const Lease& l, const Arbiter& arbiter, const Now& now) {
     reason = {{"text", why.text},       {"gpu", opt(why.gpu)},       {"needs_bytes", why.needs},
               {"free_bytes", why.free}, {"behind", opt(why.behind)}, {"blockers", blockers}};
   }
+  // What the holder's CUDA_VISIBLE_DEVICES names: a MIG instance by its UUID.
+  std::optional<unsigned> gpu_or_requested = l.gpu ? l.gpu : r.gpu;
+  std::string cuda_devices;
+  if (gpu_or_requested)
+    for (const auto& g : arbiter.status().gpus)
+      if (g.sample.index == *gpu_or_requested) cuda_devices = cuda_visible_devices(g.sample);
   return {{"id", l.id},
           {"state", to_string(l.state)},
           {"owner", l.owner_name()},
           {"gpu", l.gpu ? json(*l.gpu) : opt(r.gpu)},
           {"gpu_requested", r.gpu ? json(*r.gpu) : json("any")},
+          {"gpu_label", gpu_or_requested ? json(gpu_label(*gpu_or_requested)) : json(nullptr)},
+          {"gpu_cuda_visible_devices", cuda_devices.empty() ? json(nullptr) : json(cuda_devices)},
           {"vram_bytes", r.vram},
           {"ram_bytes", opt(r.ram)},
           {"holder", r.holder},

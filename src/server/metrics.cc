@@ -3,6 +3,8 @@
 #include <array>
 #include <fmt/format.h>
 
+#include "core/gpu_select.h"
+
 
 namespace vramd {
 
@@ -103,17 +105,17 @@ std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& c, con
   o.family("vramd_gpu_memory_total_bytes", "gauge", "GPU memory in all, as the driver reports it.");
   for (const auto& g : status.gpus)
     o.sample("vramd_gpu_memory_total_bytes",
-             labels("gpu", std::to_string(g.sample.index), "uuid", g.sample.uuid, "name", g.sample.name),
+             labels("gpu", gpu_label(g.sample), "uuid", g.sample.uuid, "name", g.sample.name),
              static_cast<double>(g.sample.total));
   o.family("vramd_gpu_memory_used_bytes", "gauge",
            "GPU memory not available to a new allocation (total minus free).");
   for (const auto& g : status.gpus)
-    o.sample("vramd_gpu_memory_used_bytes", labels("gpu", std::to_string(g.sample.index), "uuid", g.sample.uuid),
+    o.sample("vramd_gpu_memory_used_bytes", labels("gpu", gpu_label(g.sample), "uuid", g.sample.uuid),
              static_cast<double>(g.sample.used));
   o.family("vramd_gpu_utilization_ratio", "gauge", "GPU busy time over the last sample period, 0 to 1.");
   for (const auto& g : status.gpus)
     if (g.sample.utilization_pct)
-      o.sample("vramd_gpu_utilization_ratio", labels("gpu", std::to_string(g.sample.index), "uuid", g.sample.uuid),
+      o.sample("vramd_gpu_utilization_ratio", labels("gpu", gpu_label(g.sample), "uuid", g.sample.uuid),
                *g.sample.utilization_pct / 100.0);
 
   o.family("vramd_owner_memory_bytes", "gauge",
@@ -126,7 +128,7 @@ std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& c, con
           to_string(h.source)}] += h.bytes;
     for (const auto& [key, bytes] : by)
       o.sample("vramd_owner_memory_bytes",
-               labels("gpu", std::to_string(g.sample.index), "owner", std::get<0>(key), "kind",
+               labels("gpu", gpu_label(g.sample), "owner", std::get<0>(key), "kind",
                       std::get<1>(key), "source", std::get<2>(key)),
                static_cast<double>(bytes));
   }

@@ -3,6 +3,10 @@
 //   nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits]
 //   nvidia-smi --query-compute-apps=FIELDS --format=csv[,noheader][,nounits]
 //   nvidia-smi -L
+//   nvidia-smi            (only its "MIG devices:" and "Processes:" tables, in 590's layout)
+// A gpu with "mig_devices" (see fake_nvml.cc) lists them under -L and in the tables; its
+// processes are its instances', under the parent's uuid in --query-compute-apps as the real
+// tool prints them.
 // Null process memory prints "[N/A]"; a missing state file fails like a machine without a driver
 // (exit 9). A gpu with "lost": true fails the whole query like the real tool (exit 15).
 #include <cstdio>
@@ -113,6 +117,26 @@ int fail_lost(unsigned index) {
   return 15;
 }
 
+// The MIG devices of a gpu ("mig_devices" entries that are objects), in slot order.
+std::vector<const json*> mig_devices(const json& gpu) {
+  std::vector<const json*> out;
+  auto it = gpu.find("mig_devices");
+  if (it == gpu.end() || !it->is_array()) return out;
+  for (const auto& d : *it)
+    if (d.is_object()) out.push_back(&d);
+  return out;
+}
+
+// A gpu's processes: its own, or with MIG on its instances'.
+std::vector<fake_nvml::FakeProcess> all_processes(const json& gpu) {
+  auto devices = mig_devices(gpu);
+  if (devices.empty()) return fake_nvml::processes(gpu, "processes");
+  std::vector<fake_nvml::FakeProcess> out;
+  for (const json* d : devices)
+    for (auto& p : fake_nvml::processes(*d, "processes")) out.push_back(std::move(p));
+  return out;
+}
+
 int query_gpu(const json& state, const std::vector<std::string>& fields, const Format& f) {
   if (f.header) {
     for (std::size_t i = 0; i < fields.size(); ++i) {
@@ -151,7 +175,7 @@ int query_apps(const json& state, const std::vector<std::string>& fields, const 
     const json* gpu = fake_nvml::gpu_at(state, g);
     if (gpu == nullptr) continue;
     if (gpu->value("lost", false)) return fail_lost(g);
-    for (const auto& p : fake_nvml::processes(*gpu, "processes")) {
+    for (const auto& p : all_processes(*gpu)) {
       for (std::size_t i = 0; i < fields.size(); ++i) {
         const std::string& field = fields[i];
         std::string value;
@@ -180,7 +204,77 @@ int list_gpus(const json& state) {
     if (gpu == nullptr) continue;
     std::cout << "GPU " << g << ": " << fake_nvml::get_string(*gpu, "name", "NVIDIA Fake GPU")
               << " (UUID: " << fake_nvml::get_string(*gpu, "uuid", "GPU-unknown") << ")\n";
+    unsigned dev = 0;
+    for (const json* d : mig_devices(*gpu)) {
+      std::printf("  MIG %-12s Device %2u: (UUID: %s)\n",
+                  fake_nvml::get_string(*d, "profile", "1g.10gb").c_str(), dev++,
+                  fake_nvml::get_string(*d, "uuid", "MIG-unknown").c_str());
+    }
   }
+  std::fflush(stdout);
+  return 0;
+}
+
+// The two tables of plain `nvidia-smi` that tell MIG instances apart.
+int table(const json& state) {
+  bool any_mig = false;
+  for (unsigned g = 0; g < fake_nvml::gpu_count(state); ++g)
+    if (const json* gpu = fake_nvml::gpu_at(state, g); gpu && !mig_devices(*gpu).empty())
+      any_mig = true;
+  if (any_mig) {
+    std::printf(
+        "| MIG devices:                                                                            "
+        "|\n");
+    std::printf(
+        "|==================+==================================+===========+======================="
+        "|\n");
+    for (unsigned g = 0; g < fake_nvml::gpu_count(state); ++g) {
+      const json* gpu = fake_nvml::gpu_at(state, g);
+      if (gpu == nullptr) continue;
+      unsigned dev = 0;
+      for (const json* d : mig_devices(*gpu)) {
+        std::printf(
+            "| %2u  %3llu %3llu %3u  | %15lluMiB / %5lluMiB    | 16      0 |  1   0    1    0    1 "
+            "|\n",
+            g, fake_nvml::get_u64(*d, "gi", 0), fake_nvml::get_u64(*d, "ci", 0), dev++,
+            fake_nvml::get_u64(*d, "used", 0) / kMiB, fake_nvml::get_u64(*d, "total", 0) / kMiB);
+        std::printf(
+            "|                  |               0MiB / 1024MiB     |           |                   "
+            "    |\n");
+      }
+    }
+    std::printf("\n");
+  }
+  std::printf(
+      "| Processes:                                                                              "
+      "|\n");
+  std::printf(
+      "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory "
+      "|\n");
+  std::printf(
+      "|=========================================================================================|"
+      "\n");
+  for (unsigned g = 0; g < fake_nvml::gpu_count(state); ++g) {
+    const json* gpu = fake_nvml::gpu_at(state, g);
+    if (gpu == nullptr) continue;
+    auto row = [&](const std::string& gi, const std::string& ci, const fake_nvml::FakeProcess& p) {
+      std::string used = p.used ? std::to_string(*p.used / kMiB) + "MiB" : "N/A";
+      std::printf("|  %3u  %4s %4s  %15u      C   %-35s %9s |\n", g, gi.c_str(), ci.c_str(), p.pid,
+                  (p.name.empty() ? "python3" : p.name).c_str(), used.c_str());
+    };
+    if (mig_devices(*gpu).empty()) {
+      for (const auto& p : fake_nvml::processes(*gpu, "processes")) row("N/A", "N/A", p);
+    } else {
+      for (const json* d : mig_devices(*gpu))
+        for (const auto& p : fake_nvml::processes(*d, "processes"))
+          row(std::to_string(fake_nvml::get_u64(*d, "gi", 0)),
+              std::to_string(fake_nvml::get_u64(*d, "ci", 0)), p);
+    }
+  }
+  std::printf(
+      "+-----------------------------------------------------------------------------------------+"
+      "\n");
+  std::fflush(stdout);
   return 0;
 }
 
@@ -225,6 +319,5 @@ int main(int argc, char** argv) {
   }
   if (!query_gpu_fields.empty()) return query_gpu(*state, split(query_gpu_fields, ','), format);
   if (!query_apps_fields.empty()) return query_apps(*state, split(query_apps_fields, ','), format);
-  std::cout << "Fake NVIDIA-SMI: only --query-gpu, --query-compute-apps and -L are supported\n";
-  return 0;
+  return table(*state);
 }

@@ -12,9 +12,24 @@
 //   device call on it return GPU_IS_LOST.
 // - per gpu "extra_processes_after_first_call": N: every process-list call after the first one
 //   since nvmlInit sees N more (synthetic) processes, so the list grows between count and fetch.
+// - per gpu "mig_devices": [{"gi": 2, "ci": 0, "uuid": "MIG-...", "profile": "3g.71gb",
+//   "total": N, "used": N, "processes": [...]}, null, ...]: MIG mode on, one entry per MIG device
+//   slot of nvmlDeviceGetMigDeviceHandleByIndex (null: NOT_FOUND, no instance there). Compute
+//   instances of one GI repeat its gi, total and used. Processes carry the entry's gi/ci ids;
+//   with MIG off every process's ids are 0xFFFFFFFF, as the real library gives them.
+// - "privileged": false (top level or per gpu): with MIG on, the parent's memory and process
+//   lists answer NO_PERMISSION, as they do for a non-root caller. Default true. With privileges
+//   the parent's process list is every instance's.
+// - per gpu "mps_processes": [...]: MPS clients, for nvmlDeviceGetMPSComputeRunningProcesses*.
+// - "v3_entry_bytes": 32: the _v3 lists write early-R535 32-byte entries (nvmlProcessInfo_r535_t).
+//   The build FAKE_NVML_R535 (libnvidia-ml-fake-r535.so) always does, and, like those drivers,
+//   exports nvmlDeviceGetConfComputeMemSizeInfo but not nvmlDeviceGetRunningProcessDetailList.
+// - "overstate_count": N: a successful process-list call reports N more entries than it wrote.
 // - A missing or unreadable state file makes nvmlInit return DRIVER_NOT_LOADED.
-// Device handles encode the index: (nvmlDevice_t)(index + 1).
+// Device handles encode the index: (nvmlDevice_t)(index + 1); a MIG device's handle adds
+// (slot + 1) << 16.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -27,6 +42,12 @@
 namespace {
 
 using nlohmann::json;
+
+#ifdef FAKE_NVML_R535
+constexpr bool kR535 = true;
+#else
+constexpr bool kR535 = false;
+#endif
 
 std::mutex g_mutex;
 int g_init_count = 0;
@@ -90,12 +111,25 @@ nvmlReturn_t enter(const char* fn, std::optional<json>& state) {
 }
 
 unsigned index_of(nvmlDevice_t device) {
-  return static_cast<unsigned>(reinterpret_cast<std::uintptr_t>(device) - 1);
+  return static_cast<unsigned>((reinterpret_cast<std::uintptr_t>(device) & 0xFFFF) - 1);
+}
+// The MIG device slot a handle names, or -1 for a physical GPU's handle.
+int slot_of(nvmlDevice_t device) {
+  return static_cast<int>(reinterpret_cast<std::uintptr_t>(device) >> 16) - 1;
 }
 
-// As enter(), then resolves the device; `gpu` is set on success.
+const json* mig_devices(const json& gpu) {
+  auto it = gpu.find("mig_devices");
+  return it != gpu.end() && it->is_array() ? &*it : nullptr;
+}
+bool mig_on(const json& gpu) { return mig_devices(gpu) != nullptr; }
+bool privileged(const json& state, const json& gpu) {
+  return gpu.value("privileged", state.value("privileged", true));
+}
+
+// As enter(), then resolves the device; `gpu` is set on success, `mig` too for a MIG handle.
 nvmlReturn_t enter_device(const char* fn, nvmlDevice_t device, std::optional<json>& state,
-                          const json*& gpu) {
+                          const json*& gpu, const json** mig = nullptr) {
   nvmlReturn_t r = enter(fn, state);
   if (r != NVML_SUCCESS) return r;
   if (device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
@@ -103,6 +137,17 @@ nvmlReturn_t enter_device(const char* fn, nvmlDevice_t device, std::optional<jso
   if (gpu == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   if (gpu->value("lost", false)) return NVML_ERROR_GPU_IS_LOST;
   if (auto code = configured_error(*gpu, fn)) return *code;
+  int slot = slot_of(device);
+  if (mig != nullptr) *mig = nullptr;
+  if (slot >= 0) {
+    const json* devices = mig_devices(*gpu);
+    if (devices == nullptr || static_cast<std::size_t>(slot) >= devices->size() ||
+        !(*devices)[slot].is_object())
+      return NVML_ERROR_INVALID_ARGUMENT;
+    if (mig == nullptr) return NVML_ERROR_NOT_SUPPORTED;  // this call takes no MIG handle
+    *mig = &(*devices)[slot];
+    if (auto code = configured_error(**mig, fn)) return *code;
+  }
   return NVML_SUCCESS;
 }
 
@@ -145,17 +190,46 @@ nvmlReturn_t do_handle(const char* fn, unsigned index, nvmlDevice_t* device) {
   return NVML_SUCCESS;
 }
 
+struct Listed {
+  fake_nvml::FakeProcess p;
+  unsigned gi = vramd::nvml::kNoInstance;
+  unsigned ci = vramd::nvml::kNoInstance;
+};
+
+void add_listed(std::vector<Listed>& out, const json& obj, const char* key, unsigned gi,
+                unsigned ci) {
+  for (auto& p : fake_nvml::processes(obj, key)) out.push_back({std::move(p), gi, ci});
+}
+
 // The process-list protocol: *count is the capacity of `infos`; too small (or infos NULL with a
-// non-empty list) → INSUFFICIENT_SIZE with *count set to what is needed.
-template <typename Info>
+// non-empty list) → INSUFFICIENT_SIZE with *count set to what is needed. Entries are `stride`
+// bytes (the layout of nvmlProcessInfo_v1_t, _v2_t or _r535_t, all sharing their first fields).
 nvmlReturn_t do_processes(const char* fn, const char* key, nvmlDevice_t device, unsigned* count,
-                          Info* infos) {
+                          void* infos, std::size_t stride) {
   std::optional<json> state;
   const json* gpu = nullptr;
-  nvmlReturn_t r = enter_device(fn, device, state, gpu);
+  const json* mig = nullptr;
+  nvmlReturn_t r = enter_device(fn, device, state, gpu, &mig);
   if (r != NVML_SUCCESS) return r;
   if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  std::vector<fake_nvml::FakeProcess> list = fake_nvml::processes(*gpu, key);
+  if (std::string(fn).find("_v3") != std::string::npos &&
+      (kR535 || fake_nvml::get_u64(*state, "v3_entry_bytes", 24) == 32)) {
+    stride = sizeof(nvmlProcessInfo_r535_t);
+  }
+  std::vector<Listed> list;
+  if (mig != nullptr) {
+    add_listed(list, *mig, key, static_cast<unsigned>(fake_nvml::get_u64(*mig, "gi", 0)),
+               static_cast<unsigned>(fake_nvml::get_u64(*mig, "ci", 0)));
+  } else if (mig_on(*gpu)) {
+    if (!privileged(*state, *gpu)) return NVML_ERROR_NO_PERMISSION;
+    for (const auto& d : *mig_devices(*gpu)) {
+      if (!d.is_object()) continue;
+      add_listed(list, d, key, static_cast<unsigned>(fake_nvml::get_u64(d, "gi", 0)),
+                 static_cast<unsigned>(fake_nvml::get_u64(d, "ci", 0)));
+    }
+  } else {
+    add_listed(list, *gpu, key, vramd::nvml::kNoInstance, vramd::nvml::kNoInstance);
+  }
   unsigned extra =
       static_cast<unsigned>(fake_nvml::get_u64(*gpu, "extra_processes_after_first_call", 0));
   if (extra > 0 && std::string(key) == "processes") {
@@ -165,7 +239,7 @@ nvmlReturn_t do_processes(const char* fn, const char* key, nvmlDevice_t device, 
       calls = g_list_calls[{fn, index_of(device)}]++;
     }
     if (calls > 0) {
-      for (unsigned i = 0; i < extra; ++i) list.push_back({900000 + i, 1ULL << 20, "grown"});
+      for (unsigned i = 0; i < extra; ++i) list.push_back({{900000 + i, 1ULL << 20, "grown"}});
     }
   }
   unsigned needed = static_cast<unsigned>(list.size());
@@ -178,12 +252,15 @@ nvmlReturn_t do_processes(const char* fn, const char* key, nvmlDevice_t device, 
     return NVML_ERROR_INSUFFICIENT_SIZE;
   }
   for (unsigned i = 0; i < needed; ++i) {
-    Info info{};
-    info.pid = list[i].pid;
-    info.usedGpuMemory = list[i].used ? *list[i].used : vramd::nvml::kValueNotAvailable;
-    infos[i] = info;
+    nvmlProcessInfo_r535_t info{};
+    info.pid = list[i].p.pid;
+    info.usedGpuMemory = list[i].p.used ? *list[i].p.used : vramd::nvml::kValueNotAvailable;
+    info.gpuInstanceId = list[i].gi;
+    info.computeInstanceId = list[i].ci;
+    std::memcpy(static_cast<unsigned char*>(infos) + std::size_t{i} * stride, &info, stride);
   }
-  *count = needed;
+  // A library that claims more entries than it wrote, and more than there was room for.
+  *count = needed + static_cast<unsigned>(fake_nvml::get_u64(*state, "overstate_count", 0));
   return NVML_SUCCESS;
 }
 
@@ -258,29 +335,41 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned index, nvmlDevice_t* device) {
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned length) {
   std::optional<json> state;
   const json* gpu = nullptr;
-  nvmlReturn_t r = enter_device("nvmlDeviceGetName", device, state, gpu);
+  const json* mig = nullptr;
+  nvmlReturn_t r = enter_device("nvmlDeviceGetName", device, state, gpu, &mig);
   if (r != NVML_SUCCESS) return r;
-  return copy_string(fake_nvml::get_string(*gpu, "name", "NVIDIA Fake GPU"), name, length);
+  std::string parent = fake_nvml::get_string(*gpu, "name", "NVIDIA Fake GPU");
+  if (mig != nullptr) parent += " MIG " + fake_nvml::get_string(*mig, "profile", "1g.10gb");
+  return copy_string(parent, name, length);
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned length) {
   std::optional<json> state;
   const json* gpu = nullptr;
-  nvmlReturn_t r = enter_device("nvmlDeviceGetUUID", device, state, gpu);
+  const json* mig = nullptr;
+  nvmlReturn_t r = enter_device("nvmlDeviceGetUUID", device, state, gpu, &mig);
   if (r != NVML_SUCCESS) return r;
   std::string fallback =
       "GPU-00000000-0000-0000-0000-00000000000" + std::to_string(index_of(device));
+  if (mig != nullptr)
+    return copy_string(
+        fake_nvml::get_string(*mig, "uuid",
+                              "MIG-" + fallback.substr(4) + "-" + std::to_string(slot_of(device))),
+        uuid, length);
   return copy_string(fake_nvml::get_string(*gpu, "uuid", fallback), uuid, length);
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
   std::optional<json> state;
   const json* gpu = nullptr;
-  nvmlReturn_t r = enter_device("nvmlDeviceGetMemoryInfo", device, state, gpu);
+  const json* mig = nullptr;
+  nvmlReturn_t r = enter_device("nvmlDeviceGetMemoryInfo", device, state, gpu, &mig);
   if (r != NVML_SUCCESS) return r;
   if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  unsigned long long total = fake_nvml::get_u64(*gpu, "total", 0);
-  unsigned long long used = std::min(fake_nvml::get_u64(*gpu, "used", 0), total);
+  if (mig == nullptr && mig_on(*gpu) && !privileged(*state, *gpu)) return NVML_ERROR_NO_PERMISSION;
+  const json& from = mig != nullptr ? *mig : *gpu;
+  unsigned long long total = fake_nvml::get_u64(from, "total", 0);
+  unsigned long long used = std::min(fake_nvml::get_u64(from, "used", 0), total);
   memory->total = total;
   memory->used = used;  // v1: used includes the driver-reserved part
   memory->free = total - used;
@@ -290,13 +379,16 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
   std::optional<json> state;
   const json* gpu = nullptr;
-  nvmlReturn_t r = enter_device("nvmlDeviceGetMemoryInfo_v2", device, state, gpu);
+  const json* mig = nullptr;
+  nvmlReturn_t r = enter_device("nvmlDeviceGetMemoryInfo_v2", device, state, gpu, &mig);
   if (r != NVML_SUCCESS) return r;
   if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   if (memory->version != vramd::nvml::kMemoryV2Version) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-  unsigned long long total = fake_nvml::get_u64(*gpu, "total", 0);
-  unsigned long long used = std::min(fake_nvml::get_u64(*gpu, "used", 0), total);
-  unsigned long long reserved = std::min(fake_nvml::get_u64(*gpu, "reserved", 0), used);
+  if (mig == nullptr && mig_on(*gpu) && !privileged(*state, *gpu)) return NVML_ERROR_NO_PERMISSION;
+  const json& from = mig != nullptr ? *mig : *gpu;
+  unsigned long long total = fake_nvml::get_u64(from, "total", 0);
+  unsigned long long used = std::min(fake_nvml::get_u64(from, "used", 0), total);
+  unsigned long long reserved = std::min(fake_nvml::get_u64(from, "reserved", 0), used);
   memory->total = total;
   memory->reserved = reserved;
   memory->used = used - reserved;  // v2: used excludes the driver-reserved part
@@ -343,30 +435,115 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned* milliwatts) 
 
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned* count,
                                                      nvmlProcessInfo_v2_t* infos) {
-  return do_processes("nvmlDeviceGetComputeRunningProcesses_v3", "processes", device, count, infos);
+  return do_processes("nvmlDeviceGetComputeRunningProcesses_v3", "processes", device, count, infos,
+                      sizeof(nvmlProcessInfo_v2_t));
 }
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned* count,
                                                      nvmlProcessInfo_v2_t* infos) {
-  return do_processes("nvmlDeviceGetComputeRunningProcesses_v2", "processes", device, count, infos);
+  return do_processes("nvmlDeviceGetComputeRunningProcesses_v2", "processes", device, count, infos,
+                      sizeof(nvmlProcessInfo_v2_t));
 }
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned* count,
                                                   nvmlProcessInfo_v1_t* infos) {
-  return do_processes("nvmlDeviceGetComputeRunningProcesses", "processes", device, count, infos);
+  return do_processes("nvmlDeviceGetComputeRunningProcesses", "processes", device, count, infos,
+                      sizeof(nvmlProcessInfo_v1_t));
 }
 nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned* count,
                                                       nvmlProcessInfo_v2_t* infos) {
   return do_processes("nvmlDeviceGetGraphicsRunningProcesses_v3", "graphics_processes", device,
-                      count, infos);
+                      count, infos, sizeof(nvmlProcessInfo_v2_t));
 }
 nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned* count,
                                                       nvmlProcessInfo_v2_t* infos) {
   return do_processes("nvmlDeviceGetGraphicsRunningProcesses_v2", "graphics_processes", device,
-                      count, infos);
+                      count, infos, sizeof(nvmlProcessInfo_v2_t));
 }
 nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned* count,
                                                    nvmlProcessInfo_v1_t* infos) {
   return do_processes("nvmlDeviceGetGraphicsRunningProcesses", "graphics_processes", device, count,
-                      infos);
+                      infos, sizeof(nvmlProcessInfo_v1_t));
 }
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned* count,
+                                                        nvmlProcessInfo_v2_t* infos) {
+  return do_processes("nvmlDeviceGetMPSComputeRunningProcesses_v3", "mps_processes", device, count,
+                      infos, sizeof(nvmlProcessInfo_v2_t));
+}
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned* count,
+                                                        nvmlProcessInfo_v2_t* infos) {
+  return do_processes("nvmlDeviceGetMPSComputeRunningProcesses_v2", "mps_processes", device, count,
+                      infos, sizeof(nvmlProcessInfo_v2_t));
+}
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned* count,
+                                                     nvmlProcessInfo_v1_t* infos) {
+  return do_processes("nvmlDeviceGetMPSComputeRunningProcesses", "mps_processes", device, count,
+                      infos, sizeof(nvmlProcessInfo_v1_t));
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned* current, unsigned* pending) {
+  std::optional<json> state;
+  const json* gpu = nullptr;
+  nvmlReturn_t r = enter_device("nvmlDeviceGetMigMode", device, state, gpu);
+  if (r != NVML_SUCCESS) return r;
+  if (current == nullptr || pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (!gpu->value("mig_capable", true)) return NVML_ERROR_NOT_SUPPORTED;
+  *current = *pending = mig_on(*gpu) ? vramd::nvml::kDeviceMigEnable : 0;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned* count) {
+  std::optional<json> state;
+  const json* gpu = nullptr;
+  nvmlReturn_t r = enter_device("nvmlDeviceGetMaxMigDeviceCount", device, state, gpu);
+  if (r != NVML_SUCCESS) return r;
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const json* devices = mig_devices(*gpu);
+  *count = devices == nullptr ? 0 : std::max<unsigned>(7, static_cast<unsigned>(devices->size()));
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned index,
+                                                 nvmlDevice_t* mig) {
+  std::optional<json> state;
+  const json* gpu = nullptr;
+  nvmlReturn_t r = enter_device("nvmlDeviceGetMigDeviceHandleByIndex", device, state, gpu);
+  if (r != NVML_SUCCESS) return r;
+  if (mig == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const json* devices = mig_devices(*gpu);
+  if (devices == nullptr) return NVML_ERROR_INVALID_ARGUMENT;  // MIG off
+  if (index >= devices->size() || !(*devices)[index].is_object()) return NVML_ERROR_NOT_FOUND;
+  *mig = reinterpret_cast<nvmlDevice_t>(reinterpret_cast<std::uintptr_t>(device) +
+                                        ((static_cast<std::uintptr_t>(index) + 1) << 16));
+  return NVML_SUCCESS;
+}
+
+namespace {
+nvmlReturn_t instance_id(const char* fn, const char* key, nvmlDevice_t device, unsigned* id) {
+  std::optional<json> state;
+  const json* gpu = nullptr;
+  const json* mig = nullptr;
+  nvmlReturn_t r = enter_device(fn, device, state, gpu, &mig);
+  if (r != NVML_SUCCESS) return r;
+  if (id == nullptr || mig == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *id = static_cast<unsigned>(fake_nvml::get_u64(*mig, key, 0));
+  return NVML_SUCCESS;
+}
+}  // namespace
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned* id) {
+  return instance_id("nvmlDeviceGetGpuInstanceId", "gi", device, id);
+}
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned* id) {
+  return instance_id("nvmlDeviceGetComputeInstanceId", "ci", device, id);
+}
+
+// Exported only for what their presence tells (the R535 layout test); vramd never calls them.
+nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t, void*) {
+  return NVML_ERROR_NOT_SUPPORTED;
+}
+#ifndef FAKE_NVML_R535
+nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t, void*) {
+  return NVML_ERROR_NOT_SUPPORTED;
+}
+#endif
 
 }  // extern "C"

@@ -4,11 +4,17 @@
 #
 #   tests/gpu/run.sh
 #
-# Builds vramd (unless $BUILD_DIR/vramd exists), compiles tests/gpu/hold.cu, starts `vramd serve`
+# Uses dist/vramd when it exists (`make dist` on another machine, copied here: then the GPU machine
+# needs only the driver, nvcc and python3, and no network at all), else $BUILD_DIR/vramd, else
+# builds it. Compiles tests/gpu/hold.cu, starts `vramd serve`
 # on a temp config, measures the CUDA context overhead with `hold --gib 0`, starts a cudaMalloc
 # holder and a cudaMallocAsync holder, and checks that vramd names each one's pid with its bytes
 # (minus the context overhead) within TOLERANCE_PCT of what it allocated; then kills them and
-# checks their holdings vanish within VANISH_SAMPLES samples. Prints a table and PASS or FAIL.
+# checks their holdings vanish within VANISH_SAMPLES samples. Reports the MIG mode; with MIG on
+# the holders run in the first MIG instance with room (CUDA_VISIBLE_DEVICES=its MIG UUID) and
+# every instance's figures are printed. Every compared figure is printed as a table: vramd's bytes
+# for each holder against the driver's own per-process figure (nvidia-smi --query-compute-apps),
+# which must agree within DRIVER_TOLERANCE_PCT (1%). Prints PASS or FAIL.
 # Exit: 0 pass, 1 fail, 2 cannot run here (no nvcc, no GPU, no python3).
 # See tests/gpu/README.md for the knobs (environment variables).
 set -uo pipefail
@@ -16,6 +22,7 @@ set -uo pipefail
 SYNC_GIB=${SYNC_GIB:-2}
 ASYNC_GIB=${ASYNC_GIB:-3}
 TOLERANCE_PCT=${TOLERANCE_PCT:-5}
+DRIVER_TOLERANCE_PCT=${DRIVER_TOLERANCE_PCT:-1}
 SAMPLE_MS=${SAMPLE_MS:-500}
 VANISH_SAMPLES=${VANISH_SAMPLES:-5}
 SETTLE_TIMEOUT_S=${SETTLE_TIMEOUT_S:-60}
@@ -70,7 +77,9 @@ trap cleanup EXIT
 trap 'say "interrupted"; exit 1' INT TERM
 
 # ---- 1. vramd ----
-VRAMD="$REPO/$BUILD_DIR/vramd"
+VRAMD=${VRAMD:-}
+if [ -z "$VRAMD" ] && [ -x "$REPO/dist/vramd" ]; then VRAMD="$REPO/dist/vramd"; fi
+[ -n "$VRAMD" ] || VRAMD="$REPO/$BUILD_DIR/vramd"
 if [ -x "$VRAMD" ]; then
   say "using existing $VRAMD (delete it to rebuild)"
 else
@@ -145,7 +154,8 @@ elif cmd == "pid":
         for h in g.get("holdings", []):
             if pid in h.get("pids", []):
                 nvml = next((p.get("used_bytes") for p in g.get("processes", []) if p.get("pid") == pid), None)
-                print(h["bytes"], "na" if nvml is None else nvml, h["source"], h["owner"].replace(" ", "_"), g["index"])
+                print(h["bytes"], "na" if nvml is None else nvml, h["source"], h["owner"].replace(" ", "_"),
+                      g.get("label", g["index"]))
                 sys.exit(0)
     print("absent")
 elif cmd == "absent":  # "SAMPLED_AT_EPOCH_S PID:yes|no ...": which pids no holding names
@@ -153,8 +163,17 @@ elif cmd == "absent":  # "SAMPLED_AT_EPOCH_S PID:yes|no ...": which pids no hold
     at = datetime.datetime.fromisoformat(s["sampled_at"].replace("Z", "+00:00")).timestamp()
     held = {p for g in gpus for h in g.get("holdings", []) for p in h.get("pids", [])}
     print("%.3f" % at, " ".join("%s:%s" % (p, "no" if int(p) in held else "yes") for p in sys.argv[3:]))
+elif cmd == "mig":  # "PARENT_LABEL on|off" per card, then "instance LABEL UUID PROFILE TOTAL USED HELD FREE"
+    for g in gpus:
+        if g.get("parent") is None:
+            print(g.get("label", g["index"]), "on" if g.get("mig_enabled") else "off")
+    for g in gpus:
+        if g.get("parent") is not None:
+            held = sum(h["bytes"] for h in g.get("holdings", []))
+            print("instance", g.get("label"), g.get("uuid") or "-", g.get("mig_profile") or "-",
+                  g["total_bytes"], g["used_bytes"], held, g["free_bytes"])
 elif cmd == "gpu":
-    g = gpus[int(sys.argv[3])] if len(gpus) > int(sys.argv[3]) else (gpus[0] if gpus else {})
+    g = next((g for g in gpus if str(g.get("label", g["index"])) == sys.argv[3]), gpus[0] if gpus else {})
     print("%s|%s|%s" % (g.get("name", "?"), s.get("driver_version", "?"), g.get("total_bytes", 0)))
 EOF
 PY=python3
@@ -168,6 +187,23 @@ until read_status && [ "$(q sampled)" = yes ]; do
   sleep 0.5
 done
 say "vramd is sampling"
+
+# ---- MIG ----
+MIG_LINES=$(q mig)
+MIG_ON=no
+while read -r label mode; do
+  [ "$label" = instance ] && continue
+  say "GPU $label: MIG $mode"
+  [ "$mode" = on ] && MIG_ON=yes
+done <<<"$MIG_LINES"
+if [ "$MIG_ON" = yes ]; then
+  # The holders go to the instance with the most free memory; CUDA sees it as device 0.
+  read -r _ MIG_LABEL MIG_UUID _ <<<"$(grep '^instance ' <<<"$MIG_LINES" | sort -k8,8n | tail -n 1)"
+  if [ -z "${MIG_UUID:-}" ] || [ "$MIG_UUID" = - ]; then die "MIG is on but vramd lists no instance"; fi
+  say "holders run in MIG instance $MIG_LABEL ($MIG_UUID)"
+  export CUDA_VISIBLE_DEVICES=$MIG_UUID
+  CUDA_DEVICE=0
+fi
 
 # ---- 4. holders ----
 # start_holder NAME ARGS...: starts hold, waits for its "held" line; sets HELD_PID.
@@ -230,6 +266,26 @@ IFS='|' read -r GPU_NAME DRIVER GPU_TOTAL <<<"$(q gpu "$GPU_INDEX")"
 say "vramd status, for the record:"
 timeout 10 "$VRAMD" status --config "$CONFIG" --url "$URL" 2>&1 | sed 's/^/    /'
 
+# The driver's own figure for each holder, read beside vramd's (nvidia-smi talks to the driver
+# itself; without it, the NVML figure vramd read is all there is).
+driver_bytes() {  # driver_bytes PID -> bytes or "na"
+  local pid=$1 line
+  if command -v nvidia-smi >/dev/null; then
+    line=$(timeout 20 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
+      awk -F', *' -v p="$pid" '$1 == p { print $2; exit }')
+    case "$line" in
+      ''|*N/A*|*Not*) echo na ;;
+      *) awk -v m="$line" 'BEGIN { printf "%.0f", m * 1048576 }' ;;
+    esac
+  else
+    echo na
+  fi
+}
+declare -A DRIVER_B=()
+for pid in "$CTX_PID" "$SYNC_PID" "$ASYNC_PID"; do DRIVER_B[$pid]=$(driver_bytes "$pid"); done
+read_status
+MIG_LINES=$(q mig)
+
 # ---- 5. they end ----
 # Each holder is killed; time to vanish = when the first sample without its holding was taken
 # (the status's sampled_at), less when it was killed: polling overhead does not count.
@@ -280,7 +336,7 @@ row() {  # row NAME GIB STABLE PID
 
 echo
 echo "vramd on a real GPU"
-echo "  GPU:       $GPU_NAME (index $GPU_INDEX, $(( GPU_TOTAL / 1073741824 )) GiB), driver $DRIVER"
+echo "  GPU:       $GPU_NAME (GPU $GPU_INDEX, $(( GPU_TOTAL / 1073741824 )) GiB), driver $DRIVER, MIG $MIG_ON"
 echo "  vramd:     $("$VRAMD" version 2>/dev/null | head -n 1), sampling every ${SAMPLE_MS} ms"
 echo "  context overhead (hold --gib 0): $(( CTX_BYTES / 1048576 )) MiB, subtracted from the others"
 echo "  limits:    |error| <= ${TOLERANCE_PCT}% after the overhead; gone within ${VANISH_SAMPLES} samples (${vanish_limit} s)"
@@ -291,6 +347,39 @@ printf '  %-6s %7s %9s %9s %9s %9s %6s %9s %8s\n' "" "" MiB MiB MiB MiB "" "" ""
 row ctx 0 "$CTX_STABLE" "$CTX_PID"
 row sync "$SYNC_GIB" "$SYNC_STABLE" "$SYNC_PID"
 row async "$ASYNC_GIB" "$ASYNC_STABLE" "$ASYNC_PID"
+echo
+echo "  vramd against the driver, per process (limit ${DRIVER_TOLERANCE_PCT}%; nvidia-smi rounds to MiB):"
+printf '  %-6s %7s %14s %14s %14s %8s %s\n' holder pid "vramd_bytes" "driver_bytes" "nvml_bytes" "diff%" verdict
+drow() {  # drow NAME STABLE PID
+  local name=$1 stable=$2 pid=$3 bytes nvml verdict
+  read -r bytes nvml _ _ _ <<<"$stable"
+  local drv=${DRIVER_B[$pid]:-na}
+  # Without a driver figure, NVML's own (as vramd read it) is what vramd is held to.
+  local ref=$drv
+  [ "$ref" = na ] && ref=$nvml
+  verdict=$(awk -v b="$bytes" -v r="$ref" -v tol="$DRIVER_TOLERANCE_PCT" 'BEGIN {
+    if (r == "na" || r == 0) { print "- na"; exit }
+    d = (b - r) * 100 / r
+    printf "%+.3f %s", d, (d <= tol && d >= -tol) ? "ok" : "FAIL" }')
+  local diff ok
+  read -r diff ok <<<"$verdict"
+  [ "$ok" = FAIL ] && FAILS=$((FAILS + 1))
+  printf '  %-6s %7s %14s %14s %14s %8s %s\n' "$name" "$pid" "$bytes" "$drv" "$nvml" "$diff" "$ok"
+}
+drow ctx "$CTX_STABLE" "$CTX_PID"
+drow sync "$SYNC_STABLE" "$SYNC_PID"
+drow async "$ASYNC_STABLE" "$ASYNC_PID"
+if [ "$MIG_ON" = yes ]; then
+  echo
+  echo "  MIG instances (while the holders ran; holders in $MIG_LABEL):"
+  printf '  %-8s %-42s %-10s %9s %9s %9s %9s\n' label uuid profile "total" "used" "held" "free"
+  printf '  %-8s %-42s %-10s %9s %9s %9s %9s\n' "" "" "" MiB MiB MiB MiB
+  while read -r tag label uuid profile total used held free; do
+    [ "$tag" = instance ] || continue
+    printf '  %-8s %-42s %-10s %9s %9s %9s %9s\n' "$label" "$uuid" "$profile" \
+      $(( total / 1048576 )) $(( used / 1048576 )) $(( held / 1048576 )) $(( free / 1048576 ))
+  done <<<"$MIG_LINES"
+fi
 echo
 if [ "$FAILS" -eq 0 ]; then RESULT=PASS; else RESULT=FAIL; fi
 echo "$RESULT"
