@@ -44,8 +44,8 @@ nginx_conf proxy "$NGX" "upstream u { server 127.0.0.1:$UP; keepalive 256; }
   upstream s { server 127.0.0.1:$SSE; keepalive 16; }
   server { listen 127.0.0.1:$NGX; location / { proxy_pass http://u; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }
   server { listen 127.0.0.1:$NGX_SSE; location / { proxy_pass http://s; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; } }"
-"$WORK/goproxy" 127.0.0.1:$GO http://127.0.0.1:$UP & PIDS+=($!)
-"$WORK/goproxy" 127.0.0.1:$GO_SSE http://127.0.0.1:$SSE & PIDS+=($!)
+"$WORK/goproxy" 127.0.0.1:$GO http://127.0.0.1:$UP 2>/dev/null & PIDS+=($!)
+"$WORK/goproxy" 127.0.0.1:$GO_SSE http://127.0.0.1:$SSE 2>/dev/null & PIDS+=($!)
 "$BUILD/vramd_proxy_harness" --service up http://127.0.0.1:$UP 127.0.0.1:$VR >/dev/null & PIDS+=($!)
 "$BUILD/vramd_proxy_harness" --service sse http://127.0.0.1:$SSE 127.0.0.1:$VR_SSE >/dev/null & PIDS+=($!)
 "$WORK/ssebench" serve 127.0.0.1:$SSE 10000 200 & PIDS+=($!)

@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync, existsSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import assert from 'node:assert/strict';
 
 const arg = (name) => {
@@ -18,7 +18,7 @@ if (!modules || !existsSync(join(modules, 'openai'))) {
   console.log(`SKIPPED: the openai package is not installed in ${modules} (npm ci failed?)`);
   process.exit(77);
 }
-const require = createRequire(join(modules, 'noop.js'));
+const require = createRequire(join(resolve(modules), 'noop.js'));
 const OpenAI = require('openai');
 
 const children = [];
