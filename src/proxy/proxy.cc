@@ -17,6 +17,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
@@ -177,6 +178,22 @@ std::string chunk(std::string_view data) {
 }
 
 }  // namespace
+
+Result<std::vector<std::string>> read_api_keys_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return make_error(fmt::format("proxy.api_keys_file: cannot read {}", path));
+  std::vector<std::string> keys;
+  std::string line;
+  while (std::getline(in, line)) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+      line.pop_back();
+    size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos || line[start] == '#') continue;
+    keys.push_back(line.substr(start));
+  }
+  if (keys.empty()) return make_error(fmt::format("proxy.api_keys_file: {} holds no key", path));
+  return keys;
+}
 
 Status check_proxy_listen(const std::string& where, const std::string& host_port, bool have_keys) {
   Result<HostPort> hp = parse_listen(host_port);

@@ -70,6 +70,10 @@ class Proxy {
   std::shared_ptr<Impl> impl_;
 };
 
+// Reads `[proxy] api_keys_file`: one key a line; blank lines and `#` comments skipped. Error when
+// it cannot be read or holds no key (a key file that grants nothing is a mistake).
+Result<std::vector<std::string>> read_api_keys_file(const std::string& path);
+
 // Checks a proxy listen address: loopback, or beyond it only with keys. Used by the config too.
 Status check_proxy_listen(const std::string& where, const std::string& host_port, bool have_keys);
 

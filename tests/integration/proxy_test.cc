@@ -7,6 +7,7 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/beast/websocket.hpp>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -551,6 +552,22 @@ TEST_F(ProxyTest, MetricsCountRequestsByServiceModelAndStatus) {
             std::string::npos)
       << m;
   EXPECT_NE(m.find(R"(vramd_proxy_in_flight{service="b"} 0)"), std::string::npos) << m;
+}
+
+TEST(ProxyKeysFile, OneKeyALineWithComments) {
+  char path[] = "/tmp/vramd-keys-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  std::string text = "# clients\nk1\n\n  k2  \r\n#k3\n";
+  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  auto keys = read_api_keys_file(path);
+  ASSERT_TRUE(keys) << keys.error();
+  EXPECT_EQ(*keys, (std::vector<std::string>{"k1", "k2"}));
+  std::ofstream(path) << "# none\n";
+  EXPECT_FALSE(read_api_keys_file(path));
+  unlink(path);
+  EXPECT_FALSE(read_api_keys_file(path));
 }
 
 }  // namespace
