@@ -143,7 +143,7 @@ Result<HostPort> parse_authority(std::string_view text, bool port_required) {
 constexpr std::string_view kDurationHint = "a duration like \"1s\" or \"300ms\"";
 constexpr std::string_view kSizeHint = "a size like \"16GiB\" or \"512MiB\"";
 
-const std::vector<std::string> kTopKeys = {"daemon", "gpu", "services", "crash_rules"};
+const std::vector<std::string> kTopKeys = {"daemon", "gpu", "services", "crash_rules", "proxy"};
 const std::vector<std::string> kCrashRuleKeys = {"signature", "title", "pattern", "requires",
                                                  "explanation", "suggestion"};
 const std::vector<std::string> kRestartPolicies = {"on-failure", "always", "never"};
@@ -160,7 +160,13 @@ const std::vector<std::string> kServiceKeys = {
     "restart_window", "reclaim_port", "on_shutdown",
     "api_key", "api_key_env", "probe_timeout", "connect_timeout", "unload_timeout",
     "unload_backoff", "sleep_level", "router", "models", "busy_url", "busy_json_pointer",
-    "busy_metric", "unload_method", "unload_url", "unload_body", "health_url"};
+    "busy_metric", "unload_method", "unload_url", "unload_body", "health_url",
+    // proxy (issue 12)
+    "proxy", "max_concurrent", "max_queue", "first_byte_timeout", "wake_timeout"};
+// ---- proxy (issue 12): begin ----
+const std::vector<std::string> kProxyKeys = {"listen", "api_keys", "api_keys_file", "aliases",
+                                             "websocket_idle"};
+// ---- proxy: end ----
 const std::vector<std::string> kUnloadMethods = {"POST", "DELETE", "PUT"};
 const std::vector<std::string> kMatchKeys = {"cmdline", "container", "compose_service", "unit",
                                              "pid_file"};
@@ -216,6 +222,8 @@ class ConfigParser {
         if (const toml::table* t = table_or_error(node, "services")) parse_services(*t, config);
       } else if (k == "crash_rules") {
         parse_crash_rules(node, config);
+      } else if (k == "proxy") {  // proxy (issue 12)
+        if (const toml::table* t = table_or_error(node, "proxy")) parse_proxy(*t, config.proxy);
       } else {
         std::string s = suggest(k, kTopKeys);
         if (node.is_table()) {
@@ -228,6 +236,7 @@ class ConfigParser {
         }
       }
     }
+    check_proxy_listens(config);  // proxy (issue 12)
     if (errors_.empty()) return config;
     std::stable_sort(errors_.begin(), errors_.end(), [](const Located& a, const Located& b) {
       return std::pair(a.pos.line, a.pos.column) < std::pair(b.pos.line, b.pos.column);
@@ -595,6 +604,7 @@ class ConfigParser {
         }
       } else if (k == "vram_estimate") {
         if (auto b = size_value(node, field)) svc.vram_estimate = *b;
+      } else if (parse_service_proxy_key(k, node, field, svc)) {  // proxy (issue 12)
       } else if (!parse_api_key(k, node, field, svc, set_nodes)) {
         suggested.push_back(unknown_key(key, where, kServiceKeys));
       }
@@ -613,6 +623,102 @@ class ConfigParser {
                                   "\" is reached over HTTP)");
     }
   }
+
+  // ---- proxy (issue 12): begin ----
+  std::vector<std::pair<toml::source_position, std::string>> proxy_listens_;  // field, address
+
+  // An address the proxy listens on: host:port, remembered for the loopback check at the end.
+  void proxy_listen(const toml::node& node, const std::string& field, std::string& out) {
+    if (auto s = string_value(node, field, /*allow_empty=*/false)) {
+      Result<HostPort> hp = parse_host_port(*s);
+      if (!hp) {
+        error(node.source().begin, field + ": " + hp.error() + " (got \"" + *s + "\")");
+      } else {
+        out = *s;
+        proxy_listens_.emplace_back(node.source().begin, field);
+      }
+    }
+  }
+
+  void parse_proxy(const toml::table& t, ProxyConfig& out) {
+    for (auto&& [key, node] : t) {
+      std::string k(key.str());
+      std::string field = "proxy." + k;
+      if (k == "listen") {
+        proxy_listen(node, field, out.listen);
+      } else if (k == "api_keys") {
+        const toml::array* a = node.as_array();
+        if (!a) {
+          wrong_type(node, field, "an array of keys");
+          continue;
+        }
+        for (size_t i = 0; i < a->size(); ++i) {
+          const toml::node& item = *a->get(i);
+          // A key never appears in a message: only where it is and what is wrong.
+          if (!item.is_string() || item.as_string()->get().empty()) {
+            error(item.source().begin, field + "[" + std::to_string(i) + "]: expected a non-empty string");
+          } else if (std::any_of(item.as_string()->get().begin(), item.as_string()->get().end(),
+                                 [](char c) { return c <= ' ' || c == 0x7f; })) {
+            error(item.source().begin,
+                  field + "[" + std::to_string(i) + "]: must be printable ASCII without spaces");
+          } else {
+            out.api_keys.push_back(item.as_string()->get());
+          }
+        }
+      } else if (k == "api_keys_file") {
+        if (auto s = string_value(node, field, /*allow_empty=*/false)) out.api_keys_file = *s;
+      } else if (k == "websocket_idle") {
+        if (auto d = positive_duration(node, field)) out.websocket_idle = *d;
+      } else if (k == "aliases") {
+        const toml::table* at = table_or_error(node, field);
+        if (!at) continue;
+        for (auto&& [alias, target] : *at) {
+          if (auto s = string_value(target, field + "." + std::string(alias.str()), false))
+            out.aliases[std::string(alias.str())] = *s;
+        }
+      } else {
+        unknown_key(key, "[proxy]", kProxyKeys);
+      }
+    }
+  }
+
+  bool parse_service_proxy_key(const std::string& k, const toml::node& node,
+                               const std::string& field, ServiceConfig& svc) {
+    if (k == "proxy") {
+      proxy_listen(node, field, svc.proxy.listen);
+    } else if (k == "max_concurrent" || k == "max_queue") {
+      const toml::value<int64_t>* v = node.as_integer();
+      int min = k == "max_concurrent" ? 1 : 0;
+      if (!v || v->get() < min || v->get() > 1000000) {
+        wrong_type(node, field, min ? "a whole number, at least 1" : "a whole number, at least 0");
+      } else {
+        (k == "max_concurrent" ? svc.proxy.max_concurrent : svc.proxy.max_queue) =
+            static_cast<int>(v->get());
+      }
+    } else if (k == "first_byte_timeout") {
+      if (auto d = positive_duration(node, field)) svc.proxy.first_byte_timeout = *d;
+    } else if (k == "wake_timeout") {
+      if (auto d = positive_duration(node, field)) svc.proxy.wake_timeout = *d;
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  // Beyond loopback, anyone on the network could use the GPU's services without a key.
+  void check_proxy_listens(const Config& config) {
+    if (config.proxy.has_keys()) return;
+    for (const auto& [pos, field] : proxy_listens_) {
+      std::string addr = field == "proxy.listen" ? config.proxy.listen : "";
+      for (const auto& s : config.services)
+        if (field == "services." + s.name + ".proxy") addr = s.proxy.listen;
+      Result<HostPort> hp = parse_host_port(addr);
+      if (hp && !is_loopback_host(hp->host))
+        error(pos, field + ": " + addr +
+                       " is reachable from other hosts; set [proxy] api_keys or api_keys_file");
+    }
+  }
+  // ---- proxy: end ----
 
   // The keys that say how to talk to the service's API. False when `k` is not one of them.
   bool parse_api_key(const std::string& k, const toml::node& node, const std::string& field,

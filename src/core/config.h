@@ -27,6 +27,26 @@ struct MatchRule {
   }
 };
 
+// ---- proxy (issue 12, docs/proxy.md): begin ----
+// A service's own reverse proxy and its limits in the request path.
+struct ServiceProxyConfig {
+  std::string listen;  // `proxy = "127.0.0.1:8189"`; empty: no proxy of its own
+  int max_concurrent = 0;  // 0: no limit
+  int max_queue = 64;      // requests waiting beyond max_concurrent before 429
+  Duration first_byte_timeout = std::chrono::minutes(5);
+  std::optional<Duration> wake_timeout;  // nullopt: start_timeout
+};
+// [proxy]: the OpenAI-compatible front door and what every proxy shares.
+struct ProxyConfig {
+  std::string listen;  // empty: no front door
+  std::vector<std::string> api_keys;
+  std::string api_keys_file;  // one key a line, read at start
+  std::map<std::string, std::string> aliases;  // [proxy.aliases] "gpt-4o-mini" = "llama3.1:8b"
+  Duration websocket_idle = std::chrono::seconds(10);
+  bool has_keys() const { return !api_keys.empty() || !api_keys_file.empty(); }
+};
+// ---- proxy: end ----
+
 struct ServiceConfig {
   std::string name;  // the key in [services.NAME]: [A-Za-z0-9_-]+
   std::string kind;  // adapter: one of known_service_kinds()
@@ -73,6 +93,7 @@ struct ServiceConfig {
   std::string unload_url;
   std::string unload_body;
   std::string health_url;
+  ServiceProxyConfig proxy;  // proxy (issue 12)
 };
 
 struct DaemonConfig {
@@ -114,6 +135,7 @@ struct Config {
   GpuConfig gpu;
   std::vector<ServiceConfig> services;  // in file order
   std::vector<CrashRuleConfig> crash_rules;
+  ProxyConfig proxy;  // proxy (issue 12)
 
   const ServiceConfig* find_service(std::string_view name) const;
 };

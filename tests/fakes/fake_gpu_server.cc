@@ -77,7 +77,39 @@ HttpResponse handle_fake(FakeModel& model, const Call& call) {
   return json_reply(404, {{"error", "no such fake control path"}});
 }
 
-asio::awaitable<HttpResponse> handle(FakeModel& model, HttpRequest req) {
+// "stream": true on an OpenAI completion: the answer as server-sent events, 50 ms apart, as
+// vLLM, llama.cpp and the others stream tokens (chat.completion.chunk ... data: [DONE]).
+asio::awaitable<void> stream_completion(FakeModel& model, const Call& call, vramd::HttpStream& out) {
+  model.work();
+  bool chat = call.path == "/v1/chat/completions";
+  if (!co_await out.start_event_stream()) co_return;
+  const std::vector<std::string> words = {"Hel", "lo", " from", " the", " fake"};
+  for (std::size_t i = 0; i <= words.size(); ++i) {
+    nlohmann::json choice = {{"index", 0}, {"finish_reason", nullptr}};
+    if (i == words.size()) choice["finish_reason"] = "stop";
+    std::string piece = i < words.size() ? words[i] : "";
+    if (chat)
+      choice["delta"] = i == 0 ? nlohmann::json{{"role", "assistant"}, {"content", piece}}
+                               : nlohmann::json{{"content", piece}};
+    else
+      choice["text"] = piece;
+    nlohmann::json ev = {{"id", "cmpl-" + std::to_string(model.work_count())},
+                         {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                         {"created", 0},
+                         {"model", model.options().model},
+                         {"choices", nlohmann::json::array({choice})}};
+    // Named: GCC 12 may destroy a temporary inside a co_await expression twice.
+    std::string frame = "data: " + ev.dump() + "\n\n";
+    auto op = out.write(frame);
+    if (!co_await std::move(op)) co_return;
+    co_await sleep_for(std::chrono::milliseconds(50));
+  }
+  std::string done = "data: [DONE]\n\n";
+  auto op = out.write(done);
+  co_await std::move(op);
+}
+
+asio::awaitable<HttpResponse> handle(FakeModel& model, HttpRequest req, vramd::HttpStream& out) {
   const Options& o = model.options();
   if (o.hang) {
     // Everything hangs, /fake/* included: the connection stays open and silent.
@@ -91,6 +123,12 @@ asio::awaitable<HttpResponse> handle(FakeModel& model, HttpRequest req) {
   model.count_request();
   if (o.slow.count() > 0) co_await sleep_for(o.slow);
   if (o.http_500) co_return text_reply(500, "Internal Server Error");
+  if (call.method == "POST" && call.json.is_object() && call.json.value("stream", false) == true &&
+      (call.path == "/v1/chat/completions" || call.path == "/v1/completions") &&
+      o.kind != "comfyui" && o.kind != "ollama" && o.kind != "a1111" && o.kind != "forge") {
+    co_await stream_completion(model, call, out);
+    co_return text_reply(200, "");  // ignored: the stream took the connection over
+  }
   HttpResponse res = handle_kind(model, call);
   if (o.garbage) co_return garbage_reply(call.path);
   co_return res;
@@ -166,7 +204,9 @@ int main(int argc, char** argv) {
   limits.read_timeout = std::chrono::seconds(3600);  // --slow and --hang outlast the default
   limits.idle_timeout = std::chrono::seconds(3600);
   vramd::HttpServer server(
-      io, [&model](vramd::HttpRequest req, vramd::HttpStream&) { return handle(model, std::move(req)); },
+      io, [&model](vramd::HttpRequest req, vramd::HttpStream& out) {
+        return handle(model, std::move(req), out);
+      },
       limits);
   std::string host = options->host.find(':') != std::string::npos ? "[" + options->host + "]"
                                                                    : options->host;

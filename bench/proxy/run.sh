@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# bench/proxy: requests/s and added latency of vramd's proxy against direct, nginx and Go's
+# httputil.ReverseProxy, on loopback, against a fast upstream (nginx `return 200`), at 1, 16
+# and 64 connections; then SSE: 10,000 events through each, per-event latency.
+# Usage: bench/proxy/run.sh [BUILD_DIR] [SECONDS]   (needs wrk, nginx, golang-go)
+# Prints a Markdown table; runs are short: on a shared machine compare the ratios.
+set -euo pipefail
+BUILD=${1:-build}
+SECS=${2:-3}
+HERE=$(cd "$(dirname "$0")" && pwd)
+for tool in wrk nginx go; do
+  command -v $tool >/dev/null || { echo "bench/proxy: needs $tool (apt-get install wrk nginx-light golang-go)"; exit 77; }
+done
+[ -x "$BUILD/vramd_proxy_harness" ] || { echo "bench/proxy: build $BUILD/vramd_proxy_harness first"; exit 1; }
+WORK=$(mktemp -d /tmp/vramd-bench-proxy.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; sleep 0.2; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+UP=18100 NGX=18101 GO=18102 VR=18103 SSE=18110 NGX_SSE=18111 GO_SSE=18112 VR_SSE=18113
+export GOCACHE=$WORK/gocache GOFLAGS=-mod=mod GO111MODULE=off
+go build -o "$WORK/goproxy" "$HERE/goproxy.go"
+go build -o "$WORK/ssebench" "$HERE/ssebench.go"
+
+nginx_conf() {  # name listen body
+  mkdir -p "$WORK/$1/logs"
+  cat > "$WORK/$1/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $WORK/$1/nginx.pid;
+error_log $WORK/$1/logs/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/$1; proxy_temp_path $WORK/$1; fastcgi_temp_path $WORK/$1;
+  uwsgi_temp_path $WORK/$1; scgi_temp_path $WORK/$1;
+  $3
+}
+CONF
+  nginx -p "$WORK/$1" -c "$WORK/$1/nginx.conf" & PIDS+=($!)
+}
+nginx_conf upstream "$UP" "server { listen 127.0.0.1:$UP; location / { return 200 'hello'; } }"
+nginx_conf proxy "$NGX" "upstream u { server 127.0.0.1:$UP; keepalive 256; }
+  upstream s { server 127.0.0.1:$SSE; keepalive 16; }
+  server { listen 127.0.0.1:$NGX; location / { proxy_pass http://u; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }
+  server { listen 127.0.0.1:$NGX_SSE; location / { proxy_pass http://s; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; } }"
+"$WORK/goproxy" 127.0.0.1:$GO http://127.0.0.1:$UP 2>/dev/null & PIDS+=($!)
+"$WORK/goproxy" 127.0.0.1:$GO_SSE http://127.0.0.1:$SSE 2>/dev/null & PIDS+=($!)
+"$BUILD/vramd_proxy_harness" --service up http://127.0.0.1:$UP 127.0.0.1:$VR >/dev/null & PIDS+=($!)
+"$BUILD/vramd_proxy_harness" --service sse http://127.0.0.1:$SSE 127.0.0.1:$VR_SSE >/dev/null & PIDS+=($!)
+"$WORK/ssebench" serve 127.0.0.1:$SSE 10000 200 & PIDS+=($!)
+sleep 1
+
+# wrk's "Requests/sec" and its p99 latency (in microseconds).
+measure() {
+  local out rps p99
+  out=$(wrk -t1 -c"$2" -d"${SECS}s" --latency "http://127.0.0.1:$1/")
+  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  p99=$(awk '$1=="99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); print v} else if (v ~ /ms$/) {sub(/ms/,"",v); print v*1000} else {sub(/s/,"",v); print v*1000000}}' <<<"$out")
+  echo "$rps $p99"
+}
+
+echo "| conns | setup | req/s | p99 | added p99 | vs Go | vs nginx |"
+echo "|---:|---|---:|---:|---:|---:|---:|"
+for c in 1 16 64; do
+  read -r d_rps d_p99 < <(measure $UP $c)
+  read -r n_rps n_p99 < <(measure $NGX $c)
+  read -r g_rps g_p99 < <(measure $GO $c)
+  read -r v_rps v_p99 < <(measure $VR $c)
+  row() { awk -v c=$c -v n="$1" -v r=$2 -v p=$3 -v d=$d_p99 -v g=$g_rps -v x=$n_rps \
+    'BEGIN { printf "| %d | %s | %.0f | %.0f µs | %+.0f µs | %.2f× | %.2f× |\n", c, n, r, p, p-d, r/g, r/x }'; }
+  row direct "$d_rps" "$d_p99"
+  row nginx "$n_rps" "$n_p99"
+  row "Go ReverseProxy" "$g_rps" "$g_p99"
+  row vramd "$v_rps" "$v_p99"
+done
+
+echo
+echo "| SSE, 10,000 events 200 µs apart | p50 | p99 | max | reads with >1 event |"
+echo "|---|---:|---:|---:|---:|"
+for s in "direct $SSE" "nginx $NGX_SSE" "Go-ReverseProxy $GO_SSE" "vramd $VR_SSE"; do
+  set -- $s
+  r=$("$WORK/ssebench" read "http://127.0.0.1:$2/sse")
+  awk -v n="$1" -v r="$r" 'BEGIN { split(r, f, /[ =]/); printf "| %s | %s µs | %s µs | %s µs | %s |\n", n, f[4], f[6], f[8], f[10] }'
+done

@@ -1,0 +1,1078 @@
+#include "proxy/proxy.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <array>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+#include "proxy/limiter.h"
+#include "proxy/router.h"
+
+namespace vramd {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using asio::use_awaitable;
+using Clock = std::chrono::steady_clock;
+using Client = beast::tcp_stream;
+
+constexpr std::size_t kHeaderLimit = 64 * 1024;
+constexpr std::size_t kIdleUpstreams = 64;  // keep-alive connections kept per service
+constexpr std::size_t kChunk = 16 * 1024;
+constexpr auto kHeaderTimeout = std::chrono::seconds(15);
+constexpr auto kKeepAliveIdle = std::chrono::seconds(60);
+constexpr auto kClientWriteTimeout = std::chrono::seconds(30);
+
+// GCC 12 may destroy a temporary inside a co_await expression twice (a double free when it owns
+// memory): every argument of an awaited call here is a named object, or a reference to one.
+using Extra = std::vector<std::pair<std::string, std::string>>;
+const Extra kNoExtra;
+const std::string kNoModel;
+
+void no_delay(tcp::socket& s) {
+  beast::error_code ec;
+  s.set_option(tcp::no_delay(true), ec);
+}
+
+// An OpenAI-style error body: {"error":{"message","type","code"}}.
+std::string error_body(const std::string& type, const std::string& message,
+                       nlohmann::json extra = nlohmann::json::object()) {
+  nlohmann::json err = {{"message", message}, {"type", type}, {"code", type}};
+  for (auto& [k, v] : extra.items()) err[k] = v;
+  return nlohmann::json{{"error", err}}.dump(-1, ' ', false,
+                                             nlohmann::json::error_handler_t::replace);
+}
+
+bool has_token(std::string_view value, std::string_view token) {
+  size_t at = 0;
+  while (at <= value.size()) {
+    size_t comma = value.find(',', at);
+    std::string_view part = value.substr(at, comma == std::string_view::npos ? comma : comma - at);
+    while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+    while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
+    if (beast::iequals(part, token)) return true;
+    if (comma == std::string_view::npos) break;
+    at = comma + 1;
+  }
+  return false;
+}
+
+// Removes the hop-by-hop fields (RFC 9110 7.6.1): Connection, the fields it names, and the
+// ones defined as such. Transfer-Encoding goes too: each side frames the body itself.
+void strip_hop_by_hop(http::fields& f) {
+  std::vector<std::string> named;
+  auto range = f.equal_range(http::field::connection);
+  for (auto it = range.first; it != range.second; ++it) {
+    std::string_view v = it->value();
+    size_t at = 0;
+    while (at < v.size()) {
+      size_t comma = v.find(',', at);
+      std::string_view part = v.substr(at, comma == std::string_view::npos ? comma : comma - at);
+      while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+      while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
+      if (!part.empty()) named.emplace_back(part);
+      if (comma == std::string_view::npos) break;
+      at = comma + 1;
+    }
+  }
+  for (const auto& n : named) f.erase(n);
+  for (const char* n :
+       {"Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer", "Transfer-Encoding",
+        "Upgrade", "Proxy-Authorization", "Proxy-Authenticate"}) {
+    f.erase(n);
+  }
+}
+
+bool is_upgrade(const http::fields& f) {
+  return f.count(http::field::upgrade) > 0 && has_token(f[http::field::connection], "upgrade");
+}
+
+// Constant time in the key's length, whichever key matches (all are compared).
+bool key_ok(std::string_view authorization, const std::vector<std::string>& keys) {
+  constexpr std::string_view kBearer = "bearer ";
+  if (authorization.size() < kBearer.size() ||
+      !beast::iequals(authorization.substr(0, kBearer.size()), kBearer))
+    return false;
+  std::string_view given = authorization.substr(kBearer.size());
+  bool ok = false;
+  for (const std::string& key : keys) {
+    unsigned char diff = given.size() == key.size() ? 0 : 1;
+    for (size_t i = 0; i < key.size(); ++i) {
+      unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+      diff |= g ^ static_cast<unsigned char>(key[i]);
+    }
+    ok |= diff == 0;
+  }
+  return ok;
+}
+
+// host:port, where port 0 (pick a free one, for tests) is allowed too.
+Result<HostPort> parse_listen(const std::string& hp) {
+  if (hp.size() > 2 && hp.compare(hp.size() - 2, 2, ":0") == 0) {
+    Result<HostPort> r = parse_host_port(hp.substr(0, hp.size() - 1) + "1");
+    if (r) r->port = 0;
+    return r;
+  }
+  return parse_host_port(hp);
+}
+
+// Two listen/upstream addresses naming the same socket on this host.
+bool same_socket(const HostPort& a, const HostPort& b) {
+  if (a.port != b.port) return false;
+  auto local = [](const std::string& h) {
+    return is_loopback_host(h) || h == "0.0.0.0" || h == "::";
+  };
+  return a.host == b.host || (local(a.host) && local(b.host));
+}
+
+struct Upstream {
+  Upstream(ProxyServiceOptions o) : opt(std::move(o)), limit(opt.max_concurrent, opt.max_queue) {}
+  ProxyServiceOptions opt;
+  HttpUrl url;
+  std::vector<tcp::endpoint> endpoints;
+  std::vector<Client> idle;  // keep-alive connections to the service
+  ConcurrencyLimit limit;
+  std::unique_ptr<tcp::acceptor> acceptor;
+  int port = 0;
+};
+
+// One wake in flight for (service, model); every request held for it waits on it.
+struct WakeState {
+  bool done = false;
+  WakeResult result;
+  std::vector<std::string> messages;
+  std::vector<asio::steady_timer*> waiters;  // in arrival order: released in that order
+  void notify() {
+    for (auto* t : waiters) t->cancel();
+  }
+};
+
+bool alive(Client& s) {
+  char c;
+  ssize_t n = ::recv(s.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+std::string chunk(std::string_view data) {
+  return fmt::format("{:x}\r\n", data.size()) + std::string(data) + "\r\n";
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> read_api_keys_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return make_error(fmt::format("proxy.api_keys_file: cannot read {}", path));
+  std::vector<std::string> keys;
+  std::string line;
+  while (std::getline(in, line)) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+      line.pop_back();
+    size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos || line[start] == '#') continue;
+    keys.push_back(line.substr(start));
+  }
+  if (keys.empty()) return make_error(fmt::format("proxy.api_keys_file: {} holds no key", path));
+  return keys;
+}
+
+Status check_proxy_listen(const std::string& where, const std::string& host_port, bool have_keys) {
+  Result<HostPort> hp = parse_listen(host_port);
+  if (!hp) return make_error(where + ": " + hp.error());
+  if (!have_keys && !is_loopback_host(hp->host)) {
+    return make_error(
+        fmt::format("{}: {} is reachable from other hosts; set [proxy] api_keys or api_keys_file",
+                    where, host_port));
+  }
+  return Ok{};
+}
+
+// Coroutines hold a shared_ptr to the Impl: frames left when the io_context goes away are
+// destroyed after the Proxy, and must find it (`closed`: then they touch nothing else).
+struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
+  Impl(asio::io_context& io, ProxyOptions options, ProxyHooks& hooks)
+      : io(io), options(std::move(options)), hooks(hooks) {}
+  asio::io_context& io;
+  ProxyOptions options;
+  ProxyHooks& hooks;
+  ProxyMetrics metrics;
+  std::vector<std::unique_ptr<Upstream>> upstreams;
+  std::unique_ptr<tcp::acceptor> front;
+  int front_port = 0;
+  std::map<std::string, std::shared_ptr<WakeState>> wakes;
+  bool closed = false;  // the Proxy is gone
+
+  Upstream* find(const std::string& name) {
+    for (auto& u : upstreams)
+      if (u->opt.name == name) return u.get();
+    return nullptr;
+  }
+
+  std::vector<ModelEntry> model_entries() {
+    std::vector<ModelEntry> all = hooks.models();
+    for (auto& u : upstreams)
+      for (const auto& m : u->opt.models) all.push_back({m, u->opt.name});
+    return all;
+  }
+
+  Status open(std::unique_ptr<tcp::acceptor>& acceptor, int& port, const std::string& hp,
+              Upstream* fixed) {
+    Result<HostPort> addr = parse_listen(hp);
+    if (!addr) return make_error(addr.error());
+    beast::error_code ec;
+    tcp::resolver resolver(io);
+    auto eps = resolver.resolve(addr->host, std::to_string(addr->port), tcp::resolver::passive, ec);
+    if (ec || eps.empty())
+      return make_error(fmt::format("cannot resolve '{}': {}", hp, ec.message()));
+    auto a = std::make_unique<tcp::acceptor>(io);
+    tcp::endpoint ep = eps.begin()->endpoint();
+    a->open(ep.protocol(), ec);
+    if (!ec) a->set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) a->bind(ep, ec);
+    if (!ec) a->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return make_error(fmt::format("cannot listen on {}: {}", hp, ec.message()));
+    port = a->local_endpoint().port();
+    acceptor = std::move(a);
+    asio::co_spawn(io, accept_loop(*acceptor, fixed, shared_from_this()), asio::detached);
+    return Ok{};
+  }
+
+  asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, Upstream* fixed,
+                                    std::shared_ptr<Impl> keep) {
+    for (;;) {
+      beast::error_code ec;
+      tcp::socket s = co_await acceptor.async_accept(asio::redirect_error(use_awaitable, ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+        continue;
+      }
+      asio::co_spawn(io, session(std::move(s), fixed, keep), asio::detached);
+    }
+  }
+
+  asio::awaitable<bool> respond(Client& c, unsigned status, const std::string& body, bool keep,
+                                unsigned version, const Extra& extra = kNoExtra) {
+    http::response<http::string_body> res{static_cast<http::status>(status), version};
+    res.set(http::field::content_type, "application/json");
+    res.set(http::field::cache_control, "no-store");
+    for (auto& [k, v] : extra) res.set(k, v);
+    res.body() = body;
+    res.keep_alive(keep);
+    res.prepare_payload();
+    beast::error_code ec;
+    c.expires_after(kClientWriteTimeout);
+    co_await http::async_write(c, res, asio::redirect_error(use_awaitable, ec));
+    co_return keep && !ec;
+  }
+
+  asio::awaitable<void> session(tcp::socket socket, Upstream* fixed, [[maybe_unused]] std::shared_ptr<Impl> keep) {
+    no_delay(socket);
+    beast::error_code ec;
+    std::string peer = socket.remote_endpoint(ec).address().to_string();
+    Client client(std::move(socket));
+    beast::flat_buffer cbuf;
+    for (bool first = true;; first = false) {
+      if (!first && cbuf.size() == 0) {
+        client.expires_after(kKeepAliveIdle);
+        std::size_t n = co_await client.async_read_some(cbuf.prepare(4096),
+                                                        asio::redirect_error(use_awaitable, ec));
+        if (ec) break;
+        cbuf.commit(n);
+      }
+      http::request_parser<http::buffer_body> parser;
+      parser.header_limit(kHeaderLimit);
+      parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+      client.expires_after(kHeaderTimeout);
+      co_await http::async_read_header(client, cbuf, parser,
+                                       asio::redirect_error(use_awaitable, ec));
+      if (ec) {
+        std::string body;
+        unsigned status = 0;
+        if (ec == http::error::header_limit) {
+          status = 431;
+          body = error_body("too_large", "request headers too large");
+        } else if (ec.category() == beast::error_code(http::error::bad_target).category()) {
+          status = 400;
+          body = error_body("bad_request", ec.message());
+        }
+        if (status) co_await respond(client, status, body, false, 11);
+        break;
+      }
+      bool keep = false;
+      try {
+        keep = co_await handle(client, cbuf, parser, peer, fixed);
+      } catch (const std::exception& e) {
+        spdlog::error("proxy: {}", e.what());
+      }
+      if (!keep) break;
+    }
+    client.socket().shutdown(tcp::socket::shutdown_both, ec);
+  }
+
+  asio::awaitable<bool> handle(Client& c, beast::flat_buffer& cbuf,
+                               http::request_parser<http::buffer_body>& parser,
+                               const std::string& peer, Upstream* fixed) {
+    auto& req = parser.get();
+    const unsigned version = req.version();
+    const bool no_body = parser.is_done();
+    if (!options.api_keys.empty() && !key_ok(req[http::field::authorization], options.api_keys)) {
+      std::vector<std::pair<std::string, std::string>> extra = {{"WWW-Authenticate", "Bearer"}};
+      std::string body =
+          error_body("unauthorized", "missing or wrong API key (Authorization: Bearer KEY)");
+      co_await respond(c, 401, body, false, version, extra);
+      co_return false;
+    }
+    const bool wants_sse =
+        req[http::field::accept].find("text/event-stream") != std::string_view::npos;
+    if (fixed) {
+      bool keep = co_await exchange(c, cbuf, req, &parser, *fixed, kNoModel, wants_sse, peer);
+      co_return keep;
+    }
+
+    std::string_view target = req.target();
+    std::string_view path = target.substr(0, target.find('?'));
+    if (req.method() == http::verb::get && (path == "/v1/models" || path == "/api/tags")) {
+      ModelTable table(model_entries(), options.aliases);
+      std::string body = path == "/api/tags" ? table.ollama_tags() : table.openai_list();
+      bool keep = co_await respond(c, 200, body, req.keep_alive() && no_body, version);
+      co_return keep;
+    }
+    if (req.method() != http::verb::post || !is_routed_path(path)) {
+      std::string body = error_body(
+          "not_found",
+          fmt::format(
+              "{} {} is not served by the front door (it serves POST /v1/chat/completions, "
+              "/v1/completions, /v1/embeddings, /v1/audio/*, /v1/images/generations, /api/chat, "
+              "/api/generate, /api/embed and GET /v1/models)",
+              std::string(req.method_string()), std::string(path)));
+      bool keep = co_await respond(c, 404, body, req.keep_alive() && no_body, version);
+      co_return keep;
+    }
+    beast::error_code ec;
+    if (has_token(req[http::field::expect], "100-continue")) {
+      req.erase(http::field::expect);
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      c.expires_after(kClientWriteTimeout);
+      co_await asio::async_write(c, asio::buffer(kContinue),
+                                 asio::redirect_error(use_awaitable, ec));
+      if (ec) co_return false;
+    }
+    http::request_parser<http::string_body> sp{std::move(parser)};
+    sp.body_limit(options.max_body);
+    c.expires_after(std::chrono::seconds(60));
+    co_await http::async_read(c, cbuf, sp, asio::redirect_error(use_awaitable, ec));
+    if (ec == http::error::body_limit) {
+      std::string body =
+          error_body("too_large", fmt::format("request body over {} bytes", options.max_body));
+      co_await respond(c, 413, body, false, version);
+      co_return false;
+    }
+    if (ec) co_return false;
+    http::request<http::string_body> sreq = sp.release();
+    const bool keep = sreq.keep_alive();
+    std::string content_type(sreq[http::field::content_type]);
+    std::optional<std::string> model = request_model(content_type, sreq.body());
+    if (!model) {
+      std::string body = error_body(
+          "invalid_request_error",
+          "the request names no model (a JSON \"model\" or a multipart \"model\" field)");
+      bool again = co_await respond(c, 400, body, keep, version);
+      co_return again;
+    }
+    ModelTable table(model_entries(), options.aliases);
+    std::optional<Route> route = table.find(*model);
+    Upstream* svc = route ? find(route->service) : nullptr;
+    if (!svc) {
+      std::vector<std::string> known = table.known();
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      metrics.request_done("", *model, 404);
+      nlohmann::json extra = nlohmann::json::object();
+      extra["known_models"] = known;
+      std::string body = error_body("model_not_found",
+                                    fmt::format("model '{}' is not served here; known models: {}",
+                                                *model, list.empty() ? "none" : list),
+                                    std::move(extra));
+      bool again = co_await respond(c, 404, body, keep, version);
+      co_return again;
+    }
+    bool stream = body_wants_stream(content_type, sreq.body()) && path.rfind("/v1/", 0) == 0;
+    if (route->model != *model && content_type.find("json") != std::string::npos) {
+      // An alias: the service is asked for the name it knows.
+      nlohmann::json j = nlohmann::json::parse(sreq.body(), nullptr, false);
+      if (j.is_object()) {
+        j["model"] = route->model;
+        sreq.body() = j.dump();
+      }
+    }
+    bool again =
+        co_await exchange(c, cbuf, sreq, nullptr, *svc, route->model, wants_sse || stream, peer);
+    co_return again;
+  }
+
+  // Sets up the request for the service: its path prefix, no hop-by-hop fields, forwarding
+  // headers, the service's key in place of the client's.
+  template <class Body>
+  void prepare(http::request<Body>& req, Upstream& svc, const std::string& peer, bool upgrade) {
+    std::string upgrade_value(req[http::field::upgrade]);
+    bool chunked = req.chunked();
+    strip_hop_by_hop(req);
+    req.version(11);
+    if (!svc.url.path.empty()) req.target(svc.url.path + std::string(req.target()));
+    if (req.count(http::field::host) == 0)
+      req.set(http::field::host, fmt::format("{}:{}", svc.url.host, svc.url.port));
+    std::string xff(req["X-Forwarded-For"]);
+    req.set("X-Forwarded-For", xff.empty() ? peer : xff + ", " + peer);
+    req.set("X-Forwarded-Proto", "http");
+    if (!options.api_keys.empty()) req.erase(http::field::authorization);
+    if (!svc.opt.api_key.empty()) req.set(http::field::authorization, "Bearer " + svc.opt.api_key);
+    if (upgrade) {
+      req.set(http::field::connection, "Upgrade");
+      req.set(http::field::upgrade, upgrade_value);
+    } else {
+      if (chunked) req.chunked(true);
+      req.keep_alive(true);
+    }
+  }
+
+  asio::awaitable<bool> connect(Upstream& svc, std::optional<Client>& out, bool& reused,
+                                std::string& error) {
+    while (!svc.idle.empty()) {
+      Client s = std::move(svc.idle.back());
+      svc.idle.pop_back();
+      if (alive(s)) {
+        out.emplace(std::move(s));
+        reused = true;
+        co_return true;
+      }
+    }
+    reused = false;
+    Client s(co_await asio::this_coro::executor);
+    beast::error_code ec;
+    s.expires_after(svc.opt.connect_timeout);
+    co_await s.async_connect(svc.endpoints, asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      error = ec == beast::error::timeout
+                  ? "connect: timed out after " + format_duration(svc.opt.connect_timeout)
+                  : "connect: " + ec.message();
+      co_return false;
+    }
+    no_delay(s.socket());
+    out.emplace(std::move(s));
+    co_return true;
+  }
+
+  // Holds the request until the service is ready, the wake fails or wake_timeout passes. A
+  // streaming client gets the response head and SSE comments meanwhile (`sse_open`).
+  // What a held request waits with, on the heap: GCC 12 lays out the frames of coroutines
+  // like this one wrongly (locals read back as garbage), a single pointer survives.
+  struct Held {
+    explicit Held(asio::io_context& io) : timer(io) {}
+    asio::steady_timer timer;
+    std::shared_ptr<WakeState> wake;
+    Clock::time_point start, deadline;
+    size_t seen = 0;
+    bool client_gone = false;
+    beast::error_code ec;
+    std::string bytes;
+  };
+
+  asio::awaitable<WakeResult> hold(Client& c, Upstream& svc, const std::string& model, bool sse,
+                                   bool* sse_open) {
+    auto h = std::make_shared<Held>(io);
+    h->start = Clock::now();
+    h->deadline = h->start + svc.opt.wake_timeout;
+    std::string key = svc.opt.name + '\n' + model;
+    if (auto it = wakes.find(key); it != wakes.end()) {
+      h->wake = it->second;
+    } else {
+      h->wake = std::make_shared<WakeState>();
+      wakes.emplace(key, h->wake);
+      auto wake = run_wake(h->wake, key, svc.opt.name, model, shared_from_this());
+      asio::co_spawn(io, std::move(wake), asio::detached);
+    }
+    h->wake->waiters.push_back(&h->timer);
+    while (!h->wake->done && Clock::now() < h->deadline && !h->client_gone) {
+      h->timer.expires_at(std::min(h->deadline, Clock::now() + options.heartbeat));
+      co_await h->timer.async_wait(asio::redirect_error(use_awaitable, h->ec));
+      h->bytes = sse && !h->wake->done
+                     ? comments(*h->wake, h->seen, /*heartbeat=*/!h->ec, svc.opt.name)
+                     : "";
+      if (!h->bytes.empty()) {
+        if (!*sse_open) {
+          h->bytes =
+              "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+              "X-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n\r\n" +
+              h->bytes;
+          *sse_open = true;
+        }
+        c.expires_after(kClientWriteTimeout);
+        co_await asio::async_write(c, asio::buffer(h->bytes),
+                                   asio::redirect_error(use_awaitable, h->ec));
+        h->client_gone = static_cast<bool>(h->ec);
+      }
+    }
+    std::erase(h->wake->waiters, &h->timer);
+    metrics.held(svc.opt.name, std::chrono::duration<double>(Clock::now() - h->start).count());
+    co_return hold_result(*h->wake, h->client_gone, svc);
+  }
+
+  // The SSE comments (one chunk) for messages not sent yet; on a heartbeat, the last again.
+  static std::string comments(const WakeState& w, size_t& seen, bool heartbeat,
+                              const std::string& service) {
+    std::string out;
+    for (; seen < w.messages.size(); ++seen)
+      out += ": waiting for GPU room: " + w.messages[seen] + "\n\n";
+    if (out.empty() && heartbeat)
+      out = ": waiting for GPU room: " +
+            (w.messages.empty() ? "waking " + service : w.messages.back()) + "\n\n";
+    return out.empty() ? out : chunk(out);
+  }
+
+  static WakeResult hold_result(const WakeState& w, bool client_gone, const Upstream& svc) {
+    if (w.done) return w.result;
+    if (client_gone) return WakeResult::refused("the client went away");
+    return WakeResult::refused(fmt::format(
+        "{} did not become ready within {}{}", svc.opt.name, format_duration(svc.opt.wake_timeout),
+        w.messages.empty() ? std::string() : ": " + w.messages.back()));
+  }
+
+  asio::awaitable<void> run_wake(std::shared_ptr<WakeState> w, std::string key, std::string service,
+                                 std::string model, [[maybe_unused]] std::shared_ptr<Impl> keep) {
+    WakeResult r;
+    try {
+      WakeProgress progress = [w](std::string m) {
+        w->messages.push_back(std::move(m));
+        w->notify();
+      };
+      auto op = hooks.ensure_ready(service, model, std::move(progress));
+      r = co_await std::move(op);
+    } catch (const std::exception& e) {
+      r = WakeResult::refused(std::string("wake failed: ") + e.what());
+    }
+    w->result = std::move(r);
+    w->done = true;
+    if (auto it = wakes.find(key); it != wakes.end() && it->second == w) wakes.erase(it);
+    w->notify();
+  }
+
+  // A request's end, whatever way it ends: activity, metrics, the slot.
+  struct Activity {
+    Impl& impl;
+    const std::string& service;
+    bool active = false;
+    void start() {
+      active = true;
+      impl.hooks.request_started(service);
+      impl.metrics.in_flight(service, +1);
+    }
+    void end() {
+      if (!active || impl.closed) return;
+      active = false;
+      impl.metrics.in_flight(service, -1);
+      impl.hooks.request_ended(service);
+    }
+    ~Activity() { end(); }
+  };
+  struct Slot {
+    ConcurrencyLimit& limit;
+    bool held = false;
+    bool& closed;
+    ~Slot() {
+      if (held && !closed) limit.release();
+    }
+  };
+
+  // Forwards one request (its body streamed from `stream_parser`, or whole in `req`) and its
+  // response. Returns whether the client connection may carry another request.
+  template <class Body>
+  asio::awaitable<bool> exchange(Client& c, beast::flat_buffer& cbuf, http::request<Body>& req,
+                                 http::request_parser<http::buffer_body>* stream_parser,
+                                 Upstream& svc, const std::string& model, bool wants_sse,
+                                 const std::string& peer) {
+    const unsigned version = req.version();
+    bool client_keep = req.keep_alive();
+    const bool is_head = req.method() == http::verb::head;
+    const bool upgrade = is_upgrade(req);
+    const bool replayable = !stream_parser || stream_parser->is_done();
+    const std::string& name = svc.opt.name;
+    unsigned status = 0;
+    struct Record {
+      Impl& impl;
+      const std::string& service;
+      const std::string& model;
+      unsigned& status;
+      ~Record() {
+        if (status && !impl.closed) impl.metrics.request_done(service, model, status);
+      }
+    } record{*this, name, model, status};
+    if (stream_parser && has_token(req[http::field::expect], "100-continue")) {
+      req.erase(http::field::expect);
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      beast::error_code ec;
+      c.expires_after(kClientWriteTimeout);
+      co_await asio::async_write(c, asio::buffer(kContinue),
+                                 asio::redirect_error(use_awaitable, ec));
+      if (ec) co_return false;
+    }
+    prepare(req, svc, peer, upgrade);
+
+    Slot slot{svc.limit, false, closed};
+    if (!co_await svc.limit.acquire()) {
+      std::vector<std::pair<std::string, std::string>> extra = {{"Retry-After", "1"}};
+      std::string message = fmt::format(
+          "{} has {} requests in flight and {} waiting (max_concurrent {}, max_queue {})", name,
+          svc.limit.active(), svc.limit.queued(), svc.limit.max_concurrent(),
+          svc.limit.max_queue());
+      status = 429;
+      // A body still unread from the client leaves the connection unusable.
+      bool keep = client_keep && replayable;
+      std::string body = error_body("rate_limit_exceeded", message);
+      keep = co_await respond(c, 429, body, keep, version, extra);
+      co_return keep;
+    }
+    slot.held = true;
+    Activity activity{*this, name};
+    activity.start();
+
+    bool sse_open = false;
+    if (!hooks.is_ready(name, model)) {
+      WakeResult r = co_await hold(c, svc, model, wants_sse && !upgrade, &sse_open);
+      if (!r.ok) {
+        status = 503;
+        nlohmann::json reason = {{"message", r.reason},
+                                 {"type", "service_unavailable"},
+                                 {"code", "service_unavailable"},
+                                 {"service", name}};
+        if (!r.holder.empty()) reason["holder"] = r.holder;
+        if (sse_open) {
+          std::string ev =
+              "event: error\ndata: " + nlohmann::json{{"error", reason}}.dump() + "\n\n";
+          std::string bytes = chunk(ev) + "0\r\n\r\n";
+          beast::error_code ec;
+          c.expires_after(kClientWriteTimeout);
+          co_await asio::async_write(c, asio::buffer(bytes),
+                                     asio::redirect_error(use_awaitable, ec));
+          co_return false;
+        }
+        std::vector<std::pair<std::string, std::string>> extra = {
+            {"Retry-After", std::to_string(r.retry_after.count())}};
+        std::string body = nlohmann::json{{"error", reason}}.dump();
+        bool keep = co_await respond(c, 503, body, client_keep && replayable, version, extra);
+        co_return keep;
+      }
+    }
+
+    std::optional<Client> up;
+    beast::flat_buffer ubuf;
+    std::optional<http::response_parser<http::buffer_body>> rp;
+    auto fresh_parser = [&] {
+      rp.emplace();
+      rp->body_limit(std::numeric_limits<std::uint64_t>::max());
+      rp->header_limit(kHeaderLimit);
+      if (is_head) rp->skip(true);
+    };
+    std::array<char, kChunk> buffer;
+    char* buf = buffer.data();
+    for (int attempt = 0;; ++attempt) {
+      std::string error;
+      bool reused = false;
+      up.reset();
+      if (!co_await connect(svc, up, reused, error)) {
+        metrics.upstream_error(name);
+        bool keep = co_await respond_upstream_error(c, status, sse_open, 502, name, error,
+                                                    client_keep && replayable, version);
+        co_return keep;
+      }
+      beast::error_code ec;
+      up->expires_after(svc.opt.first_byte_timeout);
+      if constexpr (std::is_same_v<Body, http::string_body>) {
+        req.prepare_payload();
+        co_await http::async_write(*up, req, asio::redirect_error(use_awaitable, ec));
+      } else {
+        ec = co_await send_streamed(c, cbuf, *stream_parser, *up, svc, buf);
+      }
+      if (!ec) {
+        fresh_parser();
+        ubuf.clear();
+        up->expires_after(svc.opt.first_byte_timeout);
+        co_await http::async_read_header(*up, ubuf, *rp, asio::redirect_error(use_awaitable, ec));
+        // A 100 Continue the service sent anyway: the final answer follows.
+        while (!ec && rp->get().result() == http::status::continue_) {
+          fresh_parser();
+          co_await http::async_read_header(*up, ubuf, *rp, asio::redirect_error(use_awaitable, ec));
+        }
+      }
+      if (!ec) break;
+      // A kept-alive connection the service had closed: once more on a fresh one.
+      if (reused && replayable && attempt == 0 && ec != beast::error::timeout) continue;
+      metrics.upstream_error(name);
+      const bool timeout = ec == beast::error::timeout;
+      std::string why = timeout ? "no answer within first_byte_timeout " +
+                                      format_duration(svc.opt.first_byte_timeout)
+                                : ec.message();
+      co_await respond_upstream_error(c, status, sse_open, timeout ? 504 : 502, name, why, false,
+                                      version);
+      co_return false;
+    }
+
+    auto& res = rp->get();
+    status = res.result_int();
+    if (upgrade && res.result() == http::status::switching_protocols) {
+      activity.end();  // an open WebSocket is busy only while messages flow
+      co_await tunnel(c, cbuf, *up, ubuf, res, svc);
+      co_return false;
+    }
+    const bool up_keep = res.keep_alive() && !rp->need_eof();
+    const bool body_expected = !is_head && status >= 200 && status != 204 && status != 304;
+    beast::error_code ec;
+    if (sse_open) {
+      // The head went out while the request was held: the body follows as chunks.
+      ec = co_await relay_chunks(c, *up, ubuf, *rp, svc, buf);
+      if (!ec) {
+        c.expires_after(kClientWriteTimeout);
+        co_await asio::async_write(c, asio::buffer("0\r\n\r\n", 5),
+                                   asio::redirect_error(use_awaitable, ec));
+      }
+    } else {
+      strip_hop_by_hop(res);
+      if (body_expected && !res.has_content_length()) {
+        if (version >= 11)
+          res.chunked(true);
+        else
+          client_keep = false;  // HTTP/1.0: the end of the body is the end of the connection
+      }
+      res.keep_alive(client_keep);
+      http::response_serializer<http::buffer_body> sr{res};
+      c.expires_after(kClientWriteTimeout);
+      co_await http::async_write_header(c, sr, asio::redirect_error(use_awaitable, ec));
+      if (!ec && body_expected) ec = co_await relay_body(c, *up, ubuf, *rp, sr, svc, buf);
+    }
+    if (ec) {
+      if (ec == beast::error::timeout) metrics.upstream_error(name);
+      co_return false;
+    }
+    if (up_keep && rp->is_done() && svc.idle.size() < kIdleUpstreams) {
+      up->expires_never();
+      svc.idle.push_back(std::move(*up));
+    }
+    co_return client_keep;
+  }
+
+  asio::awaitable<bool> respond_upstream_error(Client& c, unsigned& status, bool sse_open,
+                                               unsigned code, const std::string& service,
+                                               const std::string& error, bool keep,
+                                               unsigned version) {
+    status = code;
+    std::string message = fmt::format("{} did not answer: {}", service, error);
+    if (sse_open) {
+      std::string ev = "event: error\ndata: " + error_body("upstream_error", message) + "\n\n";
+      std::string bytes = chunk(ev) + "0\r\n\r\n";
+      beast::error_code ec;
+      c.expires_after(kClientWriteTimeout);
+      co_await asio::async_write(c, asio::buffer(bytes), asio::redirect_error(use_awaitable, ec));
+      co_return false;
+    }
+    std::string body = error_body("upstream_error", message);
+    bool again = co_await respond(c, code, body, keep, version);
+    co_return again;
+  }
+
+  // The request head, then its body piece by piece as the client sends it.
+  asio::awaitable<beast::error_code> send_streamed(Client& c, beast::flat_buffer& cbuf,
+                                                   http::request_parser<http::buffer_body>& p,
+                                                   Client& up, Upstream& svc, char* buf) {
+    beast::error_code ec;
+    http::request_serializer<http::buffer_body> sr{p.get()};
+    co_await http::async_write_header(up, sr, asio::redirect_error(use_awaitable, ec));
+    if (ec) co_return ec;
+    do {
+      if (!p.is_done()) {
+        p.get().body().data = buf;
+        p.get().body().size = kChunk;
+        c.expires_after(std::chrono::seconds(60));
+        co_await http::async_read_some(c, cbuf, p, asio::redirect_error(use_awaitable, ec));
+        if (ec == http::error::need_buffer) ec = {};
+        if (ec) co_return ec;
+        p.get().body().size = kChunk - p.get().body().size;
+        // No bytes (a chunk header alone): no data, or the serializer would write an empty
+        // chunk, which ends a chunked body.
+        p.get().body().data = p.get().body().size ? buf : nullptr;
+        p.get().body().more = !p.is_done();
+      } else {
+        p.get().body().data = nullptr;
+        p.get().body().size = 0;
+        p.get().body().more = false;
+      }
+      if (sr.is_done()) break;
+      up.expires_after(svc.opt.first_byte_timeout);
+      co_await http::async_write(up, sr, asio::redirect_error(use_awaitable, ec));
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) co_return ec;
+    } while (!p.is_done() || !sr.is_done());
+    co_return ec;
+  }
+
+  // The response body, each piece written to the client as soon as it is read.
+  asio::awaitable<beast::error_code> relay_body(Client& c, Client& up, beast::flat_buffer& ubuf,
+                                                http::response_parser<http::buffer_body>& p,
+                                                http::response_serializer<http::buffer_body>& sr,
+                                                Upstream& svc, char* buf) {
+    beast::error_code ec;
+    do {
+      if (!p.is_done()) {
+        p.get().body().data = buf;
+        p.get().body().size = kChunk;
+        up.expires_after(svc.opt.first_byte_timeout);
+        co_await http::async_read_some(up, ubuf, p, asio::redirect_error(use_awaitable, ec));
+        if (ec == http::error::need_buffer) ec = {};
+        if (ec == http::error::end_of_stream && p.is_done()) ec = {};
+        if (ec) co_return ec;
+        p.get().body().size = kChunk - p.get().body().size;
+        // No bytes (a chunk header alone): no data, or the serializer would write an empty
+        // chunk, which ends a chunked body.
+        p.get().body().data = p.get().body().size ? buf : nullptr;
+        p.get().body().more = !p.is_done();
+      } else {
+        p.get().body().data = nullptr;
+        p.get().body().size = 0;
+        p.get().body().more = false;
+      }
+      if (sr.is_done()) break;
+      c.expires_after(kClientWriteTimeout);
+      co_await http::async_write(c, sr, asio::redirect_error(use_awaitable, ec));
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) co_return ec;
+    } while (!p.is_done() || !sr.is_done());
+    co_return ec;
+  }
+
+  // The response body as chunks of an already open chunked response.
+  asio::awaitable<beast::error_code> relay_chunks(Client& c, Client& up, beast::flat_buffer& ubuf,
+                                                  http::response_parser<http::buffer_body>& p,
+                                                  Upstream& svc, char* buf) {
+    beast::error_code ec;
+    while (!p.is_done()) {
+      p.get().body().data = buf;
+      p.get().body().size = kChunk;
+      up.expires_after(svc.opt.first_byte_timeout);
+      co_await http::async_read_some(up, ubuf, p, asio::redirect_error(use_awaitable, ec));
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec == http::error::end_of_stream && p.is_done()) ec = {};
+      if (ec) co_return ec;
+      size_t n = kChunk - p.get().body().size;
+      if (n == 0) continue;
+      std::string bytes = chunk(std::string_view(buf, n));
+      c.expires_after(kClientWriteTimeout);
+      co_await asio::async_write(c, asio::buffer(bytes), asio::redirect_error(use_awaitable, ec));
+      if (ec) co_return ec;
+    }
+    co_return ec;
+  }
+
+  // A WebSocket (or other upgrade): the 101 goes to the client, then bytes both ways until one
+  // side closes. Busy while messages flowed within websocket_idle.
+  struct TunnelState {
+    explicit TunnelState(asio::any_io_executor ex) : done(ex), idle(ex) {}
+    asio::steady_timer done;
+    asio::steady_timer idle;
+    int running = 0;
+    bool closed = false;
+    bool busy = false;
+    Clock::time_point last;
+  };
+
+  asio::awaitable<void> tunnel(Client& c, beast::flat_buffer& cbuf, Client& up,
+                               beast::flat_buffer& ubuf, http::response<http::buffer_body>& res,
+                               Upstream& svc) {
+    http::response<http::empty_body> head{static_cast<http::response_header<>&>(res)};
+    beast::error_code ec;
+    c.expires_after(kClientWriteTimeout);
+    co_await http::async_write(c, head, asio::redirect_error(use_awaitable, ec));
+    if (ec) co_return;
+    c.expires_never();
+    up.expires_never();
+    if (ubuf.size())
+      co_await asio::async_write(c, ubuf.data(), asio::redirect_error(use_awaitable, ec));
+    if (!ec && cbuf.size())
+      co_await asio::async_write(up, cbuf.data(), asio::redirect_error(use_awaitable, ec));
+    if (ec) co_return;
+    TunnelState st(io.get_executor());
+    st.done.expires_at(Clock::time_point::max());
+    st.running = 3;
+    const std::string& name = svc.opt.name;
+    asio::co_spawn(io, pump(c, up, st, name), asio::detached);
+    asio::co_spawn(io, pump(up, c, st, name), asio::detached);
+    asio::co_spawn(io, watch_idle(st, name), asio::detached);
+    while (st.running > 0) {
+      co_await st.done.async_wait(asio::redirect_error(use_awaitable, ec));
+    }
+    if (st.busy) {
+      metrics.in_flight(name, -1);
+      hooks.request_ended(name);
+    }
+  }
+
+  void touch(TunnelState& st, const std::string& name) {
+    st.last = Clock::now();
+    if (!st.busy) {
+      st.busy = true;
+      metrics.in_flight(name, +1);
+      hooks.request_started(name);
+      st.idle.cancel();  // the watcher re-arms for last + idle
+    }
+  }
+
+  asio::awaitable<void> pump(Client& from, Client& to, TunnelState& st, const std::string& name) {
+    std::array<char, kChunk> buf;
+    beast::error_code ec;
+    while (!st.closed) {
+      std::size_t n =
+          co_await from.async_read_some(asio::buffer(buf), asio::redirect_error(use_awaitable, ec));
+      if (ec) break;
+      touch(st, name);
+      co_await asio::async_write(to, asio::buffer(buf.data(), n),
+                                 asio::redirect_error(use_awaitable, ec));
+      if (ec) break;
+    }
+    if (!st.closed) {
+      st.closed = true;
+      beast::error_code ignored;
+      from.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      to.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      from.socket().cancel(ignored);
+      to.socket().cancel(ignored);
+      st.idle.cancel();
+    }
+    --st.running;
+    st.done.cancel();
+  }
+
+  asio::awaitable<void> watch_idle(TunnelState& st, const std::string& name) {
+    beast::error_code ec;
+    while (!st.closed) {
+      if (st.busy)
+        st.idle.expires_at(st.last + options.websocket_idle);
+      else
+        st.idle.expires_at(Clock::time_point::max());
+      co_await st.idle.async_wait(asio::redirect_error(use_awaitable, ec));
+      if (!st.closed && st.busy && Clock::now() - st.last >= options.websocket_idle) {
+        st.busy = false;
+        metrics.in_flight(name, -1);
+        hooks.request_ended(name);
+      }
+    }
+    --st.running;
+    st.done.cancel();
+  }
+};
+
+Proxy::Proxy(asio::io_context& io, ProxyOptions options, ProxyHooks& hooks)
+    : impl_(std::make_shared<Impl>(io, std::move(options), hooks)) {
+  for (const auto& s : impl_->options.services)
+    impl_->upstreams.push_back(std::make_unique<Upstream>(s));
+}
+
+Proxy::~Proxy() {
+  close();
+  impl_->closed = true;
+}
+
+Status Proxy::start() {
+  const bool keys = !impl_->options.api_keys.empty();
+  std::vector<HostPort> ours;
+  if (!impl_->options.listen.empty()) {
+    if (Status s = check_proxy_listen("proxy.listen", impl_->options.listen, keys); !s) return s;
+    ours.push_back(*parse_listen(impl_->options.listen));
+  }
+  std::vector<HostPort> forbidden;
+  for (const auto& f : impl_->options.forbidden_upstreams)
+    if (auto hp = parse_host_port(f)) forbidden.push_back(*hp);
+  for (auto& u : impl_->upstreams) {
+    if (!u->opt.listen.empty()) {
+      std::string where = "services." + u->opt.name + ".proxy";
+      if (Status s = check_proxy_listen(where, u->opt.listen, keys); !s) return s;
+      ours.push_back(*parse_listen(u->opt.listen));
+    }
+  }
+  for (auto& u : impl_->upstreams) {
+    Result<HttpUrl> url = parse_http_url(u->opt.url);
+    if (!url) return make_error("services." + u->opt.name + ".url: " + url.error());
+    if (url->scheme != "http")
+      return make_error("services." + u->opt.name +
+                        ": the proxy forwards to http:// URLs only (got " + u->opt.url + ")");
+    u->url = *url;
+    HostPort target{url->host, url->port};
+    for (const auto& f : forbidden)
+      if (same_socket(f, target))
+        return make_error(
+            fmt::format("services.{}: url {} is vramd's own API; the proxy never "
+                        "forwards there",
+                        u->opt.name, u->opt.url));
+    for (const auto& o : ours)
+      if (same_socket(o, target) && o.port != 0)
+        return make_error(fmt::format("services.{}: url {} is one of the proxy's own addresses",
+                                      u->opt.name, u->opt.url));
+    beast::error_code ec;
+    tcp::resolver resolver(impl_->io);
+    auto eps = resolver.resolve(url->host, std::to_string(url->port), ec);
+    if (ec)
+      return make_error(
+          fmt::format("services.{}: cannot resolve {}: {}", u->opt.name, url->host, ec.message()));
+    u->endpoints.clear();
+    for (const auto& e : eps) u->endpoints.push_back(e.endpoint());
+  }
+  if (!impl_->options.listen.empty()) {
+    if (Status s = impl_->open(impl_->front, impl_->front_port, impl_->options.listen, nullptr);
+        !s) {
+      close();
+      return make_error("proxy.listen: " + s.error());
+    }
+  }
+  for (auto& u : impl_->upstreams) {
+    if (u->opt.listen.empty()) continue;
+    if (Status s = impl_->open(u->acceptor, u->port, u->opt.listen, u.get()); !s) {
+      close();
+      return make_error("services." + u->opt.name + ".proxy: " + s.error());
+    }
+  }
+  return Ok{};
+}
+
+void Proxy::close() {
+  beast::error_code ec;
+  if (impl_->front) impl_->front->close(ec);
+  for (auto& u : impl_->upstreams) {
+    if (u->acceptor) u->acceptor->close(ec);
+    u->idle.clear();
+  }
+}
+
+int Proxy::front_door_port() const { return impl_->front_port; }
+int Proxy::service_port(const std::string& service) const {
+  Upstream* u = impl_->find(service);
+  return u ? u->port : 0;
+}
+const ProxyMetrics& Proxy::metrics() const { return impl_->metrics; }
+std::vector<ModelEntry> Proxy::models() const { return impl_->model_entries(); }
+
+}  // namespace vramd
