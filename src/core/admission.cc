@@ -286,6 +286,62 @@ void Admission::update_holdings(const World& world, const Now& now, std::vector<
   }
 }
 
+Bytes Admission::needs_on(const Lease& l, unsigned gpu, const World& world) const {
+  // A lease for a service counts what that service holds already.
+  Bytes own = l.request.service.empty() ? 0 : world.services.bytes_on(l.request.service, gpu);
+  return l.request.vram > own ? l.request.vram - own : Bytes{0};
+}
+
+Admission::EvictionPlan Admission::plan_evictions(const Lease& l,
+                                                  const std::vector<unsigned>& choices,
+                                                  const std::map<unsigned, Bytes>& free,
+                                                  const std::vector<std::string>& group_members,
+                                                  const World& world, MonoTime now) const {
+  // On each GPU it may take, the cheapest set of idle services that frees what is missing
+  // (beyond what unloads under way will free); the cheapest feasible plan wins, else the GPU
+  // with the most free.
+  struct GpuPlan {
+    unsigned gpu = 0;
+    std::vector<EvictionCandidate> candidates;
+    std::optional<std::vector<size_t>> pick;
+    int64_t cost = 0;
+  };
+  std::optional<GpuPlan> best;
+  std::set<std::string> in_use = services_in_use();
+  for (unsigned idx : choices) {
+    GpuPlan p;
+    p.gpu = idx;
+    Bytes need = needs_on(l, idx, world), have = free.at(idx);
+    Bytes shortfall = need > have ? need - have : 0;
+    Bytes coming = 0;  // what unloads under way for leases will free there
+    for (const auto& [svc, for_lease] : evicting_for_) coming += world.services.bytes_on(svc, idx);
+    Bytes more = shortfall > coming ? shortfall - coming : 0;
+    for (const auto& svc : config_.services) {
+      const ServiceStatus& st = world.services.at(svc.name);
+      if (evicting_for_.count(svc.name) || !evictable(st, svc, now)) continue;
+      if (svc.name == l.request.service || in_use.count(svc.name)) continue;  // in use
+      if (std::find(group_members.begin(), group_members.end(), svc.name) != group_members.end())
+        continue;
+      Bytes b = world.services.bytes_on(svc.name, idx);
+      if (b >= kWorthUnloading)
+        p.candidates.push_back({svc.name, b, st.reload_cost, *idle_since(st)});
+    }
+    p.pick = choose_eviction(p.candidates, more);
+    if (p.pick)
+      for (size_t i : *p.pick) p.cost += p.candidates[i].reload_cost.count();
+    bool better = !best || (p.pick && !best->pick) ||
+                  (p.pick && best->pick && p.cost < best->cost) ||
+                  (!p.pick && !best->pick && free.at(idx) > free.at(best->gpu));
+    if (better) best = std::move(p);
+  }
+  EvictionPlan out;
+  out.gpu = best->gpu;
+  out.feasible = best->pick.has_value();
+  if (best->pick)
+    for (size_t i : *best->pick) out.evict.push_back(best->candidates[i].service);
+  return out;
+}
+
 void Admission::admit(const World& world, const Now& now, std::vector<Action>& actions,
                       Intents& intents) {
   // Evictions whose unload has its verdict are over.
@@ -346,11 +402,7 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
       }
       continue;
     }
-    // What it still needs on a GPU: a lease for a service counts what that service holds.
-    auto need = [&](unsigned idx) {
-      Bytes own = l.request.service.empty() ? 0 : world.services.bytes_on(l.request.service, idx);
-      return l.request.vram > own ? l.request.vram - own : Bytes{0};
-    };
+    auto need = [&](unsigned idx) { return needs_on(l, idx, world); };
 
     std::string group = group_of(l.request);
     // Exclusive group: the other members hold nothing while this lease runs.
@@ -390,50 +442,17 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
       continue;
     }
 
-    // It waits. Plan evictions on each GPU it may take; the cheapest feasible plan wins.
-    struct GpuPlan {
-      unsigned gpu = 0;
-      std::vector<EvictionCandidate> candidates;
-      std::optional<std::vector<size_t>> pick;
-      int64_t cost = 0;
-    };
-    std::optional<GpuPlan> best;
-    std::set<std::string> in_use = services_in_use();
-    for (unsigned idx : choices) {
-      GpuPlan p;
-      p.gpu = idx;
-      Bytes shortfall = need(idx) > free[idx] ? need(idx) - free[idx] : 0;
-      Bytes coming = 0;  // what unloads under way for leases will free there
-      for (const auto& [svc, for_lease] : evicting_for_)
-        coming += world.services.bytes_on(svc, idx);
-      Bytes more = shortfall > coming ? shortfall - coming : 0;
-      for (const auto& svc : config_.services) {
-        const ServiceStatus& st = world.services.at(svc.name);
-        if (evicting_for_.count(svc.name) || !evictable(st, svc, now.mono)) continue;
-        if (svc.name == l.request.service || in_use.count(svc.name)) continue;  // in use
-        if (std::find(group_members.begin(), group_members.end(), svc.name) != group_members.end())
-          continue;
-        Bytes b = world.services.bytes_on(svc.name, idx);
-        if (b >= kWorthUnloading)
-          p.candidates.push_back({svc.name, b, st.reload_cost, *idle_since(st)});
-      }
-      p.pick = choose_eviction(p.candidates, more);
-      if (p.pick)
-        for (size_t i : *p.pick) p.cost += p.candidates[i].reload_cost.count();
-      bool better = !best || (p.pick && !best->pick) ||
-                    (p.pick && best->pick && p.cost < best->cost) ||
-                    (!p.pick && !best->pick && free[idx] > free[best->gpu]);
-      if (better) best = std::move(p);
-    }
+    // It waits: where it means to go, and what to evict there (core/eviction.h).
+    EvictionPlan plan = plan_evictions(l, choices, free, group_members, world, now.mono);
     // An `any` lease holds the line only where it means to go: the other GPUs go on admitting
     // their own leases, and on each pass it takes the first GPU where it fits.
-    unsigned target = best->gpu;
+    unsigned target = plan.gpu;
     head[target] = id;
 
     // Start the evictions: the plan's services, and the group's other members when idle.
     std::set<std::string> evict;
-    if (best->pick && !group_lease_running && !ram_short)
-      for (size_t i : *best->pick) evict.insert(best->candidates[i].service);
+    if (plan.feasible && !group_lease_running && !ram_short)
+      evict.insert(plan.evict.begin(), plan.evict.end());
     for (const auto& m : group_members) {
       const ServiceStatus& st = world.services.at(m);
       const ServiceConfig* cfg = config_.find_service(m);
@@ -465,7 +484,7 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
     if (ram_short) c.ram_short_of = *ram;
     c.group_members = group_members;
     c.evicting = evict;
-    c.eviction_planned = best->pick.has_value();
+    c.eviction_planned = plan.feasible;
     l.reason = wait_reason(c, world, now.mono);
   }
   for (uint64_t id : granted) {

@@ -72,6 +72,19 @@ class Admission {
   void queue(uint64_t id, LeaseRequest request, const Now& now, std::vector<Action>& actions);
   void end_as(uint64_t id, LeaseState state, const std::string& why, const Now& now,
               std::vector<Action>& actions);
+  // What lease `l` still needs on `gpu` (a lease for a service counts what it holds already).
+  Bytes needs_on(const Lease& l, unsigned gpu, const World& world) const;
+  // Where a waiting lease means to go and which idle services to evict there.
+  // REQUIRES: `choices` not empty, each in `free`.
+  struct EvictionPlan {
+    unsigned gpu = 0;
+    std::vector<std::string> evict;  // least recently used first
+    bool feasible = false;           // evicting them frees enough
+  };
+  EvictionPlan plan_evictions(const Lease& l, const std::vector<unsigned>& choices,
+                              const std::map<unsigned, Bytes>& free,
+                              const std::vector<std::string>& group_members, const World& world,
+                              MonoTime now) const;
   // Free for a new lease on a GPU: total − reserve − used − what granted leases still reserve.
   Bytes budget(const GpuStatus& g) const;
   std::string group_of(const LeaseRequest& r) const;
