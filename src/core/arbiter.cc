@@ -58,7 +58,8 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
           [&](const ChildExited& e) { supervision_.on_child_exited(e, w, now, actions, intents); },
           [&](const HealthChecked& e) {
             supervision_.on_health_checked(e, now, actions, intents);
-          }},
+          },
+          [&](const RequestsInFlight& e) { services_.on_requests(e, now); }},
       event);
   route(intents, now, actions);
   // Admission after anything that may change what fits (a heartbeat changes nothing).

@@ -98,8 +98,15 @@ struct HealthChecked {
   bool ok = false;
   std::string message;
 };
+// The proxy counts requests in flight to a service (src/proxy): while any is, the service is
+// busy, whatever its probe says; the end of the last one is activity.
+struct RequestsInFlight {
+  std::string service;
+  int in_flight = 0;
+};
 using Event = std::variant<SampleTaken, ProbeDone, UnloadRequested, UnloadCallDone, LifecycleDone,
                            Tick, LeaseRequested, LeaseReleased, LeaseHeartbeat, HolderExited,
-                           ServiceCommand, ChildStarted, ChildExited, HealthChecked>;
+                           ServiceCommand, ChildStarted, ChildExited, HealthChecked,
+                           RequestsInFlight>;
 
 }  // namespace vramd

@@ -21,6 +21,9 @@ std::string blocker_state(const ServiceStatus& st, const ServiceConfig* cfg, boo
     return idle ? fmt::format("idle {}: unloading", format_age(now - *idle)) : "unloading";
   if (st.state == ServiceState::unloading) return "unloading";
   if (cfg && cfg->pinned) return "pinned";
+  if (st.requests_in_flight > 0)
+    return fmt::format("busy ({} request{} in flight)", st.requests_in_flight,
+                       st.requests_in_flight == 1 ? "" : "s");
   if (st.busy.value_or(false)) return "busy";
   if (st.backoff_until && now < *st.backoff_until)
     return fmt::format("unload {}; next try in {}",

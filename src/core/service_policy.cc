@@ -27,7 +27,7 @@ Duration unload_timeout(const ServiceConfig& svc) {
 
 std::optional<MonoTime> idle_since(const ServiceStatus& st) {
   bool up = st.state == ServiceState::up || st.state == ServiceState::unloading;
-  if (!up || st.busy.value_or(false)) return std::nullopt;
+  if (!up || st.busy.value_or(false) || st.requests_in_flight > 0) return std::nullopt;
   return st.last_activity;
 }
 
@@ -129,6 +129,14 @@ void ServicePolicy::on_probe(const ProbeDone& e, const Now& now, std::vector<Act
   st.self_reported_vram = p.self_reported_vram;
   // Activity: working now, the end of work seen, or a change in what is loaded.
   if (p.busy.value_or(false) || was_busy || models_changed) st.last_activity = now.mono;
+}
+
+void ServicePolicy::on_requests(const RequestsInFlight& e, const Now& now) {
+  auto it = services_.find(e.service);
+  if (it == services_.end()) return;
+  // Requests starting or ending are activity: idle counts from the end of the last one.
+  it->second.requests_in_flight = std::max(0, e.in_flight);
+  it->second.last_activity = now.mono;
 }
 
 void ServicePolicy::on_sample(const Ledger& ledger, const std::set<std::string>& in_use,
@@ -237,7 +245,7 @@ void ServicePolicy::on_unload_requested(const UnloadRequested& e, const Now& now
   if (it == services_.end()) return refuse(fmt::format("no service named '{}'", e.service));
   ServiceStatus& st = it->second;
   if (unloading(e.service)) return refuse(fmt::format("{} is already being unloaded", e.service));
-  if (!e.force && st.busy.value_or(false))
+  if (!e.force && (st.busy.value_or(false) || st.requests_in_flight > 0))
     return refuse(fmt::format("{} is busy{}: not unloading (use force to override)", e.service,
                               st.queue_depth ? fmt::format(" (queue {})", *st.queue_depth) : ""));
   if (!e.force && st.backoff_until && now.mono < *st.backoff_until)

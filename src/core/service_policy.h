@@ -26,6 +26,7 @@ class ServicePolicy {
   explicit ServicePolicy(const Config& config);
 
   void on_probe(const ProbeDone& e, const Now& now, std::vector<Action>& actions);
+  void on_requests(const RequestsInFlight& e, const Now& now);
   // After the ledger attributed a sample: each service's bytes and activity, reload costs, the
   // verification of unloads under way, and idle TTLs. `in_use`: services a granted lease works
   // through (never unloaded by TTL).

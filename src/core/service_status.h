@@ -94,6 +94,7 @@ struct ServiceStatus {
   std::string url;
   ServiceState state = ServiceState::unknown;
   std::optional<bool> busy;
+  int requests_in_flight = 0;  // through vramd's proxy: > 0 is busy, whatever the probe says
   std::optional<int> queue_depth;
   std::vector<std::string> models;
   std::string probe_error;

@@ -88,6 +88,16 @@ Status Daemon::start() {
   if (auto s = http_.secure(cfg.daemon.token, cfg.daemon.token_file); !s) return s;
   if (auto s = http_.listen_tcp(cfg.daemon.listen); !s) return s;
   if (auto s = http_.listen_unix(socket_path()); !s) return s;
+  if (wants_proxy(cfg)) {
+    ProxyOptions options = proxy_options(cfg);
+    if (!cfg.proxy.api_keys_file.empty()) {
+      auto keys = read_api_keys_file(cfg.proxy.api_keys_file);
+      if (!keys) return make_error(keys.error());
+      options.api_keys.insert(options.api_keys.end(), keys->begin(), keys->end());
+    }
+    proxy_ = std::make_unique<Proxy>(io_, std::move(options), *this);
+    if (auto s = proxy_->start(); !s) return s;
+  }
   asio::co_spawn(io_, sample_loop(), asio::detached);
   asio::co_spawn(io_, tick_loop(), asio::detached);
   for (const auto& svc : cfg.services) asio::co_spawn(io_, probe_loop(svc.name), asio::detached);
@@ -116,6 +126,7 @@ void Daemon::stop() {
   }
   runner_->close();
   http_.close();
+  if (proxy_) proxy_->close();
 }
 
 void Daemon::feed(const Event& event) {

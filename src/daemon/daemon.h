@@ -20,6 +20,8 @@
 #include "core/arbiter.h"
 #include "gpu/gpu_reader.h"
 #include "host/host_scanner.h"
+#include "proxy/hooks.h"
+#include "proxy/proxy.h"
 #include "server/api.h"
 #include "server/event_stream.h"
 #include "server/http_server.h"
@@ -42,7 +44,11 @@ struct DaemonWorld {
   std::function<Now()> clock;                   // nullptr: the system's clocks (read_clocks)
 };
 
-class Daemon : public DaemonControl {
+// The request path's options from the config (docs/proxy.md), and whether any proxy is asked for.
+ProxyOptions proxy_options(const Config& config);
+bool wants_proxy(const Config& config);
+
+class Daemon : public DaemonControl, public ProxyHooks {
  public:
   Daemon(boost::asio::io_context& io, Config config, DaemonWorld world);
   ~Daemon() override;
@@ -53,6 +59,21 @@ class Daemon : public DaemonControl {
   void stop();
 
   int tcp_port() const { return http_.tcp_port(); }
+  // The request path's ports (0 when not open).
+  int front_door_port() const { return proxy_ ? proxy_->front_door_port() : 0; }
+  int service_proxy_port(const std::string& s) const { return proxy_ ? proxy_->service_port(s) : 0; }
+
+  std::string extra_metrics() const override {
+    return proxy_ ? proxy_->metrics().render() : std::string();
+  }
+
+  // ProxyHooks (daemon_proxy.cc)
+  void request_started(const std::string& service) override;
+  void request_ended(const std::string& service) override;
+  bool is_ready(const std::string& service, const std::string& model) override;
+  boost::asio::awaitable<WakeResult> ensure_ready(std::string service, std::string model,
+                                                  WakeProgress progress) override;
+  std::vector<ModelEntry> models() override;
   std::string socket_path() const;
   uint64_t samples_taken() const { return samples_; }
 
@@ -147,6 +168,8 @@ class Daemon : public DaemonControl {
   std::map<uint64_t, std::unique_ptr<Waiter<UnloadFinished>>> waiters_;
   uint64_t next_request_ = 1;
   EventStream stream_;
+  std::unique_ptr<Proxy> proxy_;       // the request path, when configured
+  std::map<std::string, int> in_flight_;  // requests through the proxy, per service
   int64_t next_stream_id_ = 1;
   bool fast_sampling_ = false;
   bool sample_soon_ = false;  // take the next sample without waiting

@@ -548,7 +548,7 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
     HttpResponse res{http::status::ok, req.version()};
     res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
     res.set(http::field::cache_control, "no-store");
-    res.body() = render_metrics(arbiter, daemon_.metrics(), daemon_.now());
+    res.body() = render_metrics(arbiter, daemon_.metrics(), daemon_.now()) + daemon_.extra_metrics();
     res.prepare_payload();
     co_return res;
   }

@@ -20,6 +20,8 @@ class DaemonControl {
   virtual ~DaemonControl() = default;
   virtual const Arbiter& arbiter() const = 0;
   virtual Now now() const = 0;  // both clocks, read now
+  // More Prometheus families to append to /metrics (the request path's), "" for none.
+  virtual std::string extra_metrics() const { return ""; }
   // Asks for an unload; the id is then awaited with wait_unload (the verdict may come at once).
   virtual uint64_t request_unload(const std::string& service, bool force) = 0;
   virtual boost::asio::awaitable<UnloadFinished> wait_unload(uint64_t request_id) = 0;
