@@ -415,6 +415,11 @@ asio::awaitable<void> Daemon::wait_lease(uint64_t id, Duration max) {
   }
 }
 
+asio::awaitable<Result<std::optional<JobRecord>>> Daemon::job(uint64_t id) {
+  auto op = run_on(store_thread_, [store = lease_store_, id] { return store->job(id); });
+  co_return co_await std::move(op);
+}
+
 asio::awaitable<Result<std::vector<JobRecord>>> Daemon::jobs(std::string label, size_t limit) {
   auto op = run_on(store_thread_, [store = lease_store_, label = std::move(label), limit] {
     return store->jobs(label, limit);

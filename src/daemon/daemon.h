@@ -89,6 +89,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   void lease_heartbeat(uint64_t id) override;
   void release_lease(uint64_t id, std::optional<int> exit_status) override;
   boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max) override;
+  boost::asio::awaitable<Result<std::optional<JobRecord>>> job(uint64_t id) override;
   boost::asio::awaitable<Result<std::vector<JobRecord>>> jobs(std::string label,
                                                               size_t limit) override;
   uint64_t service_command(const std::string& service, Command action,

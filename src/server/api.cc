@@ -243,7 +243,20 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
   if (id_text.empty() || id_text.size() > 18 || id_text.find_first_not_of("0123456789") != std::string::npos)
     co_return error(404, "not_found", fmt::format("no lease '{}'", id_text));
   uint64_t id = std::stoull(id_text);
-  if (!arbiter.lease(id)) co_return error(404, "not_found", fmt::format("no lease #{}", id));
+  if (!arbiter.lease(id)) {
+    // Ended before a restart of vramd: its job record says how it ended.
+    if (get && action.empty()) {
+      auto op = daemon_.job(id);
+      auto job = co_await std::move(op);
+      if (!job) co_return error(500, "store", job.error());
+      if (*job) {
+        json j = to_json(**job);
+        j["ended"] = true;
+        co_return json_reply(200, j);
+      }
+    }
+    co_return error(404, "not_found", fmt::format("no lease #{}", id));
+  }
   if (action == "heartbeat") {
     if (req.method() != http::verb::post) co_return error(405, "method_not_allowed", "heartbeat accepts POST");
     daemon_.lease_heartbeat(id);

@@ -37,6 +37,8 @@ class DaemonControl {
   // Returns once the lease is no longer queued (or after `max`), and what the client will be
   // told is on disk: a grant is answered only once a restart would keep it.
   virtual boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max) = 0;
+  // An ended lease's job record (after a restart of vramd the Arbiter knows only active ones).
+  virtual boost::asio::awaitable<Result<std::optional<JobRecord>>> job(uint64_t id) = 0;
   virtual boost::asio::awaitable<Result<std::vector<JobRecord>>> jobs(std::string label,
                                                                       size_t limit) = 0;
 

@@ -181,6 +181,28 @@ Result<uint64_t> LeaseStore::max_id() const {
   }
 }
 
+
+namespace {
+// One row of the jobs table, columns in the order jobs() and job() select them.
+JobRecord job_from_row(SQLite::Statement& q) {
+  JobRecord j;
+  j.id = static_cast<uint64_t>(q.getColumn(0).getInt64());
+  j.label = q.getColumn(1).getString();
+  j.command = q.getColumn(2).getString();
+  j.holder = q.getColumn(3).getString();
+  j.state = parse_lease_state(q.getColumn(4).getString()).value_or(LeaseState::released);
+  if (!q.getColumn(5).isNull()) j.gpu = static_cast<unsigned>(q.getColumn(5).getInt64());
+  j.vram = static_cast<Bytes>(q.getColumn(6).getInt64());
+  j.requested_at = from_ms(q.getColumn(7).getInt64());
+  j.wait = std::chrono::milliseconds(q.getColumn(8).getInt64());
+  if (!q.getColumn(9).isNull()) j.run = std::chrono::milliseconds(q.getColumn(9).getInt64());
+  j.peak_vram = static_cast<Bytes>(q.getColumn(10).getInt64());
+  if (!q.getColumn(11).isNull()) j.exit_status = q.getColumn(11).getInt();
+  j.end_reason = q.getColumn(12).getString();
+  return j;
+}
+}  // namespace
+
 Result<std::vector<JobRecord>> LeaseStore::jobs(const std::string& label, size_t limit) const {
   try {
     SQLite::Statement q(*db_,
@@ -192,25 +214,25 @@ Result<std::vector<JobRecord>> LeaseStore::jobs(const std::string& label, size_t
     q.bind(3, static_cast<int64_t>(limit));
     std::vector<JobRecord> out;
     while (q.executeStep()) {
-      JobRecord j;
-      j.id = static_cast<uint64_t>(q.getColumn(0).getInt64());
-      j.label = q.getColumn(1).getString();
-      j.command = q.getColumn(2).getString();
-      j.holder = q.getColumn(3).getString();
-      j.state = parse_lease_state(q.getColumn(4).getString()).value_or(LeaseState::released);
-      if (!q.getColumn(5).isNull()) j.gpu = static_cast<unsigned>(q.getColumn(5).getInt64());
-      j.vram = static_cast<Bytes>(q.getColumn(6).getInt64());
-      j.requested_at = from_ms(q.getColumn(7).getInt64());
-      j.wait = std::chrono::milliseconds(q.getColumn(8).getInt64());
-      if (!q.getColumn(9).isNull()) j.run = std::chrono::milliseconds(q.getColumn(9).getInt64());
-      j.peak_vram = static_cast<Bytes>(q.getColumn(10).getInt64());
-      if (!q.getColumn(11).isNull()) j.exit_status = q.getColumn(11).getInt();
-      j.end_reason = q.getColumn(12).getString();
+      JobRecord j = job_from_row(q);
       out.push_back(std::move(j));
     }
     return out;
   } catch (const std::exception& e) {
     return make_error(fmt::format("cannot read jobs: {}", e.what()));
+  }
+}
+
+Result<std::optional<JobRecord>> LeaseStore::job(uint64_t id) const {
+  try {
+    SQLite::Statement q(*db_,
+                        "SELECT id, label, command, holder, state, gpu, vram, requested_ms, wait_ms,"
+                        " run_ms, peak_vram, exit_status, end_reason FROM jobs WHERE id = ?");
+    q.bind(1, static_cast<int64_t>(id));
+    if (!q.executeStep()) return std::optional<JobRecord>();
+    return std::optional<JobRecord>(job_from_row(q));
+  } catch (const std::exception& e) {
+    return make_error(fmt::format("cannot read job {}: {}", id, e.what()));
   }
 }
 

@@ -48,6 +48,8 @@ class LeaseStore {
   Result<uint64_t> max_id() const;
   // Jobs, newest first; only those with `label` when it is not empty.
   Result<std::vector<JobRecord>> jobs(const std::string& label, size_t limit) const;
+  // The job record of one ended lease; nullopt when none has that id.
+  Result<std::optional<JobRecord>> job(uint64_t id) const;
 
  private:
   explicit LeaseStore(std::unique_ptr<SQLite::Database> db);

@@ -193,3 +193,32 @@ TEST(LeaseE2E, LeasesWithoutAPidNeedHeartbeatsAndDeleteReleases) {
 
 }  // namespace
 }  // namespace vramd
+
+namespace vramd {
+namespace {
+
+// Found by the crash torture: the Arbiter keeps only active leases across a restart, so an
+// ended lease answered 404 after one; its job record answers now.
+TEST(LeaseE2E, AnEndedLeaseStillAnswersAfterAKillDashNine) {
+  DaemonFixture f;
+  f.start("");
+  json l = post_lease(f, {{"vram", "1GiB"}, {"label", "done-before"}});
+  int64_t id = l["id"].get<int64_t>();
+  auto del = http_request({f.url}, "DELETE", fmt::format("/v1/leases/{}", id),
+                          R"({"exit_status": 3})", 5000);
+  ASSERT_TRUE(del.ok());
+  ASSERT_EQ(del->status, 200u) << del->body;
+  f.daemon->kill(SIGKILL);
+  f.start("");
+  json after = get(f, fmt::format("/v1/leases/{}", id));
+  EXPECT_EQ(after.value("state", ""), "released") << after.dump();
+  EXPECT_EQ(after.value("exit_status", 0), 3);
+  EXPECT_EQ(after.value("label", ""), "done-before");
+  EXPECT_TRUE(after.value("ended", false));
+  auto missing = http_request({f.url}, "GET", "/v1/leases/999999", "", 5000);
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(missing->status, 404u);
+}
+
+}  // namespace
+}  // namespace vramd
