@@ -139,7 +139,8 @@ void api_lease(World& w, const std::string& url, const std::string& label, Bytes
     for (int i = 0; i < 100 && !id; ++i) {
       auto list = call(url, "GET", "/v1/leases");
       if (list && list->status == 200) {
-        for (const auto& l : body_of(*list)["leases"])
+        json leases = body_of(*list);  // named: a range-for over a temporary's member dangles
+        for (const auto& l : leases["leases"])
           if (l["label"] == label) id = l["id"].get<uint64_t>();
         break;
       }
@@ -295,7 +296,8 @@ std::vector<uint64_t> queued_order(const std::string& url) {
   std::vector<uint64_t> out;
   auto r = call(url, "GET", "/v1/leases");
   if (!r || r->status != 200) return out;
-  for (const auto& l : body_of(*r)["leases"])
+  json body = body_of(*r);  // named: a range-for over a temporary's member dangles
+  for (const auto& l : body["leases"])
     if (l["state"] == "queued") out.push_back(l["id"].get<uint64_t>());
   return out;
 }
