@@ -464,7 +464,8 @@
     const facts = [];
     const fact = (k, v) => facts.push(el('dt', { text: k }), el('dd', {}, v));
     fact('VRAM', fmtBytes(s.bytes) + (s.per_gpu && s.per_gpu.length > 1 ? ' (' + s.per_gpu.map((p) => `GPU ${gpuLabel(p.gpu)}: ${fmtBytes(p.bytes)}`).join(', ') + ')' : ''));
-    if (s.busy) fact('Activity', 'busy' + (s.queue_depth ? `, ${s.queue_depth} queued` : ''));
+    const inFlight = s.requests_in_flight ? `, ${s.requests_in_flight} request${s.requests_in_flight === 1 ? '' : 's'} in flight` : '';
+    if (s.busy) fact('Activity', 'busy' + inFlight + (s.queue_depth ? `, ${s.queue_depth} queued` : ''));
     else fact('Idle for', s.idle_seconds === null ? '—' : fmtDuration(s.idle_seconds) + (s.unload_after_idle_seconds ? ` (unloads after ${fmtDuration(s.unload_after_idle_seconds)})` : ''));
     fact('Models', s.models && s.models.length ? s.models.join(', ') : 'none loaded');
     if (s.self_reported_vram_bytes !== null && s.self_reported_vram_bytes !== undefined) fact('Self-report', fmtBytes(s.self_reported_vram_bytes));
