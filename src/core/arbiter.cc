@@ -57,7 +57,7 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
           [&](const ChildStarted& e) { supervision_.on_child_started(e, now, actions, intents); },
           [&](const ChildExited& e) { supervision_.on_child_exited(e, w, now, actions, intents); },
           [&](const HealthChecked& e) {
-            supervision_.on_health_checked(e, now, actions, intents);
+            supervision_.on_health_checked(e, w, now, actions, intents);
           },
           [&](const RequestsInFlight& e) { services_.on_requests(e, now); }},
       event);

@@ -110,7 +110,7 @@ void Supervision::command(const std::string& service, Command action, uint64_t r
     m.crash_on_exit.clear();
     if (m.pid && m.state != ManagedPhase::stopping) {
       if (request_id) m.waiting.emplace_back(request_id, Command::stop);
-      stop_child(service, m, now, actions);
+      stop_child(service, m, world, now, actions);
     } else if (m.pid) {
       if (request_id) m.waiting.emplace_back(request_id, Command::stop);
     } else {
@@ -131,7 +131,7 @@ void Supervision::command(const std::string& service, Command action, uint64_t r
   if (action == Command::restart && m.pid) {
     if (request_id) m.waiting.emplace_back(request_id, Command::start);
     m.restart_after_stop = true;
-    if (m.state != ManagedPhase::stopping) stop_child(service, m, now, actions);
+    if (m.state != ManagedPhase::stopping) stop_child(service, m, world, now, actions);
     return;
   }
   if (m.state == ManagedPhase::running || m.state == ManagedPhase::starting) {
@@ -264,13 +264,13 @@ void Supervision::start_for_lease(const StartForLeaseIntent& i, const World& wor
   command(i.service, Command::start, 0, /*force=*/true, world, now, actions, intents);
 }
 
-void Supervision::stop_child(const std::string& service, ManagedState& m, const Now& now,
-                             std::vector<Action>& actions) {
+void Supervision::stop_child(const std::string& service, ManagedState& m, const World& world,
+                             const Now& now, std::vector<Action>& actions) {
   m.state = ManagedPhase::stopping;
   m.stop_sent_at = now.mono;
   m.kill_sent = false;
   m.stop_requested_at = now.mono;
-  m.bytes_at_stop = holds_[service];
+  m.bytes_at_stop = world.services.at(service).bytes;
   actions.push_back(SignalService{service, *m.pid, SIGTERM});
 }
 
@@ -382,7 +382,7 @@ void Supervision::on_child_exited(const ChildExited& e, const World& world, cons
       fmt::format("{} {}; restarting in {}", e.service, why, format_duration(m.backoff))));
 }
 
-void Supervision::on_health_checked(const HealthChecked& e, const Now& now,
+void Supervision::on_health_checked(const HealthChecked& e, const World& world, const Now& now,
                                     std::vector<Action>& actions, Intents& intents) {
   auto it = managed_.find(e.service);
   if (it == managed_.end()) return;
@@ -425,7 +425,7 @@ void Supervision::on_health_checked(const HealthChecked& e, const Now& now,
         fmt::format("failed {} health checks in a row (last: {})", m.health_failures, e.message);
     actions.push_back(make_event(now, "service.restart", std::nullopt, e.service,
                                  fmt::format("restarting {}: {}", e.service, why)));
-    stop_child(e.service, m, now, actions);
+    stop_child(e.service, m, world, now, actions);
     m.crash_on_exit = why;  // its exit counts as a failure: the restart policy and backoff apply
   }
 }
@@ -441,7 +441,7 @@ void Supervision::on_tick(const World& world, const Now& now, std::vector<Action
           format_duration(cfg->start_timeout), m.last_health.empty() ? "no answer" : m.last_health);
       actions.push_back(make_event(now, "service.start_timeout", std::nullopt, name,
                                    fmt::format("{} {}", name, why)));
-      stop_child(name, m, now, actions);
+      stop_child(name, m, world, now, actions);
       m.crash_on_exit = why;
     }
     if (m.state == ManagedPhase::stopping && m.pid && !m.kill_sent && m.stop_sent_at &&
@@ -470,7 +470,6 @@ void Supervision::on_tick(const World& world, const Now& now, std::vector<Action
 void Supervision::verify_stops(const World& world, const Now& now, std::vector<Action>& actions) {
   for (auto& [name, m] : managed_) {
     Bytes bytes = world.services.at(name).bytes;
-    holds_[name] = bytes;
     if (!m.verify_until) continue;
     bool gone = bytes < kHeld;
     if (!gone && now.mono < *m.verify_until) continue;

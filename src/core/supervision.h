@@ -42,7 +42,8 @@ class Supervision {
                         Intents& intents);
   void on_child_exited(const ChildExited& e, const World& world, const Now& now,
                        std::vector<Action>& actions, Intents& intents);
-  void on_health_checked(const HealthChecked& e, const Now& now, std::vector<Action>& actions,
+  void on_health_checked(const HealthChecked& e, const World& world, const Now& now,
+                         std::vector<Action>& actions,
                          Intents& intents);
   // Deadlines: start timeouts, SIGKILL after stop_timeout, restarts after backoff, health checks.
   void on_tick(const World& world, const Now& now, std::vector<Action>& actions, Intents& intents);
@@ -63,14 +64,13 @@ class Supervision {
               std::vector<Action>& actions, Intents& intents);
   void end_start_lease(const std::string& service, ManagedState& m, const std::string& why,
                        Intents& intents);
-  void stop_child(const std::string& service, ManagedState& m, const Now& now,
-                  std::vector<Action>& actions);
+  void stop_child(const std::string& service, ManagedState& m, const World& world,
+                  const Now& now, std::vector<Action>& actions);
   void finish_waiters(ManagedState& m, std::optional<Command> kind, bool ok,
                       const std::string& message, std::vector<Action>& actions);
 
   const Config& config_;
   std::map<std::string, ManagedState> managed_;  // services with `start`, by name
-  std::map<std::string, Bytes> holds_;           // each child's GPU bytes in the last sample
 };
 
 }  // namespace vramd
