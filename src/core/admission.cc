@@ -397,6 +397,7 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
         l.reason.gpu = g;
         l.reason.needs = l.request.vram;
         l.reason.behind = h->second;
+        l.reason.considered = true;
         l.reason.text = fmt::format("needs {} on GPU {}; queued behind lease #{}",
                                     format_size(l.request.vram), g, h->second);
       }
@@ -561,6 +562,7 @@ LeaseReason wait_reason(const WaitContext& c, const World& world, MonoTime now) 
     text += "; nothing idle enough to unload: waiting for memory to be released";
   reason.text = std::move(text);
   reason.blockers = std::move(blockers);
+  reason.considered = true;
   return reason;
 }
 

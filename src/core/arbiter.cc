@@ -143,8 +143,7 @@ const ServiceStatus* Arbiter::service(const std::string& name) const {
     // While its start waits for room, its reason is the start lease's.
     if (m->state == ManagedPhase::queued && m->start_lease)
       if (const Lease* l = admission_.find(*m->start_lease);
-          l && l->state == LeaseState::queued &&
-          l->reason.text.find("not yet considered") == std::string::npos)
+          l && l->state == LeaseState::queued && l->reason.considered)
         out.managed->reason = l->reason.text;
   }
   return &out;

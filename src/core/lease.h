@@ -52,6 +52,7 @@ struct LeaseReason {
   Bytes free = 0;
   std::vector<LeaseBlocker> blockers;
   std::optional<uint64_t> behind;  // the lease ahead of it on that GPU
+  bool considered = false;         // an admission pass has looked at it (else text is a placeholder)
 };
 
 struct Lease {

@@ -43,8 +43,7 @@ class Supervision {
   void on_child_exited(const ChildExited& e, const World& world, const Now& now,
                        std::vector<Action>& actions, Intents& intents);
   void on_health_checked(const HealthChecked& e, const World& world, const Now& now,
-                         std::vector<Action>& actions,
-                         Intents& intents);
+                         std::vector<Action>& actions, Intents& intents);
   // Deadlines: start timeouts, SIGKILL after stop_timeout, restarts after backoff, health checks.
   void on_tick(const World& world, const Now& now, std::vector<Action>& actions, Intents& intents);
   // After a sample: stops whose memory is gone (or whose verification ran out).
@@ -64,8 +63,8 @@ class Supervision {
               std::vector<Action>& actions, Intents& intents);
   void end_start_lease(const std::string& service, ManagedState& m, const std::string& why,
                        Intents& intents);
-  void stop_child(const std::string& service, ManagedState& m, const World& world,
-                  const Now& now, std::vector<Action>& actions);
+  void stop_child(const std::string& service, ManagedState& m, const World& world, const Now& now,
+                  std::vector<Action>& actions);
   void finish_waiters(ManagedState& m, std::optional<Command> kind, bool ok,
                       const std::string& message, std::vector<Action>& actions);
 
