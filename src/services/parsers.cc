@@ -1,6 +1,8 @@
 #include "services/parsers.h"
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 
 namespace vramd {
 namespace {
@@ -17,6 +19,26 @@ std::optional<Bytes> bytes_of(const json& j) {
   if (j.is_number_float()) {
     double v = j.get<double>();
     return v >= 0 && std::isfinite(v) ? std::optional<Bytes>(static_cast<Bytes>(v)) : std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// A small integer code (a slot or backend state): an integer that fits in int, else nothing.
+// get<int>() on 8e78 or 2^40 is undefined behaviour, and servers' numbers are not ours to trust.
+std::optional<int> small_int(const json& j) {
+  if (j.is_number_unsigned()) {
+    auto v = j.get<std::uint64_t>();
+    return v <= static_cast<std::uint64_t>(INT_MAX) ? std::optional<int>(static_cast<int>(v))
+                                                     : std::nullopt;
+  }
+  if (j.is_number_integer()) {
+    auto v = j.get<std::int64_t>();
+    return v >= INT_MIN && v <= INT_MAX ? std::optional<int>(static_cast<int>(v)) : std::nullopt;
+  }
+  if (j.is_number_float()) {
+    double v = j.get<double>();
+    if (std::isfinite(v) && v == std::trunc(v) && v >= INT_MIN && v <= INT_MAX)
+      return static_cast<int>(v);
   }
   return std::nullopt;
 }
@@ -155,7 +177,7 @@ Result<bool> parse_llamacpp_slots(const json& j) {
     if (const json* p = member(slot, "is_processing"); p && p->is_boolean()) {
       if (p->get<bool>()) return true;
     } else if (const json* st = member(slot, "state"); st && st->is_number()) {
-      if (st->get<int>() != 0) return true;  // before llama.cpp PR #10162: 0 idle, 1 processing
+      if (st->get<double>() != 0) return true;  // before llama.cpp PR #10162: 0 idle, 1 processing
     } else {
       return shape("a slot without is_processing");
     }
@@ -205,9 +227,10 @@ Result<std::vector<std::string>> parse_triton_index(const json& j) {
 
 Result<LocalAiMonitor> parse_localai_monitor(const json& j) {
   const json* state = member(j, "state");
-  if (!state || !state->is_number()) return shape("no state");
+  std::optional<int> code = state ? small_int(*state) : std::nullopt;
+  if (!code) return shape("no integer state");
   LocalAiMonitor out;
-  out.state = state->get<int>();
+  out.state = *code;
   if (const json* mem = member(j, "memory")) {
     if (const json* total = member(*mem, "total")) out.memory_total = bytes_of(*total);
   }

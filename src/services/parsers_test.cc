@@ -132,6 +132,16 @@ TEST(LocalAiParse, Monitor) {
   EXPECT_EQ(m->memory_total, Bytes{5000000000});
 }
 
+// Found by fuzz_service_parsers: a state too large for int was converted anyway (UB).
+TEST(LocalAiParse, AStateOutsideIntIsAShapeErrorNotUndefinedBehaviour) {
+  EXPECT_FALSE(parse_localai_monitor(json::parse(R"({"state": 8.8e78})")).ok());
+  EXPECT_FALSE(parse_localai_monitor(json::parse(R"({"state": 4294967296})")).ok());
+  EXPECT_FALSE(parse_localai_monitor(json::parse(R"({"state": 1.5})")).ok());
+  EXPECT_EQ(parse_localai_monitor(json::parse(R"({"state": -1})")).value().state, -1);
+  EXPECT_EQ(parse_localai_monitor(json::parse(R"({"state": 2.0})")).value().state, 2);
+  EXPECT_EQ(parse_llamacpp_slots(json::parse(R"([{"id":0,"state":8.8e78}])")).value(), true);
+}
+
 TEST(SpeachesParse, Ps) {
   EXPECT_EQ(parse_speaches_ps(fixture("speaches-ps.json")).value(),
             (std::vector<std::string>{"Systran/faster-whisper-small",
