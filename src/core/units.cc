@@ -3,6 +3,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <string>
 
@@ -10,8 +11,6 @@
 
 namespace vramd {
 namespace {
-
-
 
 // Reads a non-negative decimal number ("12", "1.5") at the front of `s`.
 std::optional<double> take_number(std::string_view& s) {
@@ -29,7 +28,9 @@ std::optional<double> take_number(std::string_view& s) {
     ++i;
   }
   if (!digits) return std::nullopt;
-  double v = std::stod(std::string(s.substr(0, i)));
+  // strtod, not stod: 400 nines give HUGE_VAL (callers say "too large") where stod throws.
+  std::string text(s.substr(0, i));
+  double v = std::strtod(text.c_str(), nullptr);
   s.remove_prefix(i);
   return v;
 }
@@ -177,42 +178,55 @@ std::string format_rfc3339(TimePoint t) {
 }
 
 Result<TimePoint> parse_rfc3339(std::string_view text) {
-  // YYYY-MM-DDTHH:MM:SS[.fff...](Z|+HH:MM|-HH:MM)
-  std::string s(trim(text));
-  int Y, M, D, h, m, sec;
-  int consumed = 0;
-  if (std::sscanf(s.c_str(), "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%2d%n", &Y, &M, &D, &h, &m, &sec,
-                  &consumed) != 6) {
-    return make_error(fmt::format("invalid time '{}': expected RFC 3339", text));
-  }
-  std::string_view rest = std::string_view(s).substr(consumed);
+  // YYYY-MM-DDTHH:MM:SS[.fff...](Z|+HH:MM|-HH:MM), every field its exact digits (no signs or
+  // spaces, which sscanf's %d would take), each within its range.
+  std::string_view s = trim(text);
+  auto bad = [&] { return make_error(fmt::format("invalid time '{}': expected RFC 3339", text)); };
+  auto digits = [&](size_t at, size_t n) -> std::optional<int> {
+    if (at + n > s.size()) return std::nullopt;
+    int v = 0;
+    for (size_t i = at; i < at + n; ++i) {
+      if (!std::isdigit(static_cast<unsigned char>(s[i]))) return std::nullopt;
+      v = v * 10 + (s[i] - '0');
+    }
+    return v;
+  };
+  auto Y = digits(0, 4), M = digits(5, 2), D = digits(8, 2), h = digits(11, 2), m = digits(14, 2),
+       sec = digits(17, 2);
+  if (!Y || !M || !D || !h || !m || !sec || s[4] != '-' || s[7] != '-' ||
+      (s[10] != 'T' && s[10] != 't' && s[10] != ' ') || s[13] != ':' || s[16] != ':')
+    return bad();
+  if (*M < 1 || *M > 12 || *D < 1 || *D > 31 || *h > 23 || *m > 59 || *sec > 60) return bad();
+  std::string_view rest = s.substr(19);
   long long frac_ms = 0;
   if (!rest.empty() && rest[0] == '.') {
     rest.remove_prefix(1);
-    int digits = 0;
+    int n = 0;
     while (!rest.empty() && std::isdigit(static_cast<unsigned char>(rest[0]))) {
-      if (digits < 3) frac_ms = frac_ms * 10 + (rest[0] - '0');
-      ++digits;
+      if (n < 3) frac_ms = frac_ms * 10 + (rest[0] - '0');
+      ++n;
       rest.remove_prefix(1);
     }
-    for (; digits < 3; ++digits) frac_ms *= 10;
+    if (n == 0) return bad();
+    for (; n < 3; ++n) frac_ms *= 10;
   }
   long long offset_s = 0;
   if (rest == "Z" || rest == "z") {
   } else if (rest.size() == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':') {
-    int oh = std::stoi(std::string(rest.substr(1, 2)));
-    int om = std::stoi(std::string(rest.substr(4, 2)));
-    offset_s = (oh * 3600 + om * 60) * (rest[0] == '+' ? 1 : -1);
+    size_t at = s.size() - 6;
+    auto oh = digits(at + 1, 2), om = digits(at + 4, 2);
+    if (!oh || !om || *oh > 23 || *om > 59) return bad();
+    offset_s = (*oh * 3600LL + *om * 60LL) * (rest[0] == '+' ? 1 : -1);
   } else {
-    return make_error(fmt::format("invalid time '{}': expected RFC 3339", text));
+    return bad();
   }
   std::tm tm{};
-  tm.tm_year = Y - 1900;
-  tm.tm_mon = M - 1;
-  tm.tm_mday = D;
-  tm.tm_hour = h;
-  tm.tm_min = m;
-  tm.tm_sec = sec;
+  tm.tm_year = *Y - 1900;
+  tm.tm_mon = *M - 1;
+  tm.tm_mday = *D;
+  tm.tm_hour = *h;
+  tm.tm_min = *m;
+  tm.tm_sec = *sec;
   long long epoch = static_cast<long long>(timegm(&tm)) - offset_s;
   return TimePoint(Duration(epoch * 1000 + frac_ms));
 }

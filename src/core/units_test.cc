@@ -1,5 +1,6 @@
 #include "core/units.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 namespace vramd {
@@ -9,6 +10,10 @@ TEST(Units, ParsesBinaryAndDecimalSizes) {
   EXPECT_EQ(*parse_size("16GiB"), 16 * GiB);
   EXPECT_EQ(*parse_size("16GB"), 16'000'000'000ull);
   EXPECT_EQ(*parse_size("512MiB"), 512 * MiB);
+  // 400 digits: std::stod threw out_of_range out of the parser; now it is too large.
+  EXPECT_THAT(parse_size(std::string(400, '9') + "GiB").error(),
+              ::testing::HasSubstr("too large"));
+  EXPECT_FALSE(parse_duration(std::string(400, '9') + "s").ok());
   EXPECT_EQ(*parse_size("1.5GiB"), GiB + GiB / 2);
   EXPECT_EQ(*parse_size("1.5 gib"), GiB + GiB / 2);
   EXPECT_EQ(*parse_size("4096B"), 4096u);
@@ -84,6 +89,14 @@ TEST(Units, Rfc3339RoundTrip) {
   EXPECT_EQ(*parse_rfc3339("2024-06-04T14:38:31.83753-07:00"),
             *parse_rfc3339("2024-06-04T21:38:31.837Z"));
   EXPECT_FALSE(parse_rfc3339("yesterday").ok());
+  // Found by fuzz_api_request (?since=): "6-.5:3Z" made std::stoi throw out of the parser.
+  EXPECT_FALSE(parse_rfc3339("2027-11-29T13:27:6-.5:3Z").ok());
+  EXPECT_FALSE(parse_rfc3339("2027-11-29T13:27:06+.5:30").ok());
+  EXPECT_FALSE(parse_rfc3339("2027-1-29T13:27:06Z").ok());     // a field short of its digits
+  EXPECT_FALSE(parse_rfc3339("2027-11-29T13:-7:06Z").ok());    // a sign sscanf's %d took
+  EXPECT_FALSE(parse_rfc3339("2027-13-29T13:27:06Z").ok());    // month 13
+  EXPECT_FALSE(parse_rfc3339("2027-11-29T13:27:06.Z").ok());   // a dot without digits
+  EXPECT_EQ(*parse_rfc3339("2024-06-04 21:38:31Z"), *parse_rfc3339("2024-06-04T21:38:31.000Z"));
 }
 
 }  // namespace
