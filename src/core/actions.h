@@ -58,6 +58,10 @@ struct Lifecycle {
 struct LeaseChanged {
   Lease lease;
 };
+// A service's load peak grew (core/wake.h): keep it in the store for the next start of vramd.
+struct RememberLoadPeak {
+  LoadPeak peak;
+};
 // Start the service's `start` command (own process group and session, output to its log);
 // answer with ChildStarted.
 struct SpawnService {
@@ -92,7 +96,8 @@ struct CommandFinished {
 };
 using Action =
     std::variant<EmitEvent, CallUnload, SetFastSampling, UnloadFinished, Lifecycle, LeaseChanged,
-                 SpawnService, SignalService, CheckHealth, RecordCrash, CommandFinished>;
+                 SpawnService, SignalService, CheckHealth, RecordCrash, CommandFinished,
+                 RememberLoadPeak>;
 
 // An event to emit now ("comfyui now holds 16.3 GiB on GPU 0"), stamped with the wall time.
 inline EmitEvent make_event(const Now& now, std::string type, std::optional<unsigned> gpu,

@@ -13,6 +13,12 @@ namespace vramd {
 
 namespace {
 
+// Names a service made to give way for a lease (events and the wake's report say who).
+void note_evicted(Lease& l, const std::string& service) {
+  if (std::find(l.evicted.begin(), l.evicted.end(), service) == l.evicted.end())
+    l.evicted.push_back(service);
+}
+
 constexpr Bytes kOveruseTolerance = 256 * MiB;  // a holder may exceed its lease by this much
 constexpr size_t kEndedKept = 256;              // ended leases kept for queries
 constexpr Duration kDeadlineWalk = std::chrono::seconds(1);  // lease deadlines are seconds apart
@@ -464,6 +470,7 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
             now, "service.group_stop", std::nullopt, m,
             fmt::format("stopping {}: {} of group '{}' starts", m, l.request.service, group)));
         intents.push_back(CommandIntent{m, Command::stop});
+        note_evicted(l, m);
         continue;
       }
       // A member in the way is unloaded once idle, whatever its min_idle: the group says so.
@@ -474,6 +481,7 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
     for (const auto& svc : evict) {
       evicting_for_[svc] = id;
       intents.push_back(UnloadIntent{svc, "eviction", id});
+      note_evicted(l, svc);
     }
 
     WaitContext c;

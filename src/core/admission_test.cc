@@ -482,6 +482,42 @@ TEST(ArbiterStartAdmission, StartWaitsForRoomEvictsTheIdleHolderThenLaunches) {
   EXPECT_TRUE(answered);
 }
 
+TEST(ArbiterStartAdmission, ALearnedPeakSizesTheNextStartWithoutAnEstimateAndNamesTheEvicted) {
+  ServiceConfig comfy = run_by_vramd("comfy", 0);
+  comfy.vram_estimate.reset();
+  World w({svc("ollama", "ollama"), comfy}, 1);
+  // A first start: nothing known about it, so nothing to admit; it runs and loads 15 GiB.
+  w.feed(ServiceCommand{"comfy", Command::start, 1});
+  ASSERT_EQ(w.all<SpawnService>().size(), 1u);
+  w.feed(ChildStarted{"comfy", true, 200, 1, "", false});
+  w.feed(HealthChecked{"comfy", true, "200"});
+  w.probe("comfy", false);
+  w.hold(200, 0, "svc-comfy", 15 * GiB);
+  w.run(2s);
+  ASSERT_EQ(w.arbiter().service("comfy")->load_peaks.count("model"), 1u);
+  EXPECT_EQ(w.arbiter().service("comfy")->load_peaks.at("model"), 15 * GiB);
+  // It is stopped; ollama loads 20 GiB and goes idle.
+  w.feed(ServiceCommand{"comfy", Command::stop, 2});
+  w.drop(200);
+  w.feed(ChildExited{"comfy", 200, 0, std::nullopt});
+  w.hold(100, 0, "svc-ollama", 20 * GiB);
+  w.sample();
+  w.probe("ollama", false);
+  w.run(31s);
+  // The next start waits for its measured 15 GiB (not "no estimate, start at once"), and the
+  // start lease names ollama as evicted for it.
+  w.feed(ServiceCommand{"comfy", Command::start, 3});
+  EXPECT_EQ(w.all<SpawnService>().size(), 1u) << "started again without room";
+  const Lease* l = start_lease_of(w.arbiter(), "comfy");
+  ASSERT_NE(l, nullptr);
+  EXPECT_EQ(l->request.vram, 15 * GiB);
+  uint64_t id = l->id;
+  w.run(1s);
+  EXPECT_EQ(w.unload_calls, std::vector<std::string>{"ollama"});
+  EXPECT_EQ(w.lease(id).evicted, std::vector<std::string>{"ollama"});
+  EXPECT_EQ(w.all<SpawnService>().size(), 2u);
+}
+
 TEST(ArbiterStartAdmission, ForceSkipsTheWaitAndABusyHolderIsNeverEvicted) {
   World w({svc("ollama", "ollama"), run_by_vramd("comfy", 16 * GiB)}, 1);
   w.hold(100, 0, "svc-ollama", 20 * GiB);

@@ -78,6 +78,10 @@ class Arbiter {
   // `first_free_id`: the lowest id the store has never used.
   std::vector<Action> restore_leases(std::vector<Lease> leases, const std::vector<uint64_t>& alive,
                                      const Now& now, uint64_t first_free_id = 1);
+  // Brings back the load peaks the store kept (core/wake.h); before the first event.
+  void restore_load_peaks(const std::vector<LoadPeak>& peaks) {
+    services_.restore_load_peaks(peaks);
+  }
   // The id the next LeaseRequested should carry (vramd's own start leases take ids from the
   // same counter).
   uint64_t next_lease_id() const { return admission_.next_id(); }

@@ -72,6 +72,7 @@ struct Lease {
   Bytes peak_vram = 0;  // most its holder used while granted
   bool overuse_reported = false;
   std::optional<int> exit_status;
+  std::vector<std::string> evicted;  // services unloaded or stopped to make room for it
 
   // Owner name of the holder's memory in holdings: "flux#7" (label, else holder, else "lease").
   std::string owner_name() const;

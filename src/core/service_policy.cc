@@ -148,6 +148,7 @@ void ServicePolicy::on_sample(const Ledger& ledger, const std::set<std::string>&
   }
   update_holdings(ledger, now);
   learn_reload_costs(now);
+  learn_load_peaks(actions);
   advance_unloads(now, actions, intents);
   check_idle_ttl(in_use, now, actions);
 }
@@ -198,11 +199,42 @@ void ServicePolicy::learn_reload_costs(const Now& now) {
         st.reload_cost = st.reload_measured ? (st.reload_cost + took) / 2 : took;
         st.reload_measured = true;
         st.load_started.reset();
+        st.last_load_bytes = st.bytes;
       } else if (st.bytes < kWorthUnloading) {
         st.load_started.reset();
       }
     }
     last_bytes_[name] = st.bytes;
+  }
+}
+
+void ServicePolicy::learn_load_peaks(std::vector<Action>& actions) {
+  // Once a load has settled: the most the service holds with its one model (several loaded at
+  // once: whose bytes are whose is unknown, so nothing is learned). The store hears of a peak
+  // when it has grown by a step since it last heard, not at every sample of a slow growth.
+  for (auto& [name, st] : services_) {
+    if (st.state != ServiceState::up || st.load_started || st.bytes < kWorthUnloading ||
+        st.models.size() > 1)
+      continue;
+    std::string model = st.models.empty() ? std::string() : st.models[0];
+    Bytes& peak = st.load_peaks[model];
+    peak = std::max(peak, st.bytes);
+    Bytes& saved = saved_peaks_[{name, model}];
+    if (saved == 0 || peak >= saved + kStableStep) {
+      saved = peak;
+      actions.push_back(RememberLoadPeak{{name, model, peak}});
+    }
+  }
+}
+
+void ServicePolicy::restore_load_peaks(const std::vector<LoadPeak>& peaks) {
+  for (const auto& p : peaks) {
+    auto it = services_.find(p.service);
+    if (it == services_.end() || p.bytes == 0) continue;  // a service no longer configured
+    Bytes& peak = it->second.load_peaks[p.model];
+    peak = std::max(peak, p.bytes);
+    Bytes& saved = saved_peaks_[{p.service, p.model}];
+    saved = std::max(saved, p.bytes);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,9 @@ class ServicePolicy {
   void start_unload(const std::string& service, const std::string& reason, uint64_t request_id,
                     const Now& now, std::vector<Action>& actions);
 
+  // Brings back the load peaks the store kept (services no longer configured are skipped).
+  void restore_load_peaks(const std::vector<LoadPeak>& peaks);
+
   // nullptr for an unknown name. `managed` is not filled here (the Arbiter joins it).
   const ServiceStatus* find(const std::string& name) const;
   // REQUIRES: `name` is configured.
@@ -72,6 +76,7 @@ class ServicePolicy {
   };
   void update_holdings(const Ledger& ledger, const Now& now);
   void learn_reload_costs(const Now& now);
+  void learn_load_peaks(std::vector<Action>& actions);
   void check_idle_ttl(const std::set<std::string>& in_use, const Now& now,
                       std::vector<Action>& actions);
   void advance_unloads(const Now& now, std::vector<Action>& actions, Intents& intents);
@@ -85,6 +90,8 @@ class ServicePolicy {
   std::map<uint64_t, UnloadRun> unloads_;          // in progress, by id
   uint64_t next_unload_id_ = 1;
   std::map<std::string, Bytes> last_bytes_;  // each service's bytes in the previous sample
+  // (service, model) -> the load peak the store last heard of (RememberLoadPeak).
+  std::map<std::pair<std::string, std::string>, Bytes> saved_peaks_;
   std::optional<MonoTime> last_sample_at_;
 };
 

@@ -75,6 +75,7 @@ class World {
   }
 
   const Arbiter& arbiter() const { return *arbiter_; }
+  Arbiter& arbiter_mut() { return *arbiter_; }
   MonoTime now() const { return now_; }
   template <typename T>
   std::vector<T> all() const {
@@ -419,6 +420,72 @@ TEST(ArbiterUnload, UnreachableProbeMarksTheServiceAndEmitsOneEvent) {
   int events = 0;
   for (const auto& e : w.all<EmitEvent>()) events += e.event.type == "service.unreachable";
   EXPECT_EQ(events, 1);
+}
+
+// --- Load peaks (core/wake.h): what a wake or start of each model is admitted for ---
+
+std::vector<LoadPeak> remembered(const World& w) {
+  std::vector<LoadPeak> out;
+  for (const auto& r : w.all<RememberLoadPeak>()) out.push_back(r.peak);
+  return out;
+}
+
+TEST(ArbiterLoadPeaks, TheOnlyModelsPeakIsLearnedOnceTheLoadSettlesAndStoredOncePerStep) {
+  World w({svc("vllm", "vllm")});
+  w.sample();
+  w.probe("vllm", false, {"llama3"});
+  // A load ramps up over three samples, then holds: nothing is stored while it grows.
+  for (Bytes b : {2 * GiB, 5 * GiB, 8 * GiB}) {
+    w.hold(100, "vllm", b);
+    w.advance(1s);
+    w.sample();
+  }
+  EXPECT_TRUE(remembered(w).empty());
+  w.advance(1s);
+  w.sample();  // settled
+  ASSERT_EQ(remembered(w).size(), 1u);
+  EXPECT_EQ(remembered(w)[0].service, "vllm");
+  EXPECT_EQ(remembered(w)[0].model, "llama3");
+  EXPECT_EQ(remembered(w)[0].bytes, 8 * GiB);
+  const ServiceStatus* st = w.arbiter().service("vllm");
+  EXPECT_EQ(st->last_load_bytes, 8 * GiB);
+  // Growth below a step raises the peak but is not worth a write; a step more is.
+  w.hold(100, "vllm", 8 * GiB + 32 * MiB);
+  w.run(2s, 1s);
+  EXPECT_EQ(remembered(w).size(), 1u);
+  EXPECT_EQ(w.arbiter().service("vllm")->load_peaks.at("llama3"), 8 * GiB + 32 * MiB);
+  w.hold(100, "vllm", 9 * GiB);
+  w.run(2s, 1s);
+  ASSERT_EQ(remembered(w).size(), 2u);
+  EXPECT_EQ(remembered(w)[1].bytes, 9 * GiB);
+  // Less later does not lower it.
+  w.hold(100, "vllm", 3 * GiB);
+  w.run(3s, 1s);
+  EXPECT_EQ(w.arbiter().service("vllm")->load_peaks.at("llama3"), 9 * GiB);
+}
+
+TEST(ArbiterLoadPeaks, TwoModelsAtOnceTeachNothingAndNoModelsIsTheEmptyName) {
+  World w({svc("ollama", "ollama"), svc("comfyui")});
+  w.sample();
+  w.probe("ollama", false, {"a", "b"});
+  w.probe("comfyui", false, {});
+  w.hold(100, "ollama", 10 * GiB);
+  w.hold(200, "comfyui", 6 * GiB);
+  w.run(3s, 1s);
+  EXPECT_TRUE(w.arbiter().service("ollama")->load_peaks.empty()) << "whose bytes are whose?";
+  EXPECT_EQ(w.arbiter().service("comfyui")->load_peaks.at(""), 6 * GiB);
+}
+
+TEST(ArbiterLoadPeaks, RestoredPeaksCountAndAreNotStoredAgain) {
+  World w({svc("vllm", "vllm")});
+  w.arbiter_mut().restore_load_peaks({{"vllm", "llama3", 12 * GiB}, {"gone", "x", GiB}});
+  EXPECT_EQ(w.arbiter().service("vllm")->load_peaks.at("llama3"), 12 * GiB);
+  w.sample();
+  w.probe("vllm", false, {"llama3"});
+  w.hold(100, "vllm", 8 * GiB);
+  w.run(3s, 1s);
+  EXPECT_TRUE(remembered(w).empty()) << "8 GiB is below the 12 GiB already stored";
+  EXPECT_EQ(w.arbiter().service("vllm")->load_peaks.at("llama3"), 12 * GiB);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -87,6 +88,15 @@ struct ManagedState {
   std::vector<std::pair<uint64_t, Command>> waiting;  // (request id, what it waits for)
 };
 
+// The most a service held while one model was its only one loaded ("" for a service that names
+// no models): what a wake or start for that model must be admitted for (core/wake.h). Learned
+// from samples, kept in the store across restarts.
+struct LoadPeak {
+  std::string service;
+  std::string model;
+  Bytes bytes = 0;
+};
+
 // What vramd knows about a configured service right now. All times monotonic.
 struct ServiceStatus {
   std::string name;
@@ -116,6 +126,8 @@ struct ServiceStatus {
   Duration reload_cost{0};               // how long a load took (measured), or the kind's default
   std::optional<MonoTime> load_started;  // its memory is growing from (almost) nothing
   bool reload_measured = false;
+  std::map<std::string, Bytes> load_peaks;  // model ("" none named) -> most held (LoadPeak)
+  std::optional<Bytes> last_load_bytes;      // what its last load held once it settled
   std::optional<ManagedState> managed;  // services with `start` (filled from supervision)
 };
 

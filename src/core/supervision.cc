@@ -7,6 +7,7 @@
 
 #include "core/ledger.h"
 #include "core/service_policy.h"
+#include "core/wake.h"
 
 namespace vramd {
 
@@ -159,14 +160,16 @@ void Supervision::spawn(const std::string& service, ManagedState& m, bool force,
           now, "service.start_forced", std::nullopt, service,
           fmt::format("{} starts now (--force): no longer waits for GPU room", service)));
     end_start_lease(service, m, "started with --force", intents);
-  } else if (cfg && cfg->vram_estimate && *cfg->vram_estimate > 0) {
+  } else if (std::optional<LoadNeed> need =
+                 cfg ? load_need(world.services.at(service), *cfg, "") : std::nullopt) {
     // Start admission: the start waits for room like a lease (evicting idle services, stopping
-    // its exclusive group's other members), and launches once the lease is granted.
+    // its exclusive group's other members), and launches once the lease is granted. Its size is
+    // learned (core/wake.h): its measured peak, else vram_estimate, else its last load.
     m.state = ManagedPhase::queued;
     m.restart_at.reset();
     if (m.start_lease) return;
     LeaseRequest r;
-    r.vram = *cfg->vram_estimate;
+    r.vram = need->bytes;
     // Its GPU: the only one, else where it was last seen; else any.
     const auto& gpus = world.ledger.status().gpus;
     if (gpus.size() == 1)

@@ -78,8 +78,14 @@ Status Daemon::start() {
   store_ = stores->events;
   lease_store_ = stores->leases;
   crash_store_ = stores->crashes;
+  peak_store_ = stores->peaks;
   if (auto max = store_->max_id(); max) next_stream_id_ = *max + 1;
   if (auto s = restore_leases(); !s) return s;
+  if (auto peaks = peak_store_->all(); peaks) {
+    arbiter_.restore_load_peaks(*peaks);
+  } else {
+    spdlog::warn("{}: wakes and starts are sized without past loads", peaks.error());
+  }
   for (const auto& svc : cfg.services) {
     auto adapter = make_adapter(svc, io_.get_executor());
     if (!adapter) return make_error(fmt::format("service {}: {}", svc.name, adapter.error()));
@@ -178,6 +184,10 @@ void Daemon::apply(std::vector<Action> actions) {
       check_health(ch->service);
     } else if (auto* rc = std::get_if<RecordCrash>(&a)) {
       record_crash(*rc);
+    } else if (auto* rp = std::get_if<RememberLoadPeak>(&a)) {
+      asio::post(store_thread_, [store = peak_store_, peak = rp->peak, at = clock_().wall] {
+        if (auto r = store->save(peak, at); !r) spdlog::warn("{}", r.error());
+      });
     } else if (auto* cf = std::get_if<CommandFinished>(&a)) {
       auto it = command_waiters_.find(cf->request_id);
       if (it != command_waiters_.end()) {

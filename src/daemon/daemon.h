@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "core/arbiter.h"
+#include "core/wake.h"
 #include "gpu/gpu_reader.h"
 #include "host/host_scanner.h"
 #include "proxy/hooks.h"
@@ -29,6 +30,7 @@
 #include "store/event_store.h"
 #include "store/crash_store.h"
 #include "store/lease_store.h"
+#include "store/peak_store.h"
 #include "supervisor/lifecycle.h"
 #include "supervisor/process_runner.h"
 
@@ -127,6 +129,13 @@ class Daemon : public DaemonControl, public ProxyHooks {
   void wake_lease_waiters(uint64_t id);
   Status restore_leases();
   void check_lease_holders();
+  // The request path (daemon_proxy.cc).
+  bool can_wake(const std::string& service) const;
+  boost::asio::awaitable<WakeResult> start_for_request(std::string service, std::string model,
+                                                       Duration limit, WakeProgress progress);
+  boost::asio::awaitable<WakeResult> wake_for_request(
+      std::string service, std::string model, WakePlan plan,
+      std::chrono::steady_clock::time_point deadline, WakeProgress progress);
   // Supervision (daemon_children.cc).
   void check_health(const std::string& service);
   void record_crash(RecordCrash crash);
@@ -149,6 +158,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   std::shared_ptr<EventStore> store_;
   std::shared_ptr<LeaseStore> lease_store_;
   std::shared_ptr<CrashStore> crash_store_;
+  std::shared_ptr<PeakStore> peak_store_;
   std::map<uint64_t, std::unique_ptr<Waiter<CommandFinished>>> command_waiters_;
   MetricsCounters metrics_;
   uint64_t next_command_ = 1;

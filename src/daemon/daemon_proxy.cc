@@ -1,15 +1,19 @@
 // The daemon's side of the request path (src/proxy): requests in flight become the service's
 // activity in the core, and a request for a service that is stopped, asleep or unloaded is held
-// while vramd makes it ready: a start (through start admission) for a service vramd runs, else
-// room admitted like a lease (vram_estimate) and the adapter's wake. Part of class Daemon.
+// while vramd makes it ready. What to do is the core's choice (core/wake.h): a start (through
+// start admission) for a service vramd runs, else room admitted like a lease for what its loads
+// were measured to take, and the adapter's wake. Part of class Daemon.
 // GCC 12 needs <utility> before Boost's awaitable.hpp.
 #include <utility>
 
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include "core/eviction.h"
 #include "core/service_kinds.h"
+#include "core/wake.h"
 #include "daemon/daemon.h"
 
 namespace vramd {
@@ -63,54 +67,106 @@ void Daemon::request_ended(const std::string& service) {
 
 namespace {
 
-// Unloaded by vramd and not loaded since: its next request needs a wake first (where the kind
-// has one; ComfyUI and Ollama load on the request itself).
-bool unloaded(const ServiceStatus& st) {
-  return st.last_unload && st.last_unload->outcome == UnloadOutcome::freed &&
-         st.bytes < kWorthUnloading;
+constexpr auto kUnloadPoll = std::chrono::milliseconds(250);
+
+// "; evicted comfyui, ollama" for the wake's event, "" when nothing had to give way.
+std::string evicted_text(const Lease* l) {
+  if (!l || l->evicted.empty()) return "";
+  return fmt::format("; evicted {}", fmt::join(l->evicted, ", "));
+}
+
+std::string seconds_text(std::chrono::steady_clock::duration d) {
+  return fmt::format("{:.1f} s", std::chrono::duration<double>(d).count());
 }
 
 }  // namespace
 
-bool Daemon::is_ready(const std::string& service, const std::string& /*model*/) {
-  const ServiceStatus* st = arbiter_.service(service);
-  if (!st) return true;  // the proxy answers for unknown names itself
-  if (st->managed && st->managed->state != ManagedPhase::running) return false;
-  if (st->state == ServiceState::unloading) return false;
+bool Daemon::can_wake(const std::string& service) const {
   auto adapter = adapters_.find(service);
-  bool wakes = adapter != adapters_.end() && adapter->second->can_wake();
-  return !(wakes && unloaded(*st));
+  return adapter != adapters_.end() && adapter->second->can_wake();
+}
+
+bool Daemon::is_ready(const std::string& service, const std::string& model) {
+  const ServiceStatus* st = arbiter_.service(service);
+  const ServiceConfig* cfg = arbiter_.config().find_service(service);
+  if (!st || !cfg) return true;  // the proxy answers for unknown names itself
+  return plan_wake(*st, *cfg, can_wake(service), model).step == WakeStep::ready;
 }
 
 asio::awaitable<WakeResult> Daemon::ensure_ready(std::string service, std::string model,
                                                  WakeProgress progress) {
   const ServiceConfig* cfg = arbiter_.config().find_service(service);
   if (!cfg) co_return WakeResult::refused(fmt::format("no service named '{}'", service));
-  const ServiceStatus* st = arbiter_.service(service);
   Duration limit = cfg->proxy.wake_timeout.value_or(cfg->start_timeout);
-
-  // A service vramd runs: start it (start admission evicts idle holders to make room).
-  if (st && st->managed && st->managed->state != ManagedPhase::running) {
-    progress(fmt::format("starting {}", service));
-    uint64_t id = service_command(service, Command::start, false);
-    auto wait = wait_command(id, limit);  // named: GCC 12 and temporaries in co_await
-    CommandFinished done = co_await std::move(wait);
-    if (done.ok) co_return WakeResult::ready();
-    const ServiceStatus* now = arbiter_.service(service);
-    std::string why =
-        now && now->managed && !now->managed->reason.empty() ? now->managed->reason : done.message;
-    co_return WakeResult::refused(fmt::format("{} is not up: {}", service, why));
+  auto t0 = std::chrono::steady_clock::now();
+  auto deadline = t0 + limit;
+  // What to do is the core's choice (core/wake.h); an unload under way is waited out first.
+  WakePlan plan;
+  asio::steady_timer poll(io_);
+  for (;;) {
+    const ServiceStatus* st = arbiter_.service(service);
+    if (!st) co_return WakeResult::ready();
+    plan = plan_wake(*st, *cfg, can_wake(service), model);
+    if (plan.step != WakeStep::wait) break;
+    if (std::chrono::steady_clock::now() >= deadline || stopping_)
+      co_return WakeResult::refused(fmt::format("{} is still being unloaded", service), service);
+    progress(fmt::format("waiting for the unload of {} to finish", service));
+    poll.expires_after(kUnloadPoll);
+    boost::system::error_code ec;
+    co_await poll.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
-  auto adapter = adapters_.find(service);
-  if (adapter == adapters_.end() || !adapter->second->can_wake() || !st || !unloaded(*st))
-    co_return WakeResult::ready();  // it loads on the request itself
+  if (plan.step == WakeStep::start) {
+    auto left = std::chrono::duration_cast<Duration>(deadline - std::chrono::steady_clock::now());
+    auto op = start_for_request(service, model, left, progress);
+    co_return co_await std::move(op);
+  }
+  if (plan.step == WakeStep::wake) {
+    auto op = wake_for_request(service, model, plan, deadline, progress);
+    co_return co_await std::move(op);
+  }
+  co_return WakeResult::ready();  // it loads on the request itself
+}
 
-  // A wake needs its memory back: admitted by the budget like a lease (idle others evicted).
+asio::awaitable<WakeResult> Daemon::start_for_request(std::string service, std::string model,
+                                                      Duration limit, WakeProgress progress) {
+  // A service vramd runs: start it (start admission evicts idle holders to make room).
+  auto t0 = std::chrono::steady_clock::now();
+  progress(fmt::format("starting {}", service));
+  uint64_t id = service_command(service, Command::start, false);
+  std::optional<uint64_t> start_lease;
+  if (const ServiceStatus* st = arbiter_.service(service); st && st->managed)
+    start_lease = st->managed->start_lease;
+  auto wait = wait_command(id, limit);  // named: GCC 12 and temporaries in co_await
+  CommandFinished done = co_await std::move(wait);
+  const Lease* l = start_lease && *start_lease ? arbiter_.lease(*start_lease) : nullptr;
+  if (done.ok) {
+    apply({make_event(clock_(), "service.woken", std::nullopt, service,
+                      fmt::format("started {} for {} in {}{}", service,
+                                  model.empty() ? "a request" : model,
+                                  seconds_text(std::chrono::steady_clock::now() - t0),
+                                  evicted_text(l)))});
+    co_return WakeResult::ready();
+  }
+  const ServiceStatus* now = arbiter_.service(service);
+  std::string why =
+      now && now->managed && !now->managed->reason.empty() ? now->managed->reason : done.message;
+  co_return WakeResult::refused(fmt::format("{} is not up: {}", service, why));
+}
+
+asio::awaitable<WakeResult> Daemon::wake_for_request(std::string service, std::string model,
+                                                     WakePlan plan,
+                                                     std::chrono::steady_clock::time_point deadline,
+                                                     WakeProgress progress) {
+  auto t0 = std::chrono::steady_clock::now();
+  const ServiceStatus* st = arbiter_.service(service);
+  // A wake needs its memory back: admitted by the budget like a lease (idle others evicted),
+  // for what the core learned it takes (plan.room).
   std::optional<uint64_t> lease;
-  if (cfg->vram_estimate) {
+  std::string evicted;
+  if (plan.room) {
     LeaseRequest r;
-    r.vram = *cfg->vram_estimate;
-    r.gpu = st->last_gpu;
+    r.vram = plan.room->bytes;
+    r.gpu = st ? st->last_gpu : std::nullopt;
     r.holder = "vramd proxy";
     r.label = "wake " + service;
     r.service = service;
@@ -118,7 +174,7 @@ asio::awaitable<WakeResult> Daemon::ensure_ready(std::string service, std::strin
     auto id = request_lease(std::move(r));
     if (!id) co_return WakeResult::refused(id.error());
     lease = *id;
-    auto deadline = std::chrono::steady_clock::now() + limit;
+    progress(fmt::format("needs {} ({})", format_size(plan.room->bytes), plan.room->source));
     for (;;) {
       const Lease* l = arbiter_.lease(*lease);
       if (!l || l->state != LeaseState::queued) break;
@@ -134,18 +190,27 @@ asio::awaitable<WakeResult> Daemon::ensure_ready(std::string service, std::strin
       release_lease(*lease, std::nullopt);
       co_return WakeResult::refused(why, holder);
     }
+    evicted = evicted_text(l);
   }
   progress(fmt::format("waking {}", service));
-  auto op = adapter->second->wake();
-  UnloadCall call = co_await std::move(op);
+  auto adapter = adapters_.find(service);
+  UnloadCall call{UnloadCall::Result::failed, "no adapter"};
+  if (adapter != adapters_.end()) {
+    auto op = adapter->second->wake();
+    call = co_await std::move(op);
+  }
   if (lease) release_lease(*lease, std::nullopt);  // its memory is the service's own again
-  apply({make_event(
-      clock_(), call.result == UnloadCall::Result::failed ? "service.wake_failed" : "service.woken",
-      std::nullopt, service,
-      fmt::format("wake {} for {}: {}", service, model.empty() ? "a request" : model,
-                  call.message))});
-  if (call.result == UnloadCall::Result::failed)
-    co_return WakeResult::refused(fmt::format("wake {} failed: {}", service, call.message));
+  bool failed = call.result == UnloadCall::Result::failed;
+  std::string room = plan.room ? fmt::format(", room for {} ({})", format_size(plan.room->bytes),
+                                             plan.room->source)
+                               : std::string();
+  apply({make_event(clock_(), failed ? "service.wake_failed" : "service.woken", std::nullopt,
+                    service,
+                    fmt::format("wake {} for {} in {}{}{}: {}", service,
+                                model.empty() ? "a request" : model,
+                                seconds_text(std::chrono::steady_clock::now() - t0), room,
+                                evicted, call.message))});
+  if (failed) co_return WakeResult::refused(fmt::format("wake {} failed: {}", service, call.message));
   co_return WakeResult::ready();
 }
 

@@ -147,6 +147,9 @@ json to_json(const ServiceStatus& s, const Now& now) {
           {"can_unload", s.can_unload},
           {"reload_cost_seconds", s.reload_cost.count() / 1000.0},
           {"reload_cost_measured", s.reload_measured},
+          // What a wake or start is admitted for (core/wake.h): learned per model.
+          {"load_peaks", s.load_peaks.empty() ? json::object() : json(s.load_peaks)},
+          {"last_load_bytes", opt(s.last_load_bytes)},
           {"process", s.managed ? json{{"state", to_string(s.managed->state)},
                                        {"pid", opt(s.managed->pid)},
                                        {"adopted", s.managed->adopted},
@@ -226,6 +229,7 @@ json to_json(const Lease& l, const Arbiter& arbiter, const Now& now) {
           {"end_reason", l.end_reason.empty() ? json(nullptr) : json(l.end_reason)},
           {"held_bytes", l.held},
           {"peak_bytes", l.peak_vram},
+          {"evicted", l.evicted},
           {"exit_status", opt(l.exit_status)}};
 }
 

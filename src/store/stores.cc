@@ -16,6 +16,9 @@ Result<Stores> open_stores(const std::string& state_dir, int64_t events_retentio
   auto crashes = CrashStore::open(db);
   if (!crashes) return make_error(crashes.error());
   out.crashes = std::move(*crashes);
+  auto peaks = PeakStore::open(db);
+  if (!peaks) return make_error(peaks.error());
+  out.peaks = std::move(*peaks);
   return out;
 }
 

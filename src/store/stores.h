@@ -1,5 +1,5 @@
 // The daemon's stores, all in one SQLite file (state_dir/vramd.db): events, leases and jobs,
-// crashes. One place opens them.
+// crashes, load peaks. One place opens them.
 #pragma once
 
 #include <memory>
@@ -9,6 +9,7 @@
 #include "store/crash_store.h"
 #include "store/event_store.h"
 #include "store/lease_store.h"
+#include "store/peak_store.h"
 
 namespace vramd {
 
@@ -16,6 +17,7 @@ struct Stores {
   std::shared_ptr<EventStore> events;
   std::shared_ptr<LeaseStore> leases;
   std::shared_ptr<CrashStore> crashes;
+  std::shared_ptr<PeakStore> peaks;
 };
 
 // Opens (creating when new) the stores in `state_dir`/vramd.db; `events_retention` events kept.

@@ -1,6 +1,6 @@
 // The request path through the real daemon: the front door routes by model to a fake vLLM, a
 // request in flight makes the service busy in vramd's eyes, and a request for an unloaded
-// (asleep) vLLM wakes it first.
+// (asleep) vLLM wakes it first, admitted for what it was measured to take.
 #include <thread>
 
 #include <fmt/format.h>
@@ -107,6 +107,49 @@ TEST(ProxyE2E, ARequestForAnUnloadedVllmIsHeldWhileVramdWakesIt) {
       << woken[0].dump();
   EXPECT_TRUE(eventually([&] { return service(f).value("bytes", Bytes{0}) == 8 * GiB; }))
       << "its memory came back";
+}
+
+// The wake is admitted for what vLLM was measured to take (no vram_estimate anywhere), evicts
+// the idle ComfyUI that stands in the way, says so in its event, and the peak outlives a restart.
+TEST(ProxyE2E, AWakeIsAdmittedForTheMeasuredPeakAndEvictsTheIdleHolderInTheWay) {
+  DaemonFixture f;
+  FakeService vllm(f, "vllm", {"--model-bytes", "8GiB", "--model", "llama-fake"});
+  FakeService comfy(f, "comfyui", {"--model-bytes", "17GiB", "--unloaded"});
+  std::string comfy_toml = fmt::format(
+      "[services.comfyui]\nkind = \"comfyui\"\nurl = \"{}\"\nmin_idle = \"1s\"\n", comfy.url());
+  FrontDoor door(f, vllm, comfy_toml);
+  ASSERT_TRUE(eventually([&] {
+    return service(f)["load_peaks"].value("llama-fake", Bytes{0}) == 8 * GiB;
+  })) << service(f).dump(2) << f.log();
+  auto unload = http_request({f.url}, "POST", "/v1/services/vllm/unload", "", 40000);
+  ASSERT_TRUE(unload.ok());
+  ASSERT_EQ(json::parse(unload->body).value("outcome", ""), "freed") << unload->body;
+  // ComfyUI loads 17 GiB: the 8 GiB vLLM needs back no longer fit in the 24 GiB card.
+  auto prompt = http_request({comfy.url()}, "POST", "/prompt", R"({"prompt":{}})", 5000);
+  ASSERT_TRUE(prompt.ok() && prompt->status == 200) << (prompt ? prompt->body : prompt.error());
+  ASSERT_TRUE(eventually([&] {
+    return get(f, "/v1/services/comfyui").value("bytes", Bytes{0}) == 17 * GiB;
+  })) << f.log();
+
+  auto r =
+      http_request({door.url}, "POST", "/v1/chat/completions",
+                   R"({"model":"llama-fake","messages":[{"role":"user","content":"hi"}]})", 30000);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->status, 200u) << r->body << f.log();
+  auto woken = testing::events_of(f, "service.woken");
+  ASSERT_EQ(woken.size(), 1u) << get(f, "/v1/events?limit=100").dump(2);
+  std::string msg = woken[0]["message"].get<std::string>();
+  EXPECT_NE(msg.find("room for 8.0 GiB (the measured peak of llama-fake in its past loads)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("evicted comfyui"), std::string::npos) << msg;
+  EXPECT_EQ(comfy.state().value("loaded", true), false) << "comfyui was unloaded for the wake";
+  EXPECT_TRUE(eventually([&] { return service(f).value("bytes", Bytes{0}) == 8 * GiB; }));
+
+  // The learned peak is in the store: a restarted vramd knows it before it sees a load.
+  f.daemon.reset();
+  f.start(fmt::format("[services.vllm]\nkind = \"vllm\"\nurl = \"{}\"\n", vllm.url()));
+  EXPECT_EQ(service(f)["load_peaks"].value("llama-fake", Bytes{0}), 8 * GiB) << service(f).dump(2);
 }
 
 }  // namespace

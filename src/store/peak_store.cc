@@ -1,0 +1,61 @@
+#include "store/peak_store.h"
+
+#include <SQLiteCpp/SQLiteCpp.h>
+#include <fmt/format.h>
+
+namespace vramd {
+
+PeakStore::PeakStore(std::unique_ptr<SQLite::Database> db) : db_(std::move(db)) {}
+PeakStore::~PeakStore() = default;
+
+Result<std::unique_ptr<PeakStore>> PeakStore::open(const std::string& path) {
+  try {
+    auto db = std::make_unique<SQLite::Database>(path, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE);
+    db->setBusyTimeout(5000);
+    db->exec("PRAGMA journal_mode=WAL");
+    db->exec(
+        "CREATE TABLE IF NOT EXISTS load_peaks ("
+        " service TEXT NOT NULL, model TEXT NOT NULL, bytes INTEGER NOT NULL,"
+        " at_ms INTEGER NOT NULL, PRIMARY KEY (service, model))");
+    return std::unique_ptr<PeakStore>(new PeakStore(std::move(db)));
+  } catch (const std::exception& e) {
+    return make_error(fmt::format("cannot open load peak store {}: {}", path, e.what()));
+  }
+}
+
+Status PeakStore::save(const LoadPeak& peak, TimePoint at) {
+  try {
+    SQLite::Statement q(*db_,
+                        "INSERT INTO load_peaks (service, model, bytes, at_ms) VALUES (?, ?, ?, ?)"
+                        " ON CONFLICT (service, model) DO UPDATE SET"
+                        " bytes = max(bytes, excluded.bytes), at_ms = excluded.at_ms");
+    q.bind(1, peak.service);
+    q.bind(2, peak.model);
+    q.bind(3, static_cast<int64_t>(peak.bytes));
+    q.bind(4, static_cast<int64_t>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch())
+                      .count()));
+    q.exec();
+    return Ok{};
+  } catch (const std::exception& e) {
+    return make_error(fmt::format("cannot store the load peak of {}: {}", peak.service, e.what()));
+  }
+}
+
+Result<std::vector<LoadPeak>> PeakStore::all() const {
+  try {
+    SQLite::Statement q(*db_, "SELECT service, model, bytes FROM load_peaks ORDER BY service, model");
+    std::vector<LoadPeak> out;
+    while (q.executeStep()) {
+      int64_t bytes = q.getColumn(2).getInt64();
+      if (bytes <= 0) continue;  // never written so; a damaged row is no peak
+      out.push_back({q.getColumn(0).getString(), q.getColumn(1).getString(),
+                     static_cast<Bytes>(bytes)});
+    }
+    return out;
+  } catch (const std::exception& e) {
+    return make_error(fmt::format("cannot read load peaks: {}", e.what()));
+  }
+}
+
+}  // namespace vramd
