@@ -465,6 +465,17 @@
     const fact = (k, v) => facts.push(el('dt', { text: k }), el('dd', {}, v));
     fact('VRAM', fmtBytes(s.bytes) + (s.per_gpu && s.per_gpu.length > 1 ? ' (' + s.per_gpu.map((p) => `GPU ${gpuLabel(p.gpu)}: ${fmtBytes(p.bytes)}`).join(', ') + ')' : ''));
     const inFlight = s.requests_in_flight ? `, ${s.requests_in_flight} request${s.requests_in_flight === 1 ? '' : 's'} in flight` : '';
+    // Through vramd's proxy (GET /v1/proxy): how many it answered, and how many failed.
+    const via = state.proxyServices && state.proxyServices.get(s.name);
+    if (via) {
+      const n = via.requests_total;
+      const bits = [`${n} request${n === 1 ? '' : 's'}`];
+      if (via.in_flight) bits.push(`${via.in_flight} in flight`);
+      if (via.server_errors_total) bits.push(`${via.server_errors_total} failed`);
+      if (via.held_total) bits.push(`${via.held_total} held for a wake`);
+      fact('Requests', el('span', { dataset: { requests: n, inFlight: via.in_flight } }, bits.join(' · '),
+        via.url ? el('span', { class: 'sub', text: 'via ' + via.url }) : null));
+    }
     if (s.busy) fact('Activity', 'busy' + inFlight + (s.queue_depth ? `, ${s.queue_depth} queued` : ''));
     else fact('Idle for', s.idle_seconds === null ? '—' : fmtDuration(s.idle_seconds) + (s.unload_after_idle_seconds ? ` (unloads after ${fmtDuration(s.unload_after_idle_seconds)})` : ''));
     fact('Models', s.models && s.models.length ? s.models.join(', ') : 'none loaded');
@@ -588,6 +599,36 @@
     $('leases').replaceChildren(el('div', { class: 'table-wrap' }, el('table', {},
       el('thead', {}, el('tr', {}, el('th', { text: 'Lease' }), el('th', { text: 'State' }), el('th', { class: 'num', text: 'VRAM' }))),
       el('tbody', {}, rows))));
+  }
+
+  // ---- the request path (GET /v1/proxy) ----
+
+  function renderProxy(body) {
+    const panel = $('proxy-panel');
+    state.proxyServices = new Map((body.services || []).map((x) => [x.name, x]));
+    if (!body.enabled) { panel.hidden = true; return; }
+    panel.hidden = false;
+    const models = body.models || [];
+    const aliases = Object.entries(body.aliases || {});
+    $('proxy-count').textContent = `${models.length} model${models.length === 1 ? '' : 's'}`;
+    const parts = [];
+    if (body.front_door) {
+      parts.push(el('p', { class: 'front-door' }, 'Front door ', el('code', { text: body.front_door.url }),
+        body.front_door.keys ? ' (API keys required)' : ''));
+    }
+    if (models.length) {
+      const rows = models.map((m) => el('tr', { dataset: { model: m.model, service: m.service } },
+        el('td', {}, el('code', { text: m.model })), el('td', { text: m.service })));
+      for (const [alias, target] of aliases)
+        rows.push(el('tr', { dataset: { model: alias, alias: target } },
+          el('td', {}, el('code', { text: alias }), el('span', { class: 'sub', text: 'alias of ' + target })), el('td', { text: '' })));
+      parts.push(el('div', { class: 'table-wrap' }, el('table', { id: 'proxy-models' },
+        el('thead', {}, el('tr', {}, el('th', { text: 'Model' }), el('th', { text: 'Service' }))),
+        el('tbody', {}, rows))));
+    } else {
+      parts.push(el('p', { class: 'empty', text: 'No models yet: they appear as services report them.' }));
+    }
+    $('proxy').replaceChildren(...parts);
   }
 
   // ---- doctor ----
@@ -760,7 +801,8 @@
   async function refreshAll() {
     if (state.needToken) return;
     try {
-      const [status, services, leases] = await Promise.all([api('/v1/status'), api('/v1/services'), api('/v1/leases')]);
+      const [status, services, leases, proxy] = await Promise.all([api('/v1/status'), api('/v1/services'), api('/v1/leases'), api('/v1/proxy')]);
+      renderProxy(proxy);
       state.serviceNames = (services.services || []).map((x) => x.name);
       const present = new Set();
       for (const g of status.gpus || []) for (const h of g.holdings || []) present.add(h.owner);

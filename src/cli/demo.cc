@@ -146,6 +146,7 @@ int cmd_demo(const DemoOptions& opts) {
   comfy_svc.kind = "comfyui";
   comfy_svc.url = fmt::format("http://127.0.0.1:{}", comfy_port);  // matched by its port
   comfy_svc.unload_after_idle = std::chrono::seconds(60);
+  comfy_svc.proxy.listen = "127.0.0.1:0";  // ComfyUI through vramd: its requests and /ws count
   ServiceConfig ollama_svc;
   ollama_svc.name = "ollama";
   ollama_svc.kind = "ollama";
@@ -165,6 +166,9 @@ int cmd_demo(const DemoOptions& opts) {
   flaky_svc.max_restarts = 1000;
   flaky_svc.restart_window = std::chrono::hours(1);
   config.services = {comfy_svc, ollama_svc, flaky_svc};
+  // The request path: one OpenAI-compatible front door (Ollama's models), on a free port.
+  config.proxy.listen = "127.0.0.1:0";
+  config.proxy.aliases = {{"gpt-4o-mini", "llama3.1:8b"}};
 
   // VRAMD_DEMO_TOKEN: every API request then needs "Authorization: Bearer TOKEN"; the browser
   // tests drive the dashboard's token form with it.
@@ -203,6 +207,10 @@ int cmd_demo(const DemoOptions& opts) {
             << "  Free now:  vramd free comfyui --url " << url
             << "  (or wait: comfyui unloads after 60 s idle)\n"
             << "  Events:    vramd events -f --url " << url << "\n"
+            << "  Front door: http://127.0.0.1:" << daemon.front_door_port()
+            << "/v1  (OpenAI-compatible; model llama3.1:8b, alias gpt-4o-mini)\n"
+            << "  ComfyUI via vramd: http://127.0.0.1:" << daemon.service_proxy_port("comfyui")
+            << "/  (requests and /ws through vramd's proxy)\n"
             << (config.daemon.token.empty() ? "" : "  Token:     required (VRAMD_DEMO_TOKEN)\n")
             << "  Crashes:   vramd doctor --url " << url << "  (whisper, run by vramd, crashes every ~20 s)\n"
             << "Press Ctrl-C to stop.\n\n"

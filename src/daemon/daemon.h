@@ -68,6 +68,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   std::string extra_metrics() const override {
     return proxy_ ? proxy_->metrics().render() : std::string();
   }
+  nlohmann::json request_path() const override;  // daemon_proxy.cc
 
   // ProxyHooks (daemon_proxy.cc)
   void request_started(const std::string& service) override;

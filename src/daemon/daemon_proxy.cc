@@ -214,6 +214,44 @@ asio::awaitable<WakeResult> Daemon::wake_for_request(std::string service, std::s
   co_return WakeResult::ready();
 }
 
+nlohmann::json Daemon::request_path() const {
+  using nlohmann::json;
+  if (!proxy_) return {{"enabled", false}};
+  const Config& cfg = arbiter_.config();
+  auto url = [](const std::string& listen, int port) {
+    std::string host = listen.substr(0, listen.rfind(':'));
+    return fmt::format("http://{}:{}", host.empty() ? "127.0.0.1" : host, port);
+  };
+  json front = nullptr;
+  if (!cfg.proxy.listen.empty())
+    front = {{"listen", cfg.proxy.listen},
+             {"url", url(cfg.proxy.listen, proxy_->front_door_port()) + "/v1"},
+             {"keys", !cfg.proxy.api_keys.empty() || !cfg.proxy.api_keys_file.empty()}};
+  json models = json::array();
+  for (const auto& m : proxy_->models()) models.push_back({{"model", m.model}, {"service", m.service}});
+  json services = json::array();
+  const ProxyMetrics& metrics = proxy_->metrics();
+  for (const auto& svc : cfg.services) {
+    const ServiceKind* kind = find_service_kind(svc.kind);
+    if (!kind || !kind->needs_url || svc.url.empty()) continue;
+    int port = proxy_->service_port(svc.name);
+    auto it = in_flight_.find(svc.name);
+    services.push_back(
+        {{"name", svc.name},
+         {"url", port ? json(url(svc.proxy.listen, port)) : json(nullptr)},
+         {"requests_total", metrics.requests_total(svc.name)},
+         {"server_errors_total", metrics.server_errors_total(svc.name)},
+         {"upstream_errors_total", metrics.upstream_errors(svc.name)},
+         {"held_total", metrics.held_count(svc.name)},
+         {"in_flight", it == in_flight_.end() ? 0 : it->second}});
+  }
+  return {{"enabled", true},
+          {"front_door", front},
+          {"models", models},
+          {"aliases", cfg.proxy.aliases},
+          {"services", services}};
+}
+
 std::vector<ModelEntry> Daemon::models() {
   std::vector<ModelEntry> out;
   for (const auto& st : arbiter_.services())

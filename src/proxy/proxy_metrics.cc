@@ -40,6 +40,18 @@ std::uint64_t ProxyMetrics::upstream_errors(const std::string& service) const {
   auto it = upstream_errors_.find(service);
   return it == upstream_errors_.end() ? 0 : it->second;
 }
+std::uint64_t ProxyMetrics::requests_total(const std::string& service) const {
+  std::uint64_t n = 0;
+  for (const auto& [key, count] : requests_)
+    if (std::get<0>(key) == service) n += count;
+  return n;
+}
+std::uint64_t ProxyMetrics::server_errors_total(const std::string& service) const {
+  std::uint64_t n = 0;
+  for (const auto& [key, count] : requests_)
+    if (std::get<0>(key) == service && std::get<2>(key) >= 500) n += count;
+  return n;
+}
 std::uint64_t ProxyMetrics::held_count(const std::string& service) const {
   auto it = held_.find(service);
   return it == held_.end() ? 0 : it->second.count;

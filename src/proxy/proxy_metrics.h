@@ -23,6 +23,9 @@ class ProxyMetrics {
   int in_flight(const std::string& service) const;
   std::uint64_t upstream_errors(const std::string& service) const;
   std::uint64_t held_count(const std::string& service) const;
+  // Every request answered for `service`, and those answered 5xx (the proxy's or upstream's).
+  std::uint64_t requests_total(const std::string& service) const;
+  std::uint64_t server_errors_total(const std::string& service) const;
 
   // vramd_proxy_requests_total{service,model,status}, vramd_proxy_in_flight{service},
   // vramd_proxy_upstream_errors_total{service}, vramd_proxy_held_seconds{service} (histogram).

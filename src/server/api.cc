@@ -552,6 +552,10 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
     if (!get) co_return only("GET");
     co_return co_await jobs(req);
   }
+  if (t.path == "/v1/proxy") {
+    if (!get) co_return only("GET");
+    co_return json_reply(200, daemon_.request_path());
+  }
   if (t.path == "/v1/doctor") {
     if (!get) co_return only("GET");
     co_return co_await doctor(t);

@@ -1,6 +1,8 @@
 // The /v1 API routes over the daemon's state. Runs on the event loop, like the Arbiter.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <functional>
 
 #include "core/arbiter.h"
@@ -22,6 +24,9 @@ class DaemonControl {
   virtual Now now() const = 0;  // both clocks, read now
   // More Prometheus families to append to /metrics (the request path's), "" for none.
   virtual std::string extra_metrics() const { return ""; }
+  // GET /v1/proxy: the request path (front door, models, per-service proxies and their
+  // counters); {"enabled": false} when none is configured.
+  virtual nlohmann::json request_path() const { return {{"enabled", false}}; }
   // Asks for an unload; the id is then awaited with wait_unload (the verdict may come at once).
   virtual uint64_t request_unload(const std::string& service, bool force) = 0;
   virtual boost::asio::awaitable<UnloadFinished> wait_unload(uint64_t request_id) = 0;

@@ -72,6 +72,15 @@ class BeastHttpStream : public HttpStream {
     co_return !ec;
   }
   bool taken_over() const override { return taken_over_; }
+  std::optional<asio::ip::tcp::socket> take_tcp_socket() override {
+    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+      taken_over_ = true;
+      stream_.expires_never();
+      return stream_.release_socket();
+    } else {
+      return std::nullopt;
+    }
+  }
   std::optional<int> peer_pid() const override {
     if constexpr (std::is_same_v<typename Stream::protocol_type, asio::local::stream_protocol>) {
       ucred cred{};

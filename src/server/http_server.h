@@ -7,6 +7,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <functional>
@@ -29,6 +30,9 @@ class HttpStream {
   // Writes raw bytes of the body. false when the client is gone or too slow (write timeout).
   virtual boost::asio::awaitable<bool> write(std::string data) = 0;
   virtual bool taken_over() const = 0;
+  // Hands the TCP connection to the handler (a WebSocket upgrade): the server then writes no
+  // response and reads no further request on it. nullopt over the unix socket.
+  virtual std::optional<boost::asio::ip::tcp::socket> take_tcp_socket() { return std::nullopt; }
   // The client's pid on the unix socket (SO_PEERCRED); nullopt over TCP.
   virtual std::optional<int> peer_pid() const { return std::nullopt; }
 };

@@ -52,9 +52,11 @@ function startDemo(vramd) {
     const onData = (d) => {
       out += d;
       const m = out.match(/(?:Dashboard|API):\s+(http:\/\/[\d.]+:\d+)/);
-      if (m) {
+      const front = out.match(/Front door:\s+(http:\/\/[\d.]+:\d+)/);
+      const comfy = out.match(/ComfyUI via vramd:\s+(http:\/\/[\d.]+:\d+)/);
+      if (m && front && comfy) {
         clearTimeout(timer);
-        resolve({ child, url: m[1] + '/', log: () => out });
+        resolve({ child, url: m[1] + '/', front: front[1], comfy: comfy[1], log: () => out });
       }
     };
     child.stdout.on('data', onData);
@@ -88,6 +90,51 @@ function watchConsole(page, errors, label, tokenEnforced) {
     errors.push(`${label}: ${m.text()}`);
   });
   page.on('pageerror', (e) => errors.push(`${label}: uncaught ${e.message}`));
+}
+
+// The request path: Chromium opens ComfyUI's WebSocket through vramd's proxy for ComfyUI (the
+// fake speaks ComfyUI's /ws: `status` with our clientId at once, `feature_flags` answered); a
+// chat request goes through the front door; the dashboard lists the front door's models and
+// counts each service's requests.
+async function checkRequestPath(page, demo) {
+  // From a page of ComfyUI's own origin (through the proxy), as ComfyUI's frontend does; the
+  // dashboard's CSP (connect-src 'self') rightly forbids it from the dashboard.
+  const comfyPage = await page.context().newPage();
+  await comfyPage.goto(demo.comfy + '/queue');
+  const ws = await comfyPage.evaluate((base) => new Promise((resolve) => {
+    const got = [];
+    const sock = new WebSocket(base.replace('http://', 'ws://') + '/ws?clientId=browser-test');
+    const done = (why) => { try { sock.close(); } catch (e) { /* closed */ } resolve({ why, got }); };
+    sock.onopen = () => sock.send(JSON.stringify({ type: 'feature_flags', data: { supports_preview_metadata: true } }));
+    sock.onmessage = (e) => { got.push(JSON.parse(e.data)); if (got.length === 2) done('two messages'); };
+    sock.onerror = () => done('error');
+    setTimeout(() => done('timeout'), 10000);
+  }), demo.comfy);
+  await comfyPage.close();
+  const status = ws.got.find((m) => m.type === 'status');
+  check(status && status.data.sid === 'browser-test',
+        `Chromium's WebSocket through the ComfyUI proxy gets ComfyUI's status with our clientId (${ws.why}: ${JSON.stringify(ws.got)})`);
+  check(ws.got.some((m) => m.type === 'feature_flags'), 'and its message reaches ComfyUI, which answers feature_flags');
+
+  const chat = await fetch(demo.front + '/v1/chat/completions', {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }),
+  });
+  const answer = await chat.json().catch(() => null);
+  check(chat.status === 200 && answer && answer.choices && answer.model === 'llama3.1:8b',
+        `a chat completion through the front door (alias gpt-4o-mini) is answered by Ollama (${chat.status})`);
+
+  await page.waitForSelector('#proxy-panel:not([hidden]) #proxy-models tr[data-model="llama3.1:8b"][data-service="ollama"]', { timeout: 10000 }).catch(() => {});
+  check(await page.locator('#proxy-models tr[data-model="llama3.1:8b"][data-service="ollama"]').count() === 1 &&
+        await page.locator('#proxy-models tr[data-model="gpt-4o-mini"][data-alias="llama3.1:8b"]').count() === 1,
+        'the Request path panel lists the front door\'s model and its alias');
+  check(/\/v1/.test(await page.locator('#proxy .front-door').innerText()), 'the panel shows the front door\'s URL');
+  await page.waitForSelector('.service[data-service="ollama"] [data-requests="1"]', { timeout: 10000 }).catch(() => {});
+  const ollamaText = await page.locator('.service[data-service="ollama"]').innerText();
+  check(/1 request\b/.test(ollamaText), `the ollama card counts the request through the front door (${ollamaText.replace(/\s+/g, ' ').slice(0, 160)})`);
+  await page.waitForSelector('.service[data-service="comfyui"] [data-requests]', { timeout: 10000 }).catch(() => {});
+  check(/via http:\/\/127\.0\.0\.1:\d+/.test(await page.locator('.service[data-service="comfyui"]').innerText()),
+        'the comfyui card names the proxy its requests come through');
 }
 
 async function main() {
@@ -158,6 +205,8 @@ async function main() {
           'a process-kind service offers no Unload, but Stop');
     check(await page.locator('.service[data-service="comfyui"] button[data-action="unload"]').count() === 1,
           'comfyui offers Unload');
+
+    if (demo) await checkRequestPath(page, demo);
 
     const comfyRow = page.locator('.gpu[data-gpu="0"] tr[data-owner="comfyui"]');
     const comfyBefore = Number(await comfyRow.getAttribute('data-bytes'));

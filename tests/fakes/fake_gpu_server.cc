@@ -5,10 +5,14 @@
 #include <utility>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/websocket.hpp>
 #include <cctype>
 #include <csignal>
 #include <cstdio>
@@ -109,6 +113,38 @@ asio::awaitable<void> stream_completion(FakeModel& model, const Call& call, vram
   co_await std::move(op);
 }
 
+// ComfyUI's GET /ws (server.py's websocket_handler): a `status` message with the queue and the
+// session id (the clientId query parameter, else a new one) at once; a first message of type
+// `feature_flags` is answered with the server's own; anything else is read and ignored.
+asio::awaitable<void> comfyui_ws(FakeModel& model, asio::ip::tcp::socket socket, HttpRequest req,
+                                 std::string sid) {
+  namespace websocket = boost::beast::websocket;
+  websocket::stream<asio::ip::tcp::socket> ws(std::move(socket));
+  boost::system::error_code ec;
+  co_await ws.async_accept(req, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return;
+  ws.text(true);
+  nlohmann::json status = {
+      {"type", "status"},
+      {"data",
+       {{"status", {{"exec_info", {{"queue_remaining", model.busy() ? 1 : 0}}}}}, {"sid", sid}}}};
+  std::string hello = status.dump();
+  co_await ws.async_write(asio::buffer(hello), asio::redirect_error(asio::use_awaitable, ec));
+  while (!ec) {
+    boost::beast::flat_buffer buffer;
+    co_await ws.async_read(buffer, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) break;
+    auto m = nlohmann::json::parse(boost::beast::buffers_to_string(buffer.data()), nullptr, false);
+    if (m.is_object() && m.value("type", "") == "feature_flags") {
+      std::string flags = nlohmann::json{{"type", "feature_flags"},
+                                         {"data", {{"supports_preview_metadata", true},
+                                                   {"max_upload_size", 104857600}}}}
+                              .dump();
+      co_await ws.async_write(asio::buffer(flags), asio::redirect_error(asio::use_awaitable, ec));
+    }
+  }
+}
+
 asio::awaitable<HttpResponse> handle(FakeModel& model, HttpRequest req, vramd::HttpStream& out) {
   const Options& o = model.options();
   if (o.hang) {
@@ -128,6 +164,18 @@ asio::awaitable<HttpResponse> handle(FakeModel& model, HttpRequest req, vramd::H
       o.kind != "comfyui" && o.kind != "ollama" && o.kind != "a1111" && o.kind != "forge") {
     co_await stream_completion(model, call, out);
     co_return text_reply(200, "");  // ignored: the stream took the connection over
+  }
+  if (o.kind == "comfyui" && call.path == "/ws" && boost::beast::websocket::is_upgrade(req)) {
+    if (auto socket = out.take_tcp_socket()) {
+      auto it = call.query.find("clientId");
+      std::string sid = it != call.query.end() && !it->second.empty()
+                            ? it->second
+                            : "fake-" + std::to_string(model.work_count() + 1);
+      asio::co_spawn(co_await asio::this_coro::executor,
+                     comfyui_ws(model, std::move(*socket), std::move(req), std::move(sid)),
+                     asio::detached);
+      co_return text_reply(101, "");  // ignored: the WebSocket took the connection over
+    }
   }
   HttpResponse res = handle_kind(model, call);
   if (o.garbage) co_return garbage_reply(call.path);

@@ -220,6 +220,15 @@ HttpResponse ollama(FakeModel& m, const Call& c) {
     if (keep_alive_zero) m.unload("");  // answers, then unloads, as ollama does
     return json_reply(200, reply);
   }
+  // Ollama's OpenAI-compatible endpoints (openai.go): the model must exist, then the OpenAI shape.
+  if (is_openai_work(c)) {
+    std::string name = json_string(c, "model");
+    if (name != o.model && name + ":latest" != o.model)
+      return json_reply(404, {{"error", {{"message", "model \"" + name + "\" not found, try pulling it first"},
+                                         {"type", "api_error"}, {"param", nullptr}, {"code", nullptr}}}});
+    if (!m.loaded()) m.load();
+    return openai_reply(m, c);
+  }
   return text_reply(404, "404 page not found");
 }
 

@@ -75,6 +75,15 @@ TEST(ProxyE2E, TheFrontDoorRoutesByModelAndARequestInFlightMakesTheServiceBusy) 
   EXPECT_EQ(status, 200u);
   EXPECT_TRUE(eventually([&] { return service(f).value("requests_in_flight", -1) == 0; }))
       << service(f).dump(2);
+  // GET /v1/proxy (the dashboard's Request path panel): the front door, its models, the counts.
+  json view = get(f, "/v1/proxy");
+  EXPECT_EQ(view.value("enabled", false), true) << view.dump();
+  EXPECT_EQ(view["front_door"].value("url", ""), door.url + "/v1") << view.dump();
+  ASSERT_EQ(view["services"].size(), 1u) << view.dump();
+  EXPECT_EQ(view["services"][0].value("requests_total", 0), 1) << view.dump();
+  bool routed = false;  // the configured model, beside the one the probe reports
+  for (const auto& m : view["models"]) routed |= m["model"] == "llama-fake" && m["service"] == "vllm";
+  EXPECT_TRUE(routed) << view.dump();
   // The request path's counters are part of vramd's /metrics.
   auto metrics = http_request({f.url}, "GET", "/metrics", "", 5000);
   ASSERT_TRUE(metrics.ok());
