@@ -55,6 +55,10 @@ struct RunOptions {
 // CUDA_VISIBLE_DEVICES set to the granted GPU, releases at exit; exits with the command's status.
 int cmd_run(const CommonOptions& opts, const RunOptions& run);
 int cmd_leases(const CommonOptions& opts, bool json);
+// Finds the model servers that hold GPU memory, by their ports' answers (cli/discover.cc);
+// `write_path`: also writes them as a config there.
+int cmd_discover(const CommonOptions& opts, bool json, const std::string& write_path,
+                 int timeout_ms);
 // Finished leases; with stats_label, count and p50/p95 wait, run and peak memory of that label.
 int cmd_jobs(const CommonOptions& opts, const std::string& stats_label, size_t limit, bool json);
 

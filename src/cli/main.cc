@@ -137,6 +137,16 @@ int main(int argc, char** argv) {
   demo->add_option("--duration", demo_opts.duration_s, "seconds to run (default: until Ctrl-C)")
       ->check(CLI::NonNegativeNumber);
 
+  std::string discover_write;
+  int discover_timeout_ms = 500;
+  auto* discover = app.add_subcommand(
+      "discover", "find the model servers holding GPU memory (no config needed); --write a config");
+  add_common(discover);
+  discover->add_flag("--json", json, "print JSON");
+  discover->add_option("--write", discover_write, "write what was found as a config file");
+  discover->add_option("--timeout-ms", discover_timeout_ms, "per HTTP request (default 500)")
+      ->check(CLI::Range(10, 10000));
+
   auto* version = app.add_subcommand("version", "print the version");
 
   try {
@@ -163,6 +173,7 @@ int main(int argc, char** argv) {
   if (*logs) return vramd::cmd_logs(common, logs_name, logs_follow, logs_lines);
   if (*doctor) return vramd::cmd_doctor(common, doctor_name, json);
   if (*leases) return vramd::cmd_leases(common, json);
+  if (*discover) return vramd::cmd_discover(common, json, discover_write, discover_timeout_ms);
   if (*jobs) {
     if (jobs_args.empty()) return vramd::cmd_jobs(common, "", jobs_limit, json);
     if (jobs_args.size() != 2 || jobs_args[0] != "stats") {
