@@ -29,7 +29,8 @@ class Out {
 
  private:
   static std::string number(double v) {
-    if (v == static_cast<double>(static_cast<int64_t>(v)) && v < 9e15 && v > -9e15)
+    // The range first: casting 1e300 to int64 would be undefined behaviour.
+    if (v < 9e15 && v > -9e15 && v == static_cast<double>(static_cast<int64_t>(v)))
       return fmt::format("{}", static_cast<int64_t>(v));
     return fmt::format("{}", v);
   }

@@ -18,7 +18,9 @@ std::optional<Bytes> bytes_of(const json& j) {
   }
   if (j.is_number_float()) {
     double v = j.get<double>();
-    return v >= 0 && std::isfinite(v) ? std::optional<Bytes>(static_cast<Bytes>(v)) : std::nullopt;
+    // Below 2^64: casting 3e73 to an unsigned 64-bit is undefined behaviour (found by fuzzing).
+    return v >= 0 && v < 18446744073709551616.0 ? std::optional<Bytes>(static_cast<Bytes>(v))
+                                                 : std::nullopt;
   }
   return std::nullopt;
 }

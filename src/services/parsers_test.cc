@@ -132,6 +132,14 @@ TEST(LocalAiParse, Monitor) {
   EXPECT_EQ(m->memory_total, Bytes{5000000000});
 }
 
+// Found by fuzz_service_parsers: a byte count past 2^64 was cast to Bytes anyway (UB).
+TEST(ComfyUiParse, ASizePast64BitsIsNoSize) {
+  auto j = json::parse(R"({"system":{"ram_total":3.3e73},"devices":[]})");
+  auto s = parse_comfyui_system_stats(j);
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE(s->ram_total.has_value());
+}
+
 // Found by fuzz_service_parsers: a state too large for int was converted anyway (UB).
 TEST(LocalAiParse, AStateOutsideIntIsAShapeErrorNotUndefinedBehaviour) {
   EXPECT_FALSE(parse_localai_monitor(json::parse(R"({"state": 8.8e78})")).ok());
