@@ -1,13 +1,15 @@
-// Every adapter's response parser (src/services/parsers.h) over any JSON: each gives a value or
+// Every adapter's response parser (src/services/parsers.h) and discover's fingerprints over any JSON: each gives a value or
 // an error, never a throw or a crash. The input's first line is also an RFC 6901 pointer for
 // generic_http's busy_at_pointer, over the JSON after it.
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
+#include "services/fingerprint.h"
 #include "services/parsers.h"
 
 namespace {
@@ -34,6 +36,10 @@ void all_parsers(const nlohmann::json& j) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);
   (void)vramd::llamacpp_error_message(text);
+  // `vramd discover`: the same answer on every fingerprint path.
+  std::map<std::string, vramd::ProbeAnswer> answers;
+  for (const auto& path : vramd::fingerprint_paths()) answers[path] = {200, text};
+  (void)vramd::identify_server(answers);
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (!j.is_discarded()) all_parsers(j);
   size_t nl = text.find('\n');
