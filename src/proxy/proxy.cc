@@ -763,8 +763,13 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       }
       res.keep_alive(client_keep);
       http::response_serializer<http::buffer_body> sr{res};
-      c.expires_after(kClientWriteTimeout);
-      co_await http::async_write_header(c, sr, asio::redirect_error(use_awaitable, ec));
+      // The body's first bytes came with the head (most answers): the head goes out with them,
+      // one write. Else the head goes now, so that a stream whose first event is late is not
+      // held back.
+      if (!body_expected || ubuf.size() == 0) {
+        c.expires_after(kClientWriteTimeout);
+        co_await http::async_write_header(c, sr, asio::redirect_error(use_awaitable, ec));
+      }
       if (!ec && body_expected) ec = co_await relay_body(c, *up, ubuf, *rp, sr, svc, buf);
     }
     if (ec) {
