@@ -17,7 +17,7 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; sleep 0.2; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-UP=18100 NGX=18101 GO=18102 VR=18103 SSE=18110 NGX_SSE=18111 GO_SSE=18112 VR_SSE=18113
+UP=18100 NGX=18101 GO=18102 VR=18103 VS=18104 VS_API=18105 SSE=18110 NGX_SSE=18111 GO_SSE=18112 VR_SSE=18113
 export GOCACHE=$WORK/gocache GOFLAGS=-mod=mod GO111MODULE=off
 go build -o "$WORK/goproxy" "$HERE/goproxy.go"
 go build -o "$WORK/ssebench" "$HERE/ssebench.go"
@@ -49,6 +49,24 @@ nginx_conf proxy "$NGX" "upstream u { server 127.0.0.1:$UP; keepalive 256; }
 "$BUILD/vramd_proxy_harness" --service up http://127.0.0.1:$UP 127.0.0.1:$VR >/dev/null & PIDS+=($!)
 "$BUILD/vramd_proxy_harness" --service sse http://127.0.0.1:$SSE 127.0.0.1:$VR_SSE >/dev/null & PIDS+=($!)
 "$WORK/ssebench" serve 127.0.0.1:$SSE 10000 200 & PIDS+=($!)
+# The real daemon: `vramd serve` on the test GPU, the upstream as a generic_http service with its
+# own proxy; every request is a RequestsInFlight event through the Arbiter and back.
+cat > "$WORK/gpu.json" <<JSON
+{"driver_version":"550.54.14","gpus":[{"name":"NVIDIA GeForce RTX 3090","uuid":"GPU-fa4e0000-0000-0000-0000-000000000000","total":25769803776,"used":0,"utilization":0,"processes":[]}]}
+JSON
+cat > "$WORK/vramd.toml" <<TOML
+[daemon]
+listen = "127.0.0.1:$VS_API"
+state_dir = "$WORK/state"
+[gpu]
+backend = "nvml"
+[services.up]
+kind = "generic_http"
+url = "http://127.0.0.1:$UP"
+proxy = "127.0.0.1:$VS"
+TOML
+VRAMD_NVML_LIBRARY="$BUILD/libnvidia-ml-fake.so" FAKE_NVML_STATE="$WORK/gpu.json" \
+  "$BUILD/vramd" serve --config "$WORK/vramd.toml" >"$WORK/serve.log" 2>&1 & PIDS+=($!)
 sleep 1
 
 # wrk's "Requests/sec" and its p99 latency (in microseconds).
@@ -67,12 +85,14 @@ for c in 1 16 64; do
   read -r n_rps n_p99 < <(measure $NGX $c)
   read -r g_rps g_p99 < <(measure $GO $c)
   read -r v_rps v_p99 < <(measure $VR $c)
+  read -r s_rps s_p99 < <(measure $VS $c)
   row() { awk -v c=$c -v n="$1" -v r=$2 -v p=$3 -v d=$d_p99 -v g=$g_rps -v x=$n_rps \
     'BEGIN { printf "| %d | %s | %.0f | %.0f µs | %+.0f µs | %.2f× | %.2f× |\n", c, n, r, p, p-d, r/g, r/x }'; }
   row direct "$d_rps" "$d_p99"
   row nginx "$n_rps" "$n_p99"
   row "Go ReverseProxy" "$g_rps" "$g_p99"
-  row vramd "$v_rps" "$v_p99"
+  row "vramd (proxy code alone)" "$v_rps" "$v_p99"
+  row "vramd serve" "$s_rps" "$s_p99"
 done
 
 echo
