@@ -1,6 +1,6 @@
 # The openai npm client through the front door (tests/openai/): Node + the openai package (pinned
 # in tests/openai/package-lock.json, fetched by `npm ci` into the build directory) against
-# vramd_proxy_harness and a fake vLLM. Without node or the package the test is skipped (77).
+# `vramd serve` on the test GPU and a fake vLLM. Without node or the package the test is skipped (77).
 set(openai_src ${CMAKE_SOURCE_DIR}/tests/openai)
 set(openai_npm ${CMAKE_BINARY_DIR}/openai-tests)
 file(MAKE_DIRECTORY ${openai_npm})
@@ -17,7 +17,8 @@ if(VRAMD_NODE AND VRAMD_NPM AND TARGET vramd_proxy_harness AND TARGET fake-gpu-s
   add_custom_target(openai_test_deps ALL DEPENDS ${openai_npm}/npm-ci.stamp)
   add_test(NAME openai_client_front_door
     COMMAND ${VRAMD_NODE} ${openai_src}/openai.test.mjs
-            --harness $<TARGET_FILE:vramd_proxy_harness> --fake $<TARGET_FILE:fake-gpu-server>
+            --vramd $<TARGET_FILE:vramd> --nvml $<TARGET_FILE:nvidia-ml-fake>
+            --fake $<TARGET_FILE:fake-gpu-server>
             --node-modules ${openai_npm}/node_modules)
   set_tests_properties(openai_client_front_door PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
 else()
