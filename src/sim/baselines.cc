@@ -160,18 +160,22 @@ class LocalAi : public Policy {
   }
   bool may_load(World& w, size_t svc) override {
     const TraceService& s = *w.service(svc).spec;
-    int active = 0;
-    for (size_t i = 0; i < w.services().size(); ++i)
-      active += w.service(i).phase == Phase::loading || w.service(i).phase == Phase::loaded;
-    if (max_ > 0 && active >= max_) {
+    int loaded = 0, stopping = 0;
+    for (size_t i = 0; i < w.services().size(); ++i) {
+      Phase p = w.service(i).phase;
+      loaded += p == Phase::loading || p == Phase::loaded;
+      stopping += p == Phase::unloading;
+    }
+    // A backend being stopped still counts: LocalAI waits for it to end before loading.
+    if (max_ > 0 && loaded + stopping >= max_) {
       std::vector<size_t> lru;
       for (const auto& g : w.trace().gpus)
         for (size_t i : idle_lru(w, g.index, svc)) lru.push_back(i);
       std::stable_sort(lru.begin(), lru.end(), [&](size_t a, size_t b) {
         return w.service(a).last_used < w.service(b).last_used;
       });
-      for (size_t k = 0; k < lru.size() && active >= max_; ++k, --active) w.stop(lru[k]);
-      if (active >= max_) return false;
+      for (int k = 0; k < loaded + 1 - max_ && k < int(lru.size()); ++k) w.stop(lru[size_t(k)]);
+      return false;  // it loads once those stopped are gone
     }
     reclaim(w, s.gpu, s.footprint());
     return fits(w, svc);

@@ -278,7 +278,11 @@ Result<Trace> parse_trace(std::string_view text, const std::string& path) {
       j = json::parse(raw);
     } catch (const json::parse_error& e) {
       std::string what = e.what();
-      if (size_t at = what.find("]: "); at != std::string::npos) what = what.substr(at + 3);
+      // "[json.exception.parse_error.101] parse error at line 1, column 20: syntax error ...":
+      // the position is ours to give.
+      if (size_t at = what.find("column "); at != std::string::npos)
+        if (size_t colon = what.find(": ", at); colon != std::string::npos)
+          what = what.substr(colon + 2);
       return make_error(fmt::format("{}:{}:{}: not JSON: {}", path, number,
                                     std::max<size_t>(e.byte, 1), what));
     }
