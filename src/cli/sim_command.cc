@@ -82,6 +82,7 @@ int cmd_sim(const SimOptions& o) {
   }
   std::vector<sim::Metrics> rows;
   for (const auto& r : runs) rows.push_back(r.metrics);
+  sim::mark_pareto(rows);
   if (o.json) {
     nlohmann::json out = {{"trace", o.trace},
                           {"events", trace->events()},

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace vramd::sim {
 
@@ -14,6 +15,26 @@ double percentile(std::vector<double> values, double p) {
   double rank = std::ceil(p / 100.0 * double(values.size()));
   size_t i = rank < 1 ? 0 : std::min(values.size() - 1, size_t(rank) - 1);
   return values[i];
+}
+
+void mark_pareto(std::vector<Metrics>& rows) {
+  if (rows.empty()) return;
+  double wmin = rows[0].job_wait_p95_s, wmax = wmin, rmin = rows[0].reload_s, rmax = rmin;
+  for (const auto& r : rows) {
+    wmin = std::min(wmin, r.job_wait_p95_s), wmax = std::max(wmax, r.job_wait_p95_s);
+    rmin = std::min(rmin, r.reload_s), rmax = std::max(rmax, r.reload_s);
+  }
+  auto scaled = [](double v, double lo, double hi) { return hi > lo ? (v - lo) / (hi - lo) : 0; };
+  for (auto& b : rows) {
+    b.dominated_by.clear();
+    for (const auto& a : rows) {
+      bool no_worse = a.job_wait_p95_s <= b.job_wait_p95_s && a.reload_s <= b.reload_s;
+      bool better = a.job_wait_p95_s < b.job_wait_p95_s || a.reload_s < b.reload_s;
+      if (no_worse && better) b.dominated_by.push_back(a.policy);
+    }
+    b.distance_to_ideal = std::hypot(scaled(b.job_wait_p95_s, wmin, wmax),
+                                     scaled(b.reload_s, rmin, rmax));
+  }
 }
 
 nlohmann::json to_json(const Metrics& m) {
@@ -37,6 +58,8 @@ nlohmann::json to_json(const Metrics& m) {
       {"requests", m.requests},
       {"requests_never_served", m.requests_never_served},
       {"loads_over_capacity", m.loads_over_capacity},
+      {"dominated_by", m.dominated_by},
+      {"distance_to_ideal", r3(m.distance_to_ideal)},
       {"wall_s", r3(m.wall_s)},
   };
 }
@@ -68,6 +91,11 @@ std::string format_table(const std::vector<Metrics>& rows, bool markdown) {
        [](const Metrics& m) { return fmt::format("{}/{}", m.jobs_never_admitted, m.jobs); }},
       {"requests never served",
        [](const Metrics& m) { return fmt::format("{}/{}", m.requests_never_served, m.requests); }},
+      {"to ideal", [](const Metrics& m) { return fmt::format("{:.2f}", m.distance_to_ideal); }},
+      {"dominated by (wait p95, reload s)",
+       [](const Metrics& m) {
+         return m.dominated_by.empty() ? std::string("-") : fmt::format("{}", fmt::join(m.dominated_by, ", "));
+       }},
   };
   std::vector<size_t> width;
   for (const auto& c : cols) {

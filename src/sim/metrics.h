@@ -25,7 +25,15 @@ struct Metrics {
   int requests = 0;
   int requests_never_served = 0;
   double wall_s = 0;  // how long the replay took (not part of the model)
+  // Filled by mark_pareto(): the policies better on job wait p95 and reload seconds at once.
+  std::vector<std::string> dominated_by;
+  // Distance to the ideal corner (the best job wait p95 and the best reload seconds among the
+  // policies compared), each axis scaled by its range among them: 0 best, sqrt(2) worst.
+  double distance_to_ideal = 0;
 };
+
+// Fills dominated_by and distance_to_ideal over the policies run side by side.
+void mark_pareto(std::vector<Metrics>& rows);
 
 // Nearest-rank percentile (p in [0, 100]) of `values`; 0 for none.
 double percentile(std::vector<double> values, double p);

@@ -241,28 +241,31 @@ void World::arrive_request(size_t r, Policy& policy) {
 
 void World::arrive_job(size_t j, Policy& policy) {
   jobs_[j].state = JobSim::State::waiting;
-  waiting_.push_back(j);
+  // Kept in queue order (priority, then arrival): granting walks it from the front.
+  auto after = std::upper_bound(waiting_.begin(), waiting_.end(), j, [&](size_t a, size_t b) {
+    if (jobs_[a].spec->priority != jobs_[b].spec->priority)
+      return jobs_[a].spec->priority > jobs_[b].spec->priority;
+    return a < b;
+  });
+  waiting_.insert(after, j);
   policy.on_job_arrived(*this, j);
 }
 
 bool World::grant_jobs_in_order() {
   // Per GPU, the first in (priority, arrival) order goes when it fits; the rest wait behind it.
-  std::vector<size_t> order = waiting_;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (jobs_[a].spec->priority != jobs_[b].spec->priority)
-      return jobs_[a].spec->priority > jobs_[b].spec->priority;
-    return a < b;
-  });
   std::map<unsigned, bool> blocked;
   bool moved = false;
-  for (size_t j : order) {
+  for (size_t k = 0; k < waiting_.size() && blocked.size() < trace_.gpus.size();) {
+    size_t j = waiting_[k];
     unsigned gpu = jobs_[j].spec->gpu;
-    if (blocked[gpu]) continue;
-    if (jobs_[j].spec->bytes <= free_committed(gpu)) {
-      grant(j);
+    if (blocked.count(gpu)) {
+      ++k;
+    } else if (jobs_[j].spec->bytes <= free_committed(gpu)) {
+      grant(j);  // erases it from waiting_
       moved = true;
     } else {
       blocked[gpu] = true;
+      ++k;
     }
   }
   return moved;

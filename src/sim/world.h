@@ -122,7 +122,7 @@ class World {
   std::vector<JobSim> jobs_;
   std::vector<Ms> request_done_;  // per request; -1: not yet
   std::vector<Ms> job_end_;       // per job
-  std::vector<size_t> waiting_;   // jobs arrived and not granted, in arrival order
+  std::vector<size_t> waiting_;   // jobs arrived and not granted, in queue order
   std::vector<size_t> running_;   // jobs granted and not done
   Metrics m_;
   std::vector<Decision> decisions_;
