@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.h"
 #include "daemon/config_file.h"
@@ -35,6 +36,20 @@ int generate(const SimOptions& o) {
   }
   std::cout << *text;
   return kExitOk;
+}
+
+// "front (job wait p95, reload s): ttl:300s, vramd; vramd: on the front".
+std::string pareto_summary(const std::vector<sim::Metrics>& rows) {
+  std::vector<std::string> front;
+  for (const auto& m : rows)
+    if (m.dominated_by.empty()) front.push_back(m.policy);
+  std::string out = fmt::format("Pareto front (job wait p95, reload s): {}\n", fmt::join(front, ", "));
+  for (const auto& m : rows)
+    if (m.policy == "vramd")
+      out += m.dominated_by.empty()
+                 ? "vramd: on the front\n"
+                 : fmt::format("vramd: dominated by {}\n", fmt::join(m.dominated_by, ", "));
+  return out;
 }
 
 }  // namespace
@@ -93,7 +108,8 @@ int cmd_sim(const SimOptions& o) {
   } else {
     std::cout << fmt::format("{}: {} requests and jobs over {:.1f} h\n\n", o.trace,
                              trace->events(), double(trace->end) / 3.6e6)
-              << sim::format_table(rows, o.markdown);
+              << sim::format_table(rows, o.markdown) << "\n"
+              << pareto_summary(rows);
   }
   if (!o.plot.empty()) {
     std::ofstream out(o.plot);
