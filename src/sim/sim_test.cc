@@ -86,6 +86,9 @@ TEST(SimTrace, ErrorsSayLineColumnAndWhat) {
   EXPECT_EQ(parse_error(gpu + R"({"t":1,"type":"job","name":"j","gpu":0,"bytes":"30GiB","duration":3})"),
             "t.jsonl:2:40: 'bytes' must be more than 0 and fit GPU 0 (24.0 GiB free at most)");
   EXPECT_EQ(parse_error(""), "t.jsonl: no \"gpu\" line");
+  // Found by fuzz_trace: nlohmann throws out_of_range, not parse_error, for this one.
+  EXPECT_EQ(parse_error(gpu + R"({"t":10e400000,"type":"end"})"),
+            "t.jsonl:2:1: not JSON: number overflow parsing '10e400000'");
 }
 
 TEST(SimTrace, SortsArrivalsByTimeAndStopsAtTheEndLine) {

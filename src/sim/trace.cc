@@ -285,6 +285,11 @@ Result<Trace> parse_trace(std::string_view text, const std::string& path) {
           what = what.substr(colon + 2);
       return make_error(fmt::format("{}:{}:{}: not JSON: {}", path, number,
                                     std::max<size_t>(e.byte, 1), what));
+    } catch (const json::exception& e) {
+      // A number too large for a double (out_of_range.406) comes without a position.
+      std::string what = e.what();
+      if (size_t at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
+      return make_error(fmt::format("{}:{}:1: not JSON: {}", path, number, what));
     }
     Line l(path, number, raw, j);
     if (!j.is_object()) return make_error(fmt::format("{}:{}:1: each line must be a JSON object",
