@@ -1,7 +1,7 @@
 // `vramd sim`: replays a trace through each policy (the real Arbiter for `vramd`) and prints
 // what each one cost; `vramd sim --generate NAME` writes a seeded trace (docs/sim.md).
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -43,7 +43,8 @@ std::string pareto_summary(const std::vector<sim::Metrics>& rows) {
   std::vector<std::string> front;
   for (const auto& m : rows)
     if (m.dominated_by.empty()) front.push_back(m.policy);
-  std::string out = fmt::format("Pareto front (job wait p95, reload s): {}\n", fmt::join(front, ", "));
+  std::string out =
+      fmt::format("Pareto front (job wait p95, reload s): {}\n", fmt::join(front, ", "));
   for (const auto& m : rows)
     if (m.policy == "vramd")
       out += m.dominated_by.empty()
@@ -106,8 +107,8 @@ int cmd_sim(const SimOptions& o) {
     for (const auto& m : rows) out["policies"].push_back(sim::to_json(m));
     std::cout << out.dump(2) << "\n";
   } else {
-    std::cout << fmt::format("{}: {} requests and jobs over {:.1f} h\n\n", o.trace,
-                             trace->events(), double(trace->end) / 3.6e6)
+    std::cout << fmt::format("{}: {} requests and jobs over {:.1f} h\n\n", o.trace, trace->events(),
+                             double(trace->end) / 3.6e6)
               << sim::format_table(rows, o.markdown) << "\n"
               << pareto_summary(rows);
   }

@@ -243,7 +243,7 @@ Result<Ms> duration_arg(const std::string& spec, const std::string& text) {
 }  // namespace
 
 const std::vector<std::string>& all_policies() {
-  static const std::vector<std::string> p = {"never", "ttl:300s", "free-at-end", "ollama",
+  static const std::vector<std::string> p = {"never",   "ttl:300s",   "free-at-end", "ollama",
                                              "localai", "llama-swap", "vramd"};
   return p;
 }

@@ -50,8 +50,9 @@ class Builder {
   Rng rng;
 
   void gpu(unsigned index, int total_gib) {
-    head_.push_back(fmt::format(R"({{"t":0,"type":"gpu","index":{},"total":"{}GiB","baseline":"1GiB"}})",
-                                index, total_gib));
+    head_.push_back(
+        fmt::format(R"({{"t":0,"type":"gpu","index":{},"total":"{}GiB","baseline":"1GiB"}})", index,
+                    total_gib));
   }
   void service(const std::string& name, unsigned gpu, double model_gib, int context_mib,
                double load_s, double unload_s, double effective, double restart_s) {
@@ -61,15 +62,18 @@ class Builder {
   }
   void request(double t, const std::string& service, double duration) {
     if (t >= kDay) return;
-    lines_.push_back({t, fmt::format(R"({{"t":{:.3f},"type":"request","service":"{}","duration":{:.3f}}})",
-                                     t, service, duration)});
+    lines_.push_back(
+        {t, fmt::format(R"({{"t":{:.3f},"type":"request","service":"{}","duration":{:.3f}}})", t,
+                        service, duration)});
   }
   void job(double t, const std::string& name, unsigned gpu, int gib, double duration,
            int priority) {
     if (t >= kDay) return;
-    lines_.push_back({t, fmt::format(
-        R"({{"t":{:.3f},"type":"job","name":"{}","gpu":{},"bytes":"{}GiB","duration":{:.0f},"priority":{}}})",
-        t, name, gpu, gib, duration, priority)});
+    lines_.push_back(
+        {t,
+         fmt::format(
+             R"({{"t":{:.3f},"type":"job","name":"{}","gpu":{},"bytes":"{}GiB","duration":{:.0f},"priority":{}}})",
+             t, name, gpu, gib, duration, priority)});
   }
   // A burst: `n` requests to `service`, gaps exponential around `gap_s`, each one served for
   // between `lo` and `hi` seconds; returns when the burst ends.
@@ -192,13 +196,17 @@ const std::vector<std::string>& trace_generators() {
 
 Result<std::string> generate_trace(const std::string& name, uint64_t seed) {
   Builder b(seed);
-  if (name == "homelab") homelab(b);
-  else if (name == "agent") agent(b);
-  else if (name == "lab") lab(b);
-  else if (name == "stress") stress(b);
+  if (name == "homelab")
+    homelab(b);
+  else if (name == "agent")
+    agent(b);
+  else if (name == "lab")
+    lab(b);
+  else if (name == "stress")
+    stress(b);
   else
-    return make_error(fmt::format("no trace generator '{}': expected homelab, agent, lab or stress",
-                                  name));
+    return make_error(
+        fmt::format("no trace generator '{}': expected homelab, agent, lab or stress", name));
   return b.text();
 }
 

@@ -32,8 +32,8 @@ void mark_pareto(std::vector<Metrics>& rows) {
       bool better = a.job_wait_p95_s < b.job_wait_p95_s || a.reload_s < b.reload_s;
       if (no_worse && better) b.dominated_by.push_back(a.policy);
     }
-    b.distance_to_ideal = std::hypot(scaled(b.job_wait_p95_s, wmin, wmax),
-                                     scaled(b.reload_s, rmin, rmax));
+    b.distance_to_ideal =
+        std::hypot(scaled(b.job_wait_p95_s, wmin, wmax), scaled(b.reload_s, rmin, rmax));
   }
 }
 
@@ -76,7 +76,8 @@ std::string format_table(const std::vector<Metrics>& rows, bool markdown) {
          return fmt::format("{:.0f}/{:.0f}/{:.0f}", m.job_wait_p50_s, m.job_wait_p95_s,
                             m.job_wait_max_s);
        }},
-      {"blocked by idle job-s", [](const Metrics& m) { return fmt::format("{:.0f}", m.blocked_by_idle_job_s); }},
+      {"blocked by idle job-s",
+       [](const Metrics& m) { return fmt::format("{:.0f}", m.blocked_by_idle_job_s); }},
       {"reloads", [](const Metrics& m) { return fmt::format("{}", m.reloads); }},
       {"reload s", [](const Metrics& m) { return fmt::format("{:.0f}", m.reload_s); }},
       {"req latency p50/p95 s",
@@ -85,7 +86,9 @@ std::string format_table(const std::vector<Metrics>& rows, bool markdown) {
        }},
       {"idle GiB-h", [](const Metrics& m) { return fmt::format("{:.1f}", m.idle_gib_h); }},
       {"unloads (ineff.)",
-       [](const Metrics& m) { return fmt::format("{} ({})", m.unload_calls, m.unload_ineffective); }},
+       [](const Metrics& m) {
+         return fmt::format("{} ({})", m.unload_calls, m.unload_ineffective);
+       }},
       {"restarts", [](const Metrics& m) { return fmt::format("{}", m.restarts); }},
       {"jobs never admitted",
        [](const Metrics& m) { return fmt::format("{}/{}", m.jobs_never_admitted, m.jobs); }},
@@ -94,7 +97,8 @@ std::string format_table(const std::vector<Metrics>& rows, bool markdown) {
       {"to ideal", [](const Metrics& m) { return fmt::format("{:.2f}", m.distance_to_ideal); }},
       {"dominated by (wait p95, reload s)",
        [](const Metrics& m) {
-         return m.dominated_by.empty() ? std::string("-") : fmt::format("{}", fmt::join(m.dominated_by, ", "));
+         return m.dominated_by.empty() ? std::string("-")
+                                       : fmt::format("{}", fmt::join(m.dominated_by, ", "));
        }},
   };
   std::vector<size_t> width;
@@ -108,8 +112,11 @@ std::string format_table(const std::vector<Metrics>& rows, bool markdown) {
     std::string s = markdown ? "|" : "";
     for (size_t i = 0; i < std::size(cols); ++i) {
       std::string c = cell_of(i);
-      if (markdown) s += " " + c + std::string(width[i] - c.size(), ' ') + " |";
-      else s += (i ? "  " : "") + c + std::string(i + 1 < std::size(cols) ? width[i] - c.size() : 0, ' ');
+      if (markdown)
+        s += " " + c + std::string(width[i] - c.size(), ' ') + " |";
+      else
+        s += (i ? "  " : "") + c +
+             std::string(i + 1 < std::size(cols) ? width[i] - c.size() : 0, ' ');
     }
     out += s + "\n";
   };

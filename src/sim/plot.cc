@@ -17,11 +17,16 @@ constexpr const char* kJobColor = "#333333";
 std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
   }
   return out;
 }
@@ -29,8 +34,7 @@ std::string escape(const std::string& s) {
 // One band of a stacked step chart: the area between `lower` and `lower + own` over time.
 std::string band(const std::vector<World::TimelinePoint>& line, Ms end, double x0, double xs,
                  double y0, double ys, const std::function<Bytes(const World::TimelinePoint&)>& lo,
-                 const std::function<Bytes(const World::TimelinePoint&)>& hi,
-                 const char* color) {
+                 const std::function<Bytes(const World::TimelinePoint&)>& hi, const char* color) {
   std::string top, bottom;
   for (size_t k = 0; k < line.size(); ++k) {
     Ms t0 = line[k].t, t1 = k + 1 < line.size() ? line[k + 1].t : end;
@@ -59,11 +63,14 @@ std::string plot_svg(const Trace& trace, const std::vector<RunResult>& runs) {
   for (const auto& run : runs)
     for (const auto& g : trace.gpus) {
       double y0 = y + kPanel, ys = double(kPanel) / double(g.total);
-      svg += fmt::format("<text x=\"10\" y=\"{}\">{}</text><text x=\"10\" y=\"{}\">GPU {} ({:.0f} "
-                         "GiB)</text>\n", y + 15, escape(run.metrics.policy), y + 30, g.index,
-                         double(g.total) / double(GiB));
-      svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#f4f4f4\" "
-                         "stroke=\"#999\"/>\n", kLeft, y, kWidth - kLeft - kRight, kPanel);
+      svg += fmt::format(
+          "<text x=\"10\" y=\"{}\">{}</text><text x=\"10\" y=\"{}\">GPU {} ({:.0f} "
+          "GiB)</text>\n",
+          y + 15, escape(run.metrics.policy), y + 30, g.index, double(g.total) / double(GiB));
+      svg += fmt::format(
+          "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#f4f4f4\" "
+          "stroke=\"#999\"/>\n",
+          kLeft, y, kWidth - kLeft - kRight, kPanel);
       auto it = run.timeline.find(g.index);
       if (it != run.timeline.end() && !it->second.empty()) {
         const auto& line = it->second;
@@ -81,20 +88,24 @@ std::string plot_svg(const Trace& trace, const std::vector<RunResult>& runs) {
                       kColors[i % std::size(kColors)]);
         }
         size_t n = trace.services.size();
-        svg += band(line, trace.end, kLeft, xs, y0, ys, lower(n),
-                    [&](const World::TimelinePoint& p) { return lower(n)(p) + p.jobs; }, kJobColor);
+        svg += band(
+            line, trace.end, kLeft, xs, y0, ys, lower(n),
+            [&](const World::TimelinePoint& p) { return lower(n)(p) + p.jobs; }, kJobColor);
       }
       y += kPanel + kGap;
     }
   int x = kLeft;
   for (size_t i = 0; i < trace.services.size(); ++i) {
-    svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text "
-                       "x=\"{}\" y=\"{}\">{}</text>\n", x, y, kColors[i % std::size(kColors)],
-                       x + 14, y + 9, escape(trace.services[i].name));
+    svg += fmt::format(
+        "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text "
+        "x=\"{}\" y=\"{}\">{}</text>\n",
+        x, y, kColors[i % std::size(kColors)], x + 14, y + 9, escape(trace.services[i].name));
     x += 20 + int(trace.services[i].name.size()) * 7;
   }
-  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text "
-                     "x=\"{}\" y=\"{}\">jobs</text>\n</svg>\n", x, y, kJobColor, x + 14, y + 9);
+  svg += fmt::format(
+      "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text "
+      "x=\"{}\" y=\"{}\">jobs</text>\n</svg>\n",
+      x, y, kJobColor, x + 14, y + 9);
   return svg;
 }
 

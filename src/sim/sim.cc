@@ -12,8 +12,7 @@ RunResult run_policy(const Trace& trace, Policy& policy) {
   size_t next_request = 0, next_job = 0;
   for (;;) {
     Ms next = trace.end;
-    if (next_request < trace.requests.size())
-      next = std::min(next, trace.requests[next_request].t);
+    if (next_request < trace.requests.size()) next = std::min(next, trace.requests[next_request].t);
     if (next_job < trace.jobs.size()) next = std::min(next, trace.jobs[next_job].t);
     if (auto c = w.next_completion()) next = std::min(next, *c);
     if (auto p = policy.next_wakeup()) next = std::min(next, std::max(*p, w.now()));

@@ -68,23 +68,30 @@ TEST(SimTrace, ParsesTheIssuesExampleLines) {
 }
 
 TEST(SimTrace, ErrorsSayLineColumnAndWhat) {
-  std::string gpu = R"({"t":0,"type":"gpu","index":0,"total":"24GiB"})" "\n";
+  std::string gpu = R"({"t":0,"type":"gpu","index":0,"total":"24GiB"})"
+                    "\n";
   EXPECT_EQ(parse_error(gpu + R"({"t":1,"type":"request","service":"x","duration":1})"),
             "t.jsonl:2:25: no service 'x' (define it with a \"service\" line first)");
-  EXPECT_EQ(parse_error(gpu + R"({"t":1,"type":"job","name":"j","gpu":0,"bytes":"1GiB","durration":3})"),
-            "t.jsonl:2:55: unknown key 'durration' in a \"job\" line; did you mean 'duration'?");
+  EXPECT_EQ(
+      parse_error(gpu + R"({"t":1,"type":"job","name":"j","gpu":0,"bytes":"1GiB","durration":3})"),
+      "t.jsonl:2:55: unknown key 'durration' in a \"job\" line; did you mean 'duration'?");
   EXPECT_EQ(parse_error(gpu + R"({"t":-1,"type":"end"})"),
             "t.jsonl:2:2: 't' must be a number of seconds >= 0, got -1");
-  EXPECT_EQ(parse_error(gpu + R"({"t":1,"type":"job","name":"j","gpu":0,"bytes":"12","duration":3})"),
-            "t.jsonl:2:40: 'bytes': 12: give a unit, e.g. 12GiB");
-  EXPECT_EQ(parse_error(gpu + R"({"t":1,"type":"gpu")"), "t.jsonl:2:20: not JSON: syntax error "
-                                                        "while parsing object - unexpected end of "
-                                                        "input; expected '}'");
-  EXPECT_EQ(parse_error(R"({"t":0,"type":"service","name":"a","gpu":0,"model_bytes":"1GiB","load_seconds":1})"),
-            "t.jsonl:1:36: no GPU 0 (define it with a \"gpu\" line first)");
+  EXPECT_EQ(
+      parse_error(gpu + R"({"t":1,"type":"job","name":"j","gpu":0,"bytes":"12","duration":3})"),
+      "t.jsonl:2:40: 'bytes': 12: give a unit, e.g. 12GiB");
+  EXPECT_EQ(parse_error(gpu + R"({"t":1,"type":"gpu")"),
+            "t.jsonl:2:20: not JSON: syntax error "
+            "while parsing object - unexpected end of "
+            "input; expected '}'");
+  EXPECT_EQ(
+      parse_error(
+          R"({"t":0,"type":"service","name":"a","gpu":0,"model_bytes":"1GiB","load_seconds":1})"),
+      "t.jsonl:1:36: no GPU 0 (define it with a \"gpu\" line first)");
   EXPECT_EQ(parse_error(gpu + "[1,2]"), "t.jsonl:2:1: each line must be a JSON object");
-  EXPECT_EQ(parse_error(gpu + R"({"t":1,"type":"job","name":"j","gpu":0,"bytes":"30GiB","duration":3})"),
-            "t.jsonl:2:40: 'bytes' must be more than 0 and fit GPU 0 (24.0 GiB free at most)");
+  EXPECT_EQ(
+      parse_error(gpu + R"({"t":1,"type":"job","name":"j","gpu":0,"bytes":"30GiB","duration":3})"),
+      "t.jsonl:2:40: 'bytes' must be more than 0 and fit GPU 0 (24.0 GiB free at most)");
   EXPECT_EQ(parse_error(""), "t.jsonl: no \"gpu\" line");
   // Found by fuzz_trace: nlohmann throws out_of_range, not parse_error, for this one.
   EXPECT_EQ(parse_error(gpu + R"({"t":10e400000,"type":"end"})"),
@@ -208,7 +215,10 @@ TEST(SimBaselines, IneffectiveUnloadsFollowTheTracesFractionTheSameWayForEveryPo
   std::string text = R"({"t":0,"type":"gpu","index":0,"total":"24GiB"}
 {"t":0,"type":"service","name":"a","gpu":0,"model_bytes":"4GiB","load_seconds":1,"unload_seconds":1,"unload_effective":0.8}
 )";
-  for (int k = 0; k < 1000; ++k) text += fmt::format(R"({{"t":{},"type":"request","service":"a","duration":1}})" "\n", k * 10);
+  for (int k = 0; k < 1000; ++k)
+    text += fmt::format(R"({{"t":{},"type":"request","service":"a","duration":1}})"
+                        "\n",
+                        k * 10);
   text += R"({"t":10000,"type":"end"})";
   Trace t = parse(text);
   RunResult a = run(t, "free-at-end"), b = run(t, "free-at-end");
@@ -245,12 +255,14 @@ TEST(SimVramd, EvictsTheIdleServiceAfterMinIdleAndGrantsTheJobOnceItsMemoryIsGon
 
 TEST(SimVramd, AnUnloadThatFreesNothingIsEscalatedToARestartAfterItsTimeout) {
   std::string text = kSmall;
-  text.replace(text.find(R"("unload_seconds":2)"), 18, R"("unload_seconds":2,"unload_effective":0)");
+  text.replace(text.find(R"("unload_seconds":2)"), 18,
+               R"("unload_seconds":2,"unload_effective":0)");
   RunResult r = run(parse(text), "vramd");
   // Evicted at 45 s as above, but nothing comes back: the generic_http unload timeout (20 s)
   // gives the verdict "ineffective" at the 65 s sample, and the escalation restarts a (its
   // memory goes at once). The next sample, back at the 1 s interval, sees the room: 66 s.
-  EXPECT_EQ(decisions(r), (Lines{"0 load a", "45000 unload a", "65000 restart a", "66000 grant j"}));
+  EXPECT_EQ(decisions(r),
+            (Lines{"0 load a", "45000 unload a", "65000 restart a", "66000 grant j"}));
   EXPECT_EQ(r.metrics.unload_ineffective, 1);
   EXPECT_EQ(r.metrics.restarts, 1);
   EXPECT_EQ(r.metrics.job_wait_max_s, 46.0);

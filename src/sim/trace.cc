@@ -58,8 +58,8 @@ class Line {
     const json& v = at(key);
     if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0 ||
         v.get<double>() > kMaxSeconds)
-      return error(key, fmt::format("'{}' must be a number of seconds >= 0, got {}", key,
-                                    v.dump()));
+      return error(key,
+                   fmt::format("'{}' must be a number of seconds >= 0, got {}", key, v.dump()));
     return v.get<double>();
   }
   Result<Bytes> size(const std::string& key, std::optional<Bytes> fallback) const {
@@ -70,8 +70,8 @@ class Line {
     const json& v = at(key);
     if (v.is_number_integer() && v.get<int64_t>() == 0) return Bytes{0};
     if (!v.is_string())
-      return error(key, fmt::format("'{}' must be a size such as \"16GiB\", got {}", key,
-                                    v.dump()));
+      return error(key,
+                   fmt::format("'{}' must be a size such as \"16GiB\", got {}", key, v.dump()));
     auto b = parse_size(v.get<std::string>());
     if (!b) return error(key, fmt::format("'{}': {}", key, b.error()));
     return *b;
@@ -98,8 +98,8 @@ class Line {
     const json& v = at(key);
     if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi ||
         (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(hi)))
-      return error(key, fmt::format("'{}' must be an integer from {} to {}, got {}", key, lo, hi,
-                                    v.dump()));
+      return error(
+          key, fmt::format("'{}' must be an integer from {} to {}, got {}", key, lo, hi, v.dump()));
     return v.get<int64_t>();
   }
 
@@ -174,9 +174,9 @@ class Reader {
     if (l.has("unload_effective")) {
       const json& v = l.at("unload_effective");
       if (!v.is_number() || !(v.get<double>() >= 0.0 && v.get<double>() <= 1.0))
-        return l.error("unload_effective",
-                       fmt::format("'unload_effective' must be a number from 0 to 1, got {}",
-                                   v.dump()));
+        return l.error(
+            "unload_effective",
+            fmt::format("'unload_effective' must be a number from 0 to 1, got {}", v.dump()));
       s.unload_effective = v.get<double>();
     }
     trace_.services.push_back(std::move(s));
@@ -189,7 +189,8 @@ class Reader {
     int index = trace_.service_index(*name);
     if (index < 0)
       return l.error("service", fmt::format("no service '{}' (define it with a \"service\" line "
-                                            "first)", *name));
+                                            "first)",
+                                            *name));
     auto duration = l.seconds("duration", std::nullopt);
     if (!duration) return Error{duration.error()};
     trace_.requests.push_back({t, size_t(index), to_ms(*duration)});
@@ -211,7 +212,8 @@ class Reader {
     if (!bytes) return Error{bytes.error()};
     if (*bytes == 0 || *bytes > g->total - g->baseline)
       return l.error("bytes", fmt::format("'bytes' must be more than 0 and fit GPU {} ({} free "
-                                          "at most)", j.gpu, format_size(g->total - g->baseline)));
+                                          "at most)",
+                                          j.gpu, format_size(g->total - g->baseline)));
     j.bytes = *bytes;
     auto duration = l.seconds("duration", std::nullopt);
     if (!duration) return Error{duration.error()};
@@ -234,7 +236,8 @@ Result<Ms> check_shape(const Line& l, const json& j, std::string& type) {
   auto known = keys_by_type().find(type);
   if (known == keys_by_type().end())
     return l.error("type", fmt::format("unknown type \"{}\": expected gpu, service, request, job "
-                                       "or end", type));
+                                       "or end",
+                                       type));
   for (const auto& [key, value] : j.items()) {
     if (key == "t" || key == "type") continue;
     const auto& allowed = known->second;
@@ -283,8 +286,8 @@ Result<Trace> parse_trace(std::string_view text, const std::string& path) {
       if (size_t at = what.find("column "); at != std::string::npos)
         if (size_t colon = what.find(": ", at); colon != std::string::npos)
           what = what.substr(colon + 2);
-      return make_error(fmt::format("{}:{}:{}: not JSON: {}", path, number,
-                                    std::max<size_t>(e.byte, 1), what));
+      return make_error(
+          fmt::format("{}:{}:{}: not JSON: {}", path, number, std::max<size_t>(e.byte, 1), what));
     } catch (const json::exception& e) {
       // A number too large for a double (out_of_range.406) comes without a position.
       std::string what = e.what();
@@ -292,8 +295,8 @@ Result<Trace> parse_trace(std::string_view text, const std::string& path) {
       return make_error(fmt::format("{}:{}:1: not JSON: {}", path, number, what));
     }
     Line l(path, number, raw, j);
-    if (!j.is_object()) return make_error(fmt::format("{}:{}:1: each line must be a JSON object",
-                                                      path, number));
+    if (!j.is_object())
+      return make_error(fmt::format("{}:{}:1: each line must be a JSON object", path, number));
     if (ended) return l.error("type", "nothing may follow the \"end\" line");
     std::string type;
     auto t = check_shape(l, j, type);

@@ -25,9 +25,9 @@ struct TraceService {
   std::string name;
   unsigned gpu = 0;
   Bytes model_bytes = 0;
-  Bytes context_bytes = 0;  // held with the model while it is loaded
-  Ms load = 0;              // from unloaded to serving
-  Ms unload = 0;            // from the unload call to its memory being back
+  Bytes context_bytes = 0;        // held with the model while it is loaded
+  Ms load = 0;                    // from unloaded to serving
+  Ms unload = 0;                  // from the unload call to its memory being back
   double unload_effective = 1.0;  // fraction of unload calls that free anything
   Ms restart = 0;                 // a restart (the escalation) frees all and takes this
   Bytes footprint() const { return model_bytes + context_bytes; }
@@ -53,7 +53,7 @@ struct Trace {
   std::vector<TraceService> services;  // in file order
   std::vector<TraceRequest> requests;  // by t, file order on ties
   std::vector<TraceJob> jobs;          // by t, file order on ties
-  Ms end = 0;  // the "end" line's t, else the last line's t
+  Ms end = 0;                          // the "end" line's t, else the last line's t
 
   // nullptr when absent.
   const TraceGpu* gpu(unsigned index) const;

@@ -26,7 +26,8 @@ Config sim_config(const Trace& trace, const Config& base, bool base_from_file);
 
 class VramdPolicy : public Policy {
  public:
-  VramdPolicy(Config base, bool base_from_file) : base_(std::move(base)), from_file_(base_from_file) {}
+  VramdPolicy(Config base, bool base_from_file)
+      : base_(std::move(base)), from_file_(base_from_file) {}
   std::string name() const override { return "vramd"; }
 
   void start(World& w) override;

@@ -35,11 +35,16 @@ Bytes scaled(Bytes b, Ms done, Ms total) {
 
 const char* to_string(Phase p) {
   switch (p) {
-    case Phase::unloaded: return "unloaded";
-    case Phase::loading: return "loading";
-    case Phase::loaded: return "loaded";
-    case Phase::unloading: return "unloading";
-    case Phase::restarting: return "restarting";
+    case Phase::unloaded:
+      return "unloaded";
+    case Phase::loading:
+      return "loading";
+    case Phase::loaded:
+      return "loaded";
+    case Phase::unloading:
+      return "unloading";
+    case Phase::restarting:
+      return "restarting";
   }
   return "?";
 }
@@ -55,11 +60,14 @@ Bytes World::observed_bytes(size_t i) const {
   const ServiceSim& s = services_[i];
   Bytes full = s.spec->footprint();
   switch (s.phase) {
-    case Phase::loading: return scaled(full, now_ - s.phase_start, s.spec->load);
-    case Phase::loaded: return full;
+    case Phase::loading:
+      return scaled(full, now_ - s.phase_start, s.spec->load);
+    case Phase::loaded:
+      return full;
     case Phase::unloading:
       return s.unload_frees ? full - scaled(full, now_ - s.phase_start, s.spec->unload) : full;
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -305,8 +313,10 @@ void World::record_timeline() {
     auto& line = timeline_[g.index];
     if (!line.empty() && line.back().per_service == p.per_service && line.back().jobs == p.jobs)
       continue;
-    if (!line.empty() && line.back().t == p.t) line.back() = p;
-    else line.push_back(std::move(p));
+    if (!line.empty() && line.back().t == p.t)
+      line.back() = p;
+    else
+      line.push_back(std::move(p));
   }
 }
 

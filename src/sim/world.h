@@ -29,14 +29,14 @@ struct ServiceSim {
   const TraceService* spec = nullptr;
   Phase phase = Phase::unloaded;
   Ms phase_start = 0, phase_end = 0;
-  bool unload_frees = true;           // the unload under way frees its memory
-  std::deque<size_t> queue;           // requests waiting, by index into Trace::requests
-  std::optional<size_t> serving;      // the request being served
+  bool unload_frees = true;       // the unload under way frees its memory
+  std::deque<size_t> queue;       // requests waiting, by index into Trace::requests
+  std::optional<size_t> serving;  // the request being served
   Ms serve_end = 0;
-  Ms last_used = 0;                   // end of the last request (or its load)
+  Ms last_used = 0;  // end of the last request (or its load)
   int loads = 0;
   int unload_calls = 0;
-  int generation = 0;                 // bumps at each restart: a new process
+  int generation = 0;  // bumps at each restart: a new process
   bool busy() const { return serving.has_value() || !queue.empty(); }
 };
 
