@@ -39,10 +39,13 @@ class Line {
   Line(const std::string& path, size_t number, std::string_view text, const json& j)
       : path_(path), number_(number), text_(text), j_(j) {}
 
-  // Column of `"key"` in the line (1-based), so errors point at the field.
+  // Column of `"key"` in the line (1-based), so errors point at the field (or, when it is
+  // missing, at the line's closing brace).
   size_t column_of(const std::string& key) const {
     size_t at = text_.find("\"" + key + "\"");
-    return at == std::string_view::npos ? 1 : at + 1;
+    if (at != std::string_view::npos) return at + 1;
+    size_t end = text_.rfind('}');  // a missing key: where it should have been
+    return end == std::string_view::npos ? 1 : end + 1;
   }
   Error error(const std::string& key, const std::string& what) const {
     return make_error(fmt::format("{}:{}:{}: {}", path_, number_, column_of(key), what));

@@ -1,6 +1,8 @@
 // The simulator is the daemon's core (issue 13 item 6): one short story told twice, as a trace
 // through `vramd sim`'s vramd policy and as the real daemon on the test GPU with fake ComfyUIs,
 // from the same config, gives the same unloads and grants in the same order.
+#include <fstream>
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -99,6 +101,34 @@ TEST(SimE2E, AShortTraceGivesTheSameUnloadsAndGrantsInTheSameOrderAsTheDaemon) {
                                        "grant j3"};
   EXPECT_EQ(sim_story(*config), expected);
   EXPECT_EQ(daemon_story(f), expected) << f.log();
+}
+
+TEST(SimCli, WrongArgumentsAreUsageErrorsAndJsonCarriesTheIssuesKeys) {
+  testing::TempDir dir;
+  std::string trace = testing::source_dir() + "/bench/traces/homelab-day.jsonl";
+  EXPECT_EQ(testing::run_cli({"sim"}, {}, dir).code, 2);
+  auto bad = testing::run_cli({"sim", trace, "--policy", "lru"}, {}, dir);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("unknown policy 'lru'"), std::string::npos) << bad.err;
+  std::ofstream(dir.file("broken.jsonl")) << "{\"t\":0,\"type\":\"gpu\",\"index\":0}\n";
+  auto broken = testing::run_cli({"sim", dir.file("broken.jsonl")}, {}, dir);
+  EXPECT_EQ(broken.code, 1);
+  EXPECT_EQ(broken.err,
+            dir.file("broken.jsonl") + ":1:30: missing 'total' (a size, e.g. \"16GiB\")\n");
+
+  auto ok = testing::run_cli({"sim", trace, "--policy", "never", "--policy", "vramd", "--json",
+                              "--plot", dir.file("t.svg")},
+                             {}, dir);
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  json out = json::parse(ok.out);
+  ASSERT_EQ(out["policies"].size(), 2u);
+  for (const char* key :
+       {"policy", "job_wait_p50_s", "job_wait_p95_s", "job_wait_max_s", "blocked_by_idle_job_s",
+        "reloads", "reload_s", "request_latency_p50_s", "request_latency_p95_s", "idle_gib_h",
+        "unload_calls", "unload_ineffective", "jobs_never_admitted"})
+    EXPECT_TRUE(out["policies"][1].contains(key)) << key;
+  EXPECT_EQ(out["policies"][1]["policy"], "vramd");
+  EXPECT_NE(testing::slurp(dir.file("t.svg")).find("<svg"), std::string::npos);
 }
 
 }  // namespace
