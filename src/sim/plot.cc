@@ -49,6 +49,27 @@ std::string band(const std::vector<World::TimelinePoint>& line, Ms end, double x
 
 }  // namespace
 
+// At most one point per pixel column: the highest of each column's points, so a short peak
+// stays visible (a day has tens of thousands of changes; the chart has ~700 columns).
+std::vector<World::TimelinePoint> per_column(const std::vector<World::TimelinePoint>& line,
+                                             double xs) {
+  std::vector<World::TimelinePoint> out;
+  auto total = [](const World::TimelinePoint& p) {
+    Bytes b = p.jobs;
+    for (Bytes s : p.per_service) b += s;
+    return b;
+  };
+  for (const auto& p : line) {
+    if (!out.empty() && int(double(out.back().t) * xs) == int(double(p.t) * xs)) {
+      if (total(p) > total(out.back()))
+        out.back() = World::TimelinePoint{out.back().t, p.per_service, p.jobs};
+      continue;
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
 std::string plot_svg(const Trace& trace, const std::vector<RunResult>& runs) {
   size_t panels = runs.size() * trace.gpus.size();
   int height = kTop + int(panels) * (kPanel + kGap) + 40;
@@ -73,7 +94,7 @@ std::string plot_svg(const Trace& trace, const std::vector<RunResult>& runs) {
           kLeft, y, kWidth - kLeft - kRight, kPanel);
       auto it = run.timeline.find(g.index);
       if (it != run.timeline.end() && !it->second.empty()) {
-        const auto& line = it->second;
+        const auto line = per_column(it->second, xs);
         Bytes base = g.baseline;
         auto lower = [&](size_t upto) {
           return [&, upto](const World::TimelinePoint& p) {
@@ -82,6 +103,10 @@ std::string plot_svg(const Trace& trace, const std::vector<RunResult>& runs) {
             return b;
           };
         };
+        svg += band(
+            line, trace.end, kLeft, xs, y0, ys,
+            [](const World::TimelinePoint&) { return Bytes{0}; }, lower(0),
+            "#cccccc");  // the driver's own
         for (size_t i = 0; i < trace.services.size(); ++i) {
           if (trace.services[i].gpu != g.index) continue;
           svg += band(line, trace.end, kLeft, xs, y0, ys, lower(i), lower(i + 1),
@@ -95,6 +120,11 @@ std::string plot_svg(const Trace& trace, const std::vector<RunResult>& runs) {
       y += kPanel + kGap;
     }
   int x = kLeft;
+  svg += fmt::format(
+      "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"#cccccc\"/><text "
+      "x=\"{}\" y=\"{}\">driver</text>\n",
+      x, y, x + 14, y + 9);
+  x += 70;
   for (size_t i = 0; i < trace.services.size(); ++i) {
     svg += fmt::format(
         "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text "

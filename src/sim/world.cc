@@ -307,7 +307,10 @@ void World::record_timeline() {
     TimelinePoint p;
     p.t = now_;
     for (size_t i = 0; i < services_.size(); ++i)
-      p.per_service.push_back(services_[i].spec->gpu == g.index ? committed_bytes(i) : 0);
+      // What it holds: all of a load (already its own), what is left of an unload.
+      p.per_service.push_back(services_[i].spec->gpu != g.index        ? 0
+                              : services_[i].phase == Phase::unloading ? observed_bytes(i)
+                                                                       : committed_bytes(i));
     for (size_t j : running_)
       if (jobs_[j].spec->gpu == g.index) p.jobs += jobs_[j].spec->bytes;
     auto& line = timeline_[g.index];

@@ -105,7 +105,7 @@ class World {
   // The memory timeline by owner (for --plot): one point each time it changes.
   struct TimelinePoint {
     Ms t = 0;
-    std::vector<Bytes> per_service;  // committed, by service index
+    std::vector<Bytes> per_service;  // by service index: committed, but an unload's remainder
     Bytes jobs = 0;
   };
   const std::map<unsigned, std::vector<TimelinePoint>>& timeline() const { return timeline_; }
