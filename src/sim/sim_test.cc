@@ -268,5 +268,41 @@ TEST(SimVramd, AnUnloadThatFreesNothingIsEscalatedToARestartAfterItsTimeout) {
   EXPECT_EQ(r.metrics.job_wait_max_s, 46.0);
 }
 
+TEST(SimVramd, WithTheConfigsTtlTheArbiterUnloadsWhenTheTtlBaselineDoes) {
+  // Two implementations of one rule, the Arbiter's idle TTL and the sidecar's, on the homelab
+  // day: the same unloads, each within a sample (1 s) of the other.
+  auto text = generate_trace("homelab", 1);
+  ASSERT_TRUE(text.ok());
+  Trace t = parse(*text);
+  auto config = parse_config(R"([services.comfyui]
+kind = "comfyui"
+url = "http://127.0.0.1:8188"
+unload_after_idle = "300s"
+[services.ollama]
+kind = "ollama"
+url = "http://127.0.0.1:11434"
+unload_after_idle = "300s"
+)",
+                             "t.toml");
+  ASSERT_TRUE(config.ok()) << config.error();
+  auto vramd = make_policy("vramd", *config, true);
+  RunResult a = run_policy(t, **vramd), b = run(t, "ttl:300s");
+  auto unloads = [](const RunResult& r) {
+    std::vector<Decision> out;
+    for (const auto& d : r.decisions)
+      if (d.what.rfind("unload ", 0) == 0) out.push_back(d);
+    return out;
+  };
+  auto ua = unloads(a), ub = unloads(b);
+  ASSERT_EQ(ua.size(), ub.size());
+  ASSERT_GT(ua.size(), 5u);
+  for (size_t i = 0; i < ua.size(); ++i) {
+    EXPECT_EQ(ua[i].what, ub[i].what) << i;
+    EXPECT_GE(ua[i].t, ub[i].t) << i;  // the Arbiter sees the idle period at its next sample
+    EXPECT_LE(ua[i].t - ub[i].t, 1000) << i;
+  }
+  EXPECT_EQ(a.metrics.reloads, b.metrics.reloads);
+}
+
 }  // namespace
 }  // namespace vramd::sim
