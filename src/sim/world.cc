@@ -111,7 +111,10 @@ Bytes World::idle_bytes(unsigned gpu) const {
 void World::load(size_t i) {
   ServiceSim& s = services_[i];
   if (s.phase != Phase::unloaded) return;
-  if (free_committed(s.spec->gpu) < s.spec->footprint()) ++m_.loads_over_capacity;
+  // What the GPU shows free now (an unload under way counts by what it has given back: it
+  // ends within seconds while the load grows over its whole load time).
+  Bytes total = trace_.gpu(s.spec->gpu)->total, in_use = used(s.spec->gpu);
+  if (in_use > total || total - in_use < s.spec->footprint()) ++m_.loads_over_capacity;
   s.phase = Phase::loading;
   s.phase_start = now_;
   s.phase_end = now_ + s.spec->load;
