@@ -58,6 +58,7 @@ nlohmann::json to_json(const Metrics& m) {
       {"requests", m.requests},
       {"requests_never_served", m.requests_never_served},
       {"loads_over_capacity", m.loads_over_capacity},
+      {"unadmitted_load_ooms", m.unadmitted_load_ooms},
       {"dominated_by", m.dominated_by},
       {"distance_to_ideal", r3(m.distance_to_ideal)},
       {"wall_s", r3(m.wall_s)},

@@ -19,7 +19,8 @@ struct Metrics {
   int unload_calls = 0;
   int unload_ineffective = 0;
   int restarts = 0;
-  int loads_over_capacity = 0;  // loads started where the GPU showed too little free (an OOM)
+  int unadmitted_load_ooms = 0;  // vramd: a load forwarded unadmitted found too little free
+  int loads_over_capacity = 0;   // loads started where the GPU showed too little free (an OOM)
   int jobs = 0;
   int jobs_never_admitted = 0;
   int requests = 0;

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "core/wake.h"
+
 namespace vramd::sim {
 
 namespace {
@@ -140,9 +142,24 @@ bool VramdPolicy::may_load(World& w, size_t svc) {
   if (wake_granted_[svc]) return true;
   if (wake_lease_.count(svc)) return false;  // waiting for room
   const TraceService& s = *w.service(svc).spec;
+  const ServiceStatus* st = arbiter_->service(s.name);
+  const ServiceConfig* cfg = arbiter_->config().find_service(s.name);
+  // The proxy's choice, made by the core as in daemon/daemon_proxy.cc (the sim's servers have a
+  // wake call, like vLLM's /wake_up or llama.cpp's router).
+  WakePlan plan = plan_wake(*st, *cfg, /*can_wake=*/true, "");
+  if (plan.step == WakeStep::wait) return false;
+  if (plan.step != WakeStep::wake || !plan.room) {
+    // Forwarded: the server loads on the request itself, unadmitted. Where the GPU shows too
+    // little free, the load fails (an OOM) and is retried when memory comes back.
+    Bytes total = w.trace().gpu(s.gpu)->total, used = w.used(s.gpu);
+    bool fits = used <= total && total - used >= s.footprint();
+    if (!fits && !oom_counted_[svc]) w.count_unadmitted_oom();
+    oom_counted_[svc] = !fits;
+    return fits;
+  }
   LeaseRequest r;
-  r.gpu = s.gpu;
-  r.vram = s.footprint();
+  r.gpu = st->last_gpu.value_or(s.gpu);
+  r.vram = plan.room->bytes;
   r.holder = "vramd proxy";
   r.label = "wake " + s.name;
   r.service = s.name;

@@ -86,6 +86,8 @@ class World {
   // REQUIRES: job waiting.
   void grant(size_t job);
   std::vector<Decision>& decisions() { return decisions_; }
+  // A load the server tried unadmitted found too little free (counted once per load).
+  void count_unadmitted_oom() { ++m_.unadmitted_load_ooms; }
 
   // ---- the loop (sim.cc) ----
   // The next moment something in the world finishes; nullopt when nothing runs.
