@@ -268,6 +268,18 @@ TEST(SimVramd, AnUnloadThatFreesNothingIsEscalatedToARestartAfterItsTimeout) {
   EXPECT_EQ(r.metrics.job_wait_max_s, 46.0);
 }
 
+TEST(SimVramd, AFirstLoadIsForwardedUnadmittedAndWaitsWhereTheGpuIsFull) {
+  // As the daemon's proxy (core/wake.h): only a service vramd emptied is woken through
+  // admission. b has never been loaded, so its first request goes straight to the server; with
+  // a's 16 GiB idle on the GPU its 12 GiB do not fit, nothing is evicted for it, and it waits
+  // from 20 s to the end (80 s). (A limitation, in bench/RESULTS.md.)
+  RunResult r = run(parse(kSwap), "vramd");
+  EXPECT_EQ(decisions(r), (Lines{"0 load a"}));
+  EXPECT_EQ(r.metrics.unadmitted_load_ooms, 1);
+  EXPECT_EQ(r.metrics.requests_never_served, 1);
+  EXPECT_EQ(r.metrics.request_latency_p95_s, 80.0);
+}
+
 TEST(SimVramd, WithTheConfigsTtlTheArbiterUnloadsWhenTheTtlBaselineDoes) {
   // Two implementations of one rule, the Arbiter's idle TTL and the sidecar's, on the homelab
   // day: the same unloads, each within a sample (1 s) of the other.
