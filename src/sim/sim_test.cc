@@ -2,6 +2,8 @@
 // work out by hand, and the vramd policy (the real Arbiter) on one such trace.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "sim/generate.h"
@@ -116,6 +118,31 @@ TEST(SimGenerate, SameNameAndSeedGiveTheSameTraceAndTheTracesParse) {
     EXPECT_GT(t->events(), 50u) << name;
   }
   EXPECT_FALSE(generate_trace("nope", 1).ok());
+}
+
+TEST(SimMetrics, NearestRankPercentilesAndTheParetoVerdict) {
+  EXPECT_EQ(percentile({}, 95), 0.0);
+  EXPECT_EQ(percentile({3, 1, 2, 4}, 50), 2.0);  // rank ceil(2) = 2nd
+  EXPECT_EQ(percentile({3, 1, 2, 4}, 95), 4.0);  // rank ceil(3.8) = 4th
+  EXPECT_EQ(percentile({3, 1, 2, 4}, 100), 4.0);
+  EXPECT_EQ(percentile({5}, 0), 5.0);
+  auto row = [](std::string p, double wait, double reload) {
+    Metrics m;
+    m.policy = std::move(p);
+    m.job_wait_p95_s = wait;
+    m.reload_s = reload;
+    return m;
+  };
+  std::vector<Metrics> rows = {row("a", 10, 100), row("b", 10, 50), row("c", 0, 200),
+                               row("d", 20, 200)};
+  mark_pareto(rows);
+  EXPECT_EQ(rows[0].dominated_by, (std::vector<std::string>{"b"}));  // same wait, more reload
+  EXPECT_TRUE(rows[1].dominated_by.empty());
+  EXPECT_TRUE(rows[2].dominated_by.empty());
+  EXPECT_EQ(rows[3].dominated_by, (std::vector<std::string>{"a", "b", "c"}));
+  // Scaled by the ranges (wait 0-20, reload 50-200): b at (0.5, 0), d at (1, 1).
+  EXPECT_DOUBLE_EQ(rows[1].distance_to_ideal, 0.5);
+  EXPECT_DOUBLE_EQ(rows[3].distance_to_ideal, std::sqrt(2.0));
 }
 
 // ---- the world and the baselines, on kSmall ----
