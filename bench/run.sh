@@ -147,3 +147,7 @@ fi
 echo
 echo "== lease_load: reclaim overhead (target < 50 ms) and 1,000 concurrent long-polling clients"
 (ulimit -n 8192 2>/dev/null; timeout 300 python3 bench/lease_load.py "$BUILD_DIR")
+
+echo
+echo "== sim: every policy on every trace (vramd on the Pareto front) and the replay speed (< 2 s per policy)"
+bench/sim.sh "$BUILD_DIR"

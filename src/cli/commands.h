@@ -70,6 +70,19 @@ int cmd_logs(const CommonOptions& opts, const std::string& service, bool follow,
 // Crashes grouped by signature, with the evidence and the suggested fix.
 int cmd_doctor(const CommonOptions& opts, const std::string& service, bool json);
 
+struct SimOptions {
+  std::string trace;                  // TRACE.jsonl
+  std::vector<std::string> policies;  // --policy, repeatable; empty: every policy
+  std::string config_path;            // --config: vramd's TTLs, min_idle, ... for `vramd`
+  bool json = false;
+  bool markdown = false;  // --markdown: the table as markdown (bench/RESULTS.md)
+  std::string plot;       // --plot OUT.svg
+  std::string generate;   // --generate NAME: print a seeded trace instead
+  uint64_t seed = 1;
+};
+// Replays a trace through each policy, side by side (docs/sim.md). Needs no daemon and no GPU.
+int cmd_sim(const SimOptions& opts);
+
 struct DemoOptions {
   std::string listen = "127.0.0.1:7100";
   double duration_s = 0;  // 0: until interrupted

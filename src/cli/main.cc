@@ -147,6 +147,21 @@ int main(int argc, char** argv) {
   discover->add_option("--timeout-ms", discover_timeout_ms, "per HTTP request (default 500)")
       ->check(CLI::Range(10, 10000));
 
+  vramd::SimOptions sim_opts;
+  auto* sim = app.add_subcommand(
+      "sim", "replay a trace through vramd's policy and the field's baselines, side by side");
+  sim->add_option("trace", sim_opts.trace, "the trace: JSON lines (docs/sim.md)");
+  sim->add_option("--policy", sim_opts.policies,
+                  "never, ttl:300s, free-at-end, ollama, localai[:max=N], llama-swap[:ttl=D], "
+                  "vramd; repeat for several (default: all)");
+  sim->add_option("--config", sim_opts.config_path, "vramd.toml for the vramd policy");
+  sim->add_flag("--json", sim_opts.json, "print JSON");
+  sim->add_flag("--markdown", sim_opts.markdown, "print the table as markdown");
+  sim->add_option("--plot", sim_opts.plot, "write an SVG timeline of memory by owner here");
+  auto* gen = sim->add_option("--generate", sim_opts.generate,
+                              "print a seeded trace instead: homelab, agent, lab or stress");
+  sim->add_option("--seed", sim_opts.seed, "seed for --generate (default 1)")->needs(gen);
+
   auto* version = app.add_subcommand("version", "print the version");
 
   try {
@@ -164,6 +179,7 @@ int main(int argc, char** argv) {
     return vramd::cmd_status(common, status_opts);
   }
   if (*demo) return vramd::cmd_demo(demo_opts);
+  if (*sim) return vramd::cmd_sim(sim_opts);
   if (*services) return vramd::cmd_services(common, json);
   if (*free_cmd) return vramd::cmd_free(common, free_name, free_idle, free_force, json);
   if (*events) return vramd::cmd_events(common, follow, since, json);

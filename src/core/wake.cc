@@ -27,16 +27,22 @@ std::optional<LoadNeed> load_need(const ServiceStatus& st, const ServiceConfig& 
 }
 
 bool unloaded_by_vramd(const ServiceStatus& st) {
-  return st.last_unload && st.last_unload->outcome == UnloadOutcome::freed &&
-         st.bytes < kWorthUnloading;
+  if (!st.last_unload || st.bytes >= kWorthUnloading) return false;
+  // An unload that freed nothing but was escalated (restart, stop) emptied it all the same.
+  const std::string& esc = st.last_unload->escalation;
+  return st.last_unload->outcome == UnloadOutcome::freed || esc == "restart" || esc == "stop";
 }
 
 const char* to_string(WakeStep s) {
   switch (s) {
-    case WakeStep::ready: return "ready";
-    case WakeStep::start: return "start";
-    case WakeStep::wait: return "wait";
-    case WakeStep::wake: return "wake";
+    case WakeStep::ready:
+      return "ready";
+    case WakeStep::start:
+      return "start";
+    case WakeStep::wait:
+      return "wait";
+    case WakeStep::wake:
+      return "wake";
   }
   return "?";
 }

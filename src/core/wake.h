@@ -26,8 +26,9 @@ struct LoadNeed {
 std::optional<LoadNeed> load_need(const ServiceStatus& st, const ServiceConfig& cfg,
                                   const std::string& model);
 
-// Unloaded by vramd and not loaded since: its next request needs a wake first, where its kind
-// has one (ComfyUI and Ollama load on the request itself).
+// Unloaded by vramd and not loaded since (freed by an unload, or by the restart or stop its
+// escalation asked for): its next request needs a wake first, where its kind has one (ComfyUI
+// and Ollama load on the request itself).
 bool unloaded_by_vramd(const ServiceStatus& st);
 
 enum class WakeStep {

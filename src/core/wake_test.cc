@@ -60,7 +60,18 @@ TEST(PlanWake, EachStepFromTheServicesState) {
   EXPECT_EQ(plan_wake(st, cfg, false, "m").step, WakeStep::ready);
   // Unloaded by someone else, or an unload that freed nothing: nothing to wake.
   st.last_unload->outcome = UnloadOutcome::ineffective;
+  st.last_unload->escalation = "report";
   EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::ready);
+  // Found by vramd sim (the agent-runner day): an unload that freed nothing and was escalated
+  // left the service empty by vramd's own restart; its next load was forwarded unadmitted and
+  // waited for room nobody made (request p95 4,270 s). It is vramd's to wake, like a freed one.
+  st.last_unload->escalation = "restart";
+  EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::wake);
+  EXPECT_EQ(plan_wake(st, cfg, true, "m").room->bytes, 8 * GiB);
+  st.bytes = 8 * GiB;  // loaded again since: nothing to wake
+  EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::ready);
+  st.bytes = 100 * MiB;
+  st.last_unload->escalation = "";
   // A service vramd runs that is down: started, whatever else is true.
   st.managed = ManagedState{};
   st.managed->state = ManagedPhase::stopped;

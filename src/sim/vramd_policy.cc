@@ -1,0 +1,257 @@
+#include "sim/vramd_policy.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/wake.h"
+
+namespace vramd::sim {
+
+namespace {
+
+constexpr Ms kFastSample = 250;  // daemon/: kFastSampleInterval
+constexpr int kServicePid = 10000;
+constexpr int kJobPid = 500000;
+
+int service_pid(const World& w, size_t svc) {
+  return kServicePid + int(svc) * 1000 + w.service(svc).generation % 1000;
+}
+
+}  // namespace
+
+Config sim_config(const Trace& trace, const Config& base, bool base_from_file) {
+  Config c = base;
+  c.services.clear();
+  if (!c.gpu.baseline && !trace.gpus.empty()) {
+    // One baseline for every GPU (vramd.toml has one): the smallest, so no GPU's driver memory
+    // is taken for less than it is.
+    Bytes b = trace.gpus[0].baseline;
+    for (const auto& g : trace.gpus) b = std::min(b, g.baseline);
+    c.gpu.baseline = b;
+  }
+  for (size_t i = 0; i < trace.services.size(); ++i) {
+    const TraceService& s = trace.services[i];
+    const ServiceConfig* given = base.find_service(s.name);
+    ServiceConfig sc = given ? *given : ServiceConfig{};
+    sc.name = s.name;
+    sc.kind = "generic_http";
+    sc.url = fmt::format("http://127.0.0.1:{}", 20000 + i);
+    sc.unload_url = "/free";
+    sc.match = MatchRule{};
+    sc.match.container = s.name;  // escalation restarts the container
+    sc.start.clear();
+    if (!given || !base_from_file) sc.on_ineffective_unload = "restart";
+    if (!sc.vram_estimate) sc.vram_estimate = s.footprint();
+    c.services.push_back(std::move(sc));
+  }
+  return c;
+}
+
+void VramdPolicy::start(World& w) {
+  arbiter_ = std::make_unique<Arbiter>(sim_config(w.trace(), base_, from_file_));
+  for (size_t i = 0; i < w.services().size(); ++i) probe(w, i, true);
+  next_sample_ = w.now();
+}
+
+std::optional<Ms> VramdPolicy::next_wakeup() const {
+  Ms next = next_sample_;
+  if (auto d = arbiter_->next_deadline())
+    next = std::min(next, std::max(Ms(d->time_since_epoch().count()), last_tick_ + 1));
+  return next;
+}
+
+void VramdPolicy::on_wakeup(World& w) {
+  if (w.now() >= next_sample_) {
+    // The proxy's held requests are clients still there: their wake leases stay alive.
+    for (const auto& [svc, id] : wake_lease_) feed(w, LeaseHeartbeat{id});
+    feed(w, sample(w));
+    Ms interval = fast_ ? kFastSample : Ms(arbiter_->config().daemon.sample_interval.count());
+    next_sample_ = w.now() + std::max<Ms>(interval, 1);
+  }
+  auto d = arbiter_->next_deadline();
+  if (d && Ms(d->time_since_epoch().count()) <= w.now() && last_tick_ < w.now()) {
+    last_tick_ = w.now();
+    feed(w, Tick{});
+  }
+}
+
+SampleTaken VramdPolicy::sample(const World& w) const {
+  SampleTaken s;
+  s.gpus.backend = "sim";
+  for (const auto& g : w.trace().gpus) {
+    GpuSample gs;
+    gs.index = g.index;
+    gs.label = std::to_string(g.index);
+    gs.uuid = fmt::format("GPU-sim-{}", g.index);
+    gs.name = "simulated GPU";
+    gs.total = g.total;
+    gs.used = std::min(w.used(g.index), g.total);
+    for (size_t i = 0; i < w.services().size(); ++i) {
+      Bytes b = w.observed_bytes(i);
+      if (w.service(i).spec->gpu != g.index || b == 0) continue;
+      gs.processes.push_back({service_pid(w, i), b, "python3"});
+    }
+    for (size_t j = 0; j < w.jobs().size(); ++j) {
+      const JobSim& job = w.jobs()[j];
+      if (job.state == JobSim::State::running && job.spec->gpu == g.index)
+        gs.processes.push_back({kJobPid + int(j), job.spec->bytes, "job"});
+    }
+    s.gpus.gpus.push_back(std::move(gs));
+  }
+  for (const auto& g : s.gpus.gpus)
+    for (const auto& p : g.processes) {
+      ProcessInfo info;
+      info.pid = p.pid;
+      info.ppid = 1;
+      info.comm = p.name;
+      info.start_ticks = 1;
+      if (p.pid < kJobPid) {
+        size_t svc = size_t(p.pid - kServicePid) / 1000;
+        info.cmdline = "python3 main.py";
+        info.cgroup.kind = CgroupIdentity::Kind::container;
+        info.cgroup.runtime = "docker";
+        info.cgroup.container_name = w.service(svc).spec->name;
+      } else {
+        info.cmdline = w.jobs()[size_t(p.pid - kJobPid)].spec->name;
+      }
+      s.host.processes.push_back(std::move(info));
+    }
+  std::sort(s.host.processes.begin(), s.host.processes.end(),
+            [](const ProcessInfo& a, const ProcessInfo& b) { return a.pid < b.pid; });
+  return s;
+}
+
+void VramdPolicy::probe(World& w, size_t svc, bool reachable) {
+  ServiceProbe p;
+  p.reachable = reachable;
+  if (!reachable) p.error = "connect: Connection refused (restarting)";
+  Phase ph = w.service(svc).phase;
+  if (reachable && (ph == Phase::loaded || ph == Phase::unloading))
+    p.models.push_back(w.service(svc).spec->name);
+  feed(w, ProbeDone{w.service(svc).spec->name, p});
+}
+
+void VramdPolicy::report_requests(World& w, size_t svc) {
+  const ServiceSim& s = w.service(svc);
+  int n = int(s.queue.size()) + (s.serving ? 1 : 0);
+  feed(w, RequestsInFlight{s.spec->name, n});
+}
+
+bool VramdPolicy::may_load(World& w, size_t svc) {
+  if (wake_granted_[svc]) return true;
+  if (wake_lease_.count(svc)) return false;  // waiting for room
+  const TraceService& s = *w.service(svc).spec;
+  const ServiceStatus* st = arbiter_->service(s.name);
+  const ServiceConfig* cfg = arbiter_->config().find_service(s.name);
+  // The proxy's choice, made by the core as in daemon/daemon_proxy.cc (the sim's servers have a
+  // wake call, like vLLM's /wake_up or llama.cpp's router).
+  WakePlan plan = plan_wake(*st, *cfg, /*can_wake=*/true, "");
+  if (plan.step == WakeStep::wait) return false;
+  if (plan.step != WakeStep::wake || !plan.room) {
+    // Forwarded: the server loads on the request itself, unadmitted. Where the GPU shows too
+    // little free, the load fails (an OOM) and is retried when memory comes back.
+    Bytes total = w.trace().gpu(s.gpu)->total, used = w.used(s.gpu);
+    bool fits = used <= total && total - used >= s.footprint();
+    if (!fits && !oom_counted_[svc]) w.count_unadmitted_oom();
+    oom_counted_[svc] = !fits;
+    return fits;
+  }
+  LeaseRequest r;
+  r.gpu = st->last_gpu.value_or(s.gpu);
+  r.vram = plan.room->bytes;
+  r.holder = "vramd proxy";
+  r.label = "wake " + s.name;
+  r.service = s.name;
+  uint64_t id = arbiter_->next_lease_id();
+  wake_lease_[svc] = id;
+  wake_of_lease_[id] = svc;
+  feed(w, LeaseRequested{id, r});
+  return wake_granted_[svc];
+}
+
+void VramdPolicy::on_load_done(World& w, size_t svc) {
+  probe(w, svc, true);  // its model is listed now
+  auto it = wake_lease_.find(svc);
+  if (it == wake_lease_.end()) return;
+  uint64_t id = it->second;
+  wake_lease_.erase(it);
+  wake_of_lease_.erase(id);
+  wake_granted_[svc] = false;
+  feed(w, LeaseReleased{id, std::nullopt});  // its memory is the service's own now
+}
+
+void VramdPolicy::on_unload_done(World& w, size_t svc, bool) { probe(w, svc, true); }
+
+void VramdPolicy::on_restart_done(World& w, size_t svc) {
+  feed(w, LifecycleDone{w.service(svc).spec->name, Command::restart, true, "restarted"});
+  probe(w, svc, true);
+}
+
+void VramdPolicy::on_job_arrived(World& w, size_t j) {
+  const TraceJob& job = *w.jobs()[j].spec;
+  LeaseRequest r;
+  r.gpu = job.gpu;
+  r.vram = job.bytes;
+  r.holder = job.name;
+  r.pid = kJobPid + int(j);
+  r.pid_start_ticks = 1;
+  r.priority = job.priority;
+  r.label = job.name;
+  uint64_t id = arbiter_->next_lease_id();
+  job_of_lease_[id] = j;
+  lease_of_job_[j] = id;
+  feed(w, LeaseRequested{id, r});
+}
+
+void VramdPolicy::on_job_done(World& w, size_t j) {
+  auto it = lease_of_job_.find(j);
+  if (it != lease_of_job_.end()) feed(w, LeaseReleased{it->second, 0});
+}
+
+void VramdPolicy::feed(World& w, Event e) {
+  pending_.push_back(std::move(e));
+  if (feeding_) return;
+  feeding_ = true;
+  while (!pending_.empty()) {
+    Event next = std::move(pending_.front());
+    pending_.pop_front();
+    apply(w, arbiter_->handle(next, at(w)));
+  }
+  feeding_ = false;
+}
+
+void VramdPolicy::on_lease(World& w, const Lease& l) {
+  if (l.state != LeaseState::granted) return;
+  if (auto j = job_of_lease_.find(l.id); j != job_of_lease_.end()) {
+    if (w.jobs()[j->second].state == JobSim::State::waiting) w.grant(j->second);
+  } else if (auto s = wake_of_lease_.find(l.id); s != wake_of_lease_.end()) {
+    wake_granted_[s->second] = true;
+  }
+}
+
+void VramdPolicy::apply(World& w, const std::vector<Action>& actions) {
+  for (const Action& a : actions) {
+    if (auto* c = std::get_if<CallUnload>(&a)) {
+      int svc = w.trace().service_index(c->service);
+      if (svc >= 0) w.unload(size_t(svc));
+      // The server accepts the call at once; what it frees shows in later samples.
+      pending_.push_back(UnloadCallDone{c->service,
+                                        c->unload_id,
+                                        {UnloadCall::Result::requested, "POST /free → 200"},
+                                        Duration(0)});
+    } else if (auto* l = std::get_if<Lifecycle>(&a)) {
+      int svc = w.trace().service_index(l->service);
+      if (svc < 0) continue;
+      w.restart(size_t(svc));  // a stop frees the same way; the service comes back unloaded
+      probe(w, size_t(svc), false);
+    } else if (auto* lc = std::get_if<LeaseChanged>(&a)) {
+      on_lease(w, lc->lease);
+    } else if (auto* f = std::get_if<SetFastSampling>(&a)) {
+      fast_ = f->on;
+      if (fast_) next_sample_ = std::min(next_sample_, w.now() + kFastSample);
+    }
+  }
+}
+
+}  // namespace vramd::sim

@@ -1,0 +1,73 @@
+// The `vramd` policy: the real core Arbiter, fed on a virtual clock by a second shell that does
+// what daemon/daemon.cc does against the modelled world (docs/sim.md "vramd"). Samples of the
+// world's GPUs become SampleTaken, requests become RequestsInFlight (as the proxy counts them),
+// jobs become leases with the job's pid, a request for an unloaded service takes a lease for the
+// service's memory before it loads (the proxy's wake path); CallUnload, Lifecycle and
+// LeaseChanged act on the world and are answered with the events the daemon would feed.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/arbiter.h"
+#include "sim/policy.h"
+
+namespace vramd::sim {
+
+// The Arbiter's config for a trace: `base` (--config, or defaults) for the daemon and GPU
+// settings and for each trace service of the same name (TTL, min_idle, pinned, group, backoff);
+// every trace service becomes a container with an unload call, restarted when an unload frees
+// nothing unless the config says otherwise.
+Config sim_config(const Trace& trace, const Config& base, bool base_from_file);
+
+class VramdPolicy : public Policy {
+ public:
+  VramdPolicy(Config base, bool base_from_file)
+      : base_(std::move(base)), from_file_(base_from_file) {}
+  std::string name() const override { return "vramd"; }
+
+  void start(World& w) override;
+  std::optional<Ms> next_wakeup() const override;
+  void on_wakeup(World& w) override;
+  void on_request_arrived(World& w, size_t svc) override { report_requests(w, svc); }
+  void on_request_done(World& w, size_t svc) override { report_requests(w, svc); }
+  bool may_load(World& w, size_t svc) override;
+  void on_load_done(World& w, size_t svc) override;
+  void on_unload_done(World& w, size_t svc, bool freed) override;
+  void on_restart_done(World& w, size_t svc) override;
+  bool admits_jobs() const override { return true; }
+  void on_job_arrived(World& w, size_t job) override;
+  void on_job_done(World& w, size_t job) override;
+
+  const Arbiter& arbiter() const { return *arbiter_; }
+
+ private:
+  void feed(World& w, Event e);
+  void apply(World& w, const std::vector<Action>& actions);
+  void on_lease(World& w, const Lease& l);
+  void probe(World& w, size_t svc, bool reachable);
+  void report_requests(World& w, size_t svc);
+  SampleTaken sample(const World& w) const;
+  Now at(const World& w) const { return Now(MonoTime(Duration(w.now()))); }
+
+  Config base_;
+  bool from_file_ = false;
+  std::unique_ptr<Arbiter> arbiter_;
+  std::deque<Event> pending_;  // answers to actions, fed after the batch (as the daemon posts)
+  bool feeding_ = false;
+  bool fast_ = false;
+  Ms next_sample_ = 0;
+  Ms last_tick_ = -1;
+  std::map<uint64_t, size_t> job_of_lease_;
+  std::map<size_t, uint64_t> lease_of_job_;
+  std::map<uint64_t, size_t> wake_of_lease_;  // a service's wake lease
+  std::map<size_t, uint64_t> wake_lease_;     // service -> its wake lease, while it has one
+  std::map<size_t, bool> wake_granted_;
+  std::map<size_t, bool> oom_counted_;  // a forwarded load waits where it does not fit
+};
+
+}  // namespace vramd::sim
