@@ -43,6 +43,8 @@ const char* to_string(WakeStep s) {
       return "wait";
     case WakeStep::wake:
       return "wake";
+    case WakeStep::admit:
+      return "admit";
   }
   return "?";
 }
@@ -62,6 +64,16 @@ WakePlan plan_wake(const ServiceStatus& st, const ServiceConfig& cfg, bool can_w
   if (can_wake && unloaded_by_vramd(st)) {
     plan.step = WakeStep::wake;
     plan.room = load_need(st, cfg, model);
+    return plan;
+  }
+  // Empty (unloaded by vramd, by its own keep-alive, or never loaded) and asked for a model whose
+  // size is known: the load it is about to make waits for room like a lease, so that idle others
+  // are evicted for it instead of it failing for memory (Ollama, ComfyUI, a first load).
+  if (!model.empty() && st.state == ServiceState::up && st.bytes < kWorthUnloading) {
+    if (auto need = load_need(st, cfg, model)) {
+      plan.step = WakeStep::admit;
+      plan.room = need;
+    }
   }
   return plan;
 }

@@ -36,6 +36,7 @@ enum class WakeStep {
   start,  // a service vramd runs that is not running: start it (start admission sizes it)
   wait,   // being unloaded: wait for the verdict, then wake
   wake,   // call the adapter's wake, after admitting `room` like a lease when it is known
+  admit,  // empty, and it loads on the request itself: admit `room` like a lease, then forward
 };
 const char* to_string(WakeStep s);
 
@@ -45,6 +46,9 @@ struct WakePlan {
 };
 
 // `can_wake`: the service's adapter has a wake call (vLLM /wake_up, llama.cpp /models/load).
+// `model`: the model the request names ("" for a request that names none: a UI's poll, a
+// ComfyUI prompt). Only a request for a model is admitted before it loads (`admit`): a request
+// that names none may load nothing.
 WakePlan plan_wake(const ServiceStatus& st, const ServiceConfig& cfg, bool can_wake,
                    const std::string& model);
 

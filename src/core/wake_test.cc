@@ -56,12 +56,19 @@ TEST(PlanWake, EachStepFromTheServicesState) {
   EXPECT_EQ(p.step, WakeStep::wake);
   ASSERT_TRUE(p.room.has_value());
   EXPECT_EQ(p.room->bytes, 8 * GiB);
-  // A kind that loads on the request itself (ComfyUI, Ollama): forwarded.
-  EXPECT_EQ(plan_wake(st, cfg, false, "m").step, WakeStep::ready);
-  // Unloaded by someone else, or an unload that freed nothing: nothing to wake.
+  // A kind that loads on the request itself (ComfyUI, Ollama): nothing to call, but the load it
+  // is about to make is admitted first for what it was measured to take.
+  p = plan_wake(st, cfg, false, "m");
+  EXPECT_EQ(p.step, WakeStep::admit);
+  EXPECT_EQ(p.room->bytes, 8 * GiB);
+  // A request that names no model (a UI's poll) may load nothing: forwarded.
+  EXPECT_EQ(plan_wake(st, cfg, false, "").step, WakeStep::ready);
+  // Unloaded by someone else, or an unload that freed nothing: nothing to wake; empty, so its
+  // load is admitted when its size is known, else forwarded.
   st.last_unload->outcome = UnloadOutcome::ineffective;
   st.last_unload->escalation = "report";
-  EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::ready);
+  EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::admit);
+  EXPECT_EQ(plan_wake(st, cfg, true, "never-measured").step, WakeStep::ready);
   // Found by vramd sim (the agent-runner day): an unload that freed nothing and was escalated
   // left the service empty by vramd's own restart; its next load was forwarded unadmitted and
   // waited for room nobody made (request p95 4,270 s). It is vramd's to wake, like a freed one.
@@ -77,7 +84,10 @@ TEST(PlanWake, EachStepFromTheServicesState) {
   st.managed->state = ManagedPhase::stopped;
   EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::start);
   EXPECT_EQ(plan_wake(st, cfg, true, "m").room->bytes, 8 * GiB);
+  // Running and empty (it loads on its first request): that load is admitted; loaded: ready.
   st.managed->state = ManagedPhase::running;
+  EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::admit);
+  st.bytes = 8 * GiB;
   EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::ready);
 }
 

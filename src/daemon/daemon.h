@@ -137,6 +137,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   boost::asio::awaitable<WakeResult> wake_for_request(
       std::string service, std::string model, WakePlan plan,
       std::chrono::steady_clock::time_point deadline, WakeProgress progress);
+  boost::asio::awaitable<void> release_when_loaded(uint64_t lease, std::string service, Bytes room);
   // Supervision (daemon_children.cc).
   void check_health(const std::string& service);
   void record_crash(RecordCrash crash);

@@ -6,12 +6,14 @@
 // GCC 12 needs <utility> before Boost's awaitable.hpp.
 #include <utility>
 
+#include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "core/eviction.h"
 #include "core/service_kinds.h"
 #include "core/wake.h"
 #include "daemon/daemon.h"
@@ -120,7 +122,7 @@ asio::awaitable<WakeResult> Daemon::ensure_ready(std::string service, std::strin
     auto op = start_for_request(service, model, left, progress);
     co_return co_await std::move(op);
   }
-  if (plan.step == WakeStep::wake) {
+  if (plan.step == WakeStep::wake || plan.step == WakeStep::admit) {
     auto op = wake_for_request(service, model, plan, deadline, progress);
     co_return co_await std::move(op);
   }
@@ -159,8 +161,8 @@ asio::awaitable<WakeResult> Daemon::wake_for_request(std::string service, std::s
                                                      WakeProgress progress) {
   auto t0 = std::chrono::steady_clock::now();
   const ServiceStatus* st = arbiter_.service(service);
-  // A wake needs its memory back: admitted by the budget like a lease (idle others evicted),
-  // for what the core learned it takes (plan.room).
+  // Its memory comes back (a wake) or is taken (a load on the request): admitted by the budget
+  // like a lease (idle others evicted), for what the core learned it takes (plan.room).
   std::optional<uint64_t> lease;
   std::string evicted;
   if (plan.room) {
@@ -168,7 +170,7 @@ asio::awaitable<WakeResult> Daemon::wake_for_request(std::string service, std::s
     r.vram = plan.room->bytes;
     r.gpu = st ? st->last_gpu : std::nullopt;
     r.holder = "vramd proxy";
-    r.label = "wake " + service;
+    r.label = (plan.step == WakeStep::wake ? "wake " : "load ") + service;
     r.service = service;
     r.command = model;
     auto id = request_lease(std::move(r));
@@ -179,7 +181,8 @@ asio::awaitable<WakeResult> Daemon::wake_for_request(std::string service, std::s
       const Lease* l = arbiter_.lease(*lease);
       if (!l || l->state != LeaseState::queued) break;
       progress(fmt::format("waiting for GPU room: {}", l->reason.text));
-      if (std::chrono::steady_clock::now() >= deadline) break;
+      if (std::chrono::steady_clock::now() >= deadline || stopping_) break;
+      lease_heartbeat(*lease);  // a wait longer than lease_heartbeat must not expire it
       auto wait = wait_lease(*lease, std::chrono::seconds(2));
       co_await std::move(wait);
     }
@@ -192,26 +195,65 @@ asio::awaitable<WakeResult> Daemon::wake_for_request(std::string service, std::s
     }
     evicted = evicted_text(l);
   }
-  progress(fmt::format("waking {}", service));
-  auto adapter = adapters_.find(service);
-  UnloadCall call{UnloadCall::Result::failed, "no adapter"};
-  if (adapter != adapters_.end()) {
-    auto op = adapter->second->wake();
-    call = co_await std::move(op);
+  UnloadCall call{UnloadCall::Result::requested, "loads on the request"};
+  if (plan.step == WakeStep::wake) {
+    progress(fmt::format("waking {}", service));
+    auto adapter = adapters_.find(service);
+    call = {UnloadCall::Result::failed, "no adapter"};
+    if (adapter != adapters_.end()) {
+      auto op = adapter->second->wake();
+      call = co_await std::move(op);
+    }
   }
-  if (lease) release_lease(*lease, std::nullopt);  // its memory is the service's own again
   bool failed = call.result == UnloadCall::Result::failed;
+  // The lease holds the room until the load shows on the GPU, not just until the call returned:
+  // else the next admission pass would hand out the bytes the load is about to take.
+  if (lease) {
+    if (failed)
+      release_lease(*lease, std::nullopt);
+    else
+      asio::co_spawn(io_, release_when_loaded(*lease, service, plan.room->bytes), asio::detached);
+  }
   std::string room = plan.room ? fmt::format(", room for {} ({})", format_size(plan.room->bytes),
                                              plan.room->source)
                                : std::string();
-  apply({make_event(clock_(), failed ? "service.wake_failed" : "service.woken", std::nullopt,
-                    service,
-                    fmt::format("wake {} for {} in {}{}{}: {}", service,
-                                model.empty() ? "a request" : model,
+  const char* type = failed ? "service.wake_failed"
+                     : plan.step == WakeStep::wake ? "service.woken"
+                                                   : "service.load_admitted";
+  apply({make_event(clock_(), type, std::nullopt, service,
+                    fmt::format("{} {} for {} in {}{}{}: {}",
+                                plan.step == WakeStep::wake ? "wake" : "admitted the load of",
+                                service, model.empty() ? "a request" : model,
                                 seconds_text(std::chrono::steady_clock::now() - t0), room,
                                 evicted, call.message))});
   if (failed) co_return WakeResult::refused(fmt::format("wake {} failed: {}", service, call.message));
   co_return WakeResult::ready();
+}
+
+asio::awaitable<void> Daemon::release_when_loaded(uint64_t lease, std::string service, Bytes room) {
+  // Until the service holds most of the room, or its load stopped growing, or two reload costs passed
+  // (at least 30 s, at most 5 min); heartbeats meanwhile. The lease counts the service's bytes as
+  // its own (request.service), so nothing is counted twice while both exist.
+  const ServiceStatus* st = arbiter_.service(service);
+  Duration reload = st ? st->reload_cost : Duration(std::chrono::seconds(30));
+  auto limit = std::clamp<Duration>(2 * reload, std::chrono::seconds(30), std::chrono::minutes(5));
+  auto until = std::chrono::steady_clock::now() + limit;
+  asio::steady_timer timer(io_);
+  Bytes last = 0;
+  int steady = 0;  // polls in a row at a loaded, unchanged size: a load smaller than its room
+  while (!stopping_ && std::chrono::steady_clock::now() < until) {
+    const ServiceStatus* now = arbiter_.service(service);
+    if (!now || !arbiter_.lease(lease)) break;
+    if (now->bytes >= room - room / 10) break;
+    steady = now->bytes >= kWorthUnloading && now->bytes == last ? steady + 1 : 0;
+    last = now->bytes;
+    if (steady >= 8) break;  // 2 s of samples without growth
+    lease_heartbeat(lease);
+    timer.expires_after(kUnloadPoll);
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (!stopping_) release_lease(lease, std::nullopt);
 }
 
 nlohmann::json Daemon::request_path() const {

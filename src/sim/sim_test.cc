@@ -295,16 +295,17 @@ TEST(SimVramd, AnUnloadThatFreesNothingIsEscalatedToARestartAfterItsTimeout) {
   EXPECT_EQ(r.metrics.job_wait_max_s, 46.0);
 }
 
-TEST(SimVramd, AFirstLoadIsForwardedUnadmittedAndWaitsWhereTheGpuIsFull) {
-  // As the daemon's proxy (core/wake.h): only a service vramd emptied is woken through
-  // admission. b has never been loaded, so its first request goes straight to the server; with
-  // a's 16 GiB idle on the GPU its 12 GiB do not fit, nothing is evicted for it, and it waits
-  // from 20 s to the end (80 s). (A limitation, in bench/RESULTS.md.)
+TEST(SimVramd, AFirstLoadOfAKnownSizeIsAdmittedAndTheIdleServiceEvictedForIt) {
+  // As the daemon's proxy (core/wake.h, WakeStep::admit): b has never been loaded, but its size
+  // is known (the sim's vram_estimate, the trace's footprint), so its first request waits for
+  // room like a lease. a (idle since 15 s) is evicted once past min_idle (30 s), at 45 s; b's
+  // lease is granted on the first sample that shows a's memory going, and it loads. (Before, the request went to the server unadmitted, failed for memory
+  // and waited to the end of the trace: 80 s, never served.)
   RunResult r = run(parse(kSwap), "vramd");
-  EXPECT_EQ(decisions(r), (Lines{"0 load a"}));
-  EXPECT_EQ(r.metrics.unadmitted_load_ooms, 1);
-  EXPECT_EQ(r.metrics.requests_never_served, 1);
-  EXPECT_EQ(r.metrics.request_latency_p95_s, 80.0);
+  EXPECT_EQ(decisions(r), (Lines{"0 load a", "45000 unload a", "45500 load b"}));
+  EXPECT_EQ(r.metrics.unadmitted_load_ooms, 0);
+  EXPECT_EQ(r.metrics.requests_never_served, 0);
+  EXPECT_EQ(r.metrics.request_latency_p95_s, 34.5);  // b: 20 s → 45.5 s, + 4 s load + 5 s
 }
 
 TEST(SimVramd, WithTheConfigsTtlTheArbiterUnloadsWhenTheTtlBaselineDoes) {

@@ -146,9 +146,11 @@ bool VramdPolicy::may_load(World& w, size_t svc) {
   const ServiceConfig* cfg = arbiter_->config().find_service(s.name);
   // The proxy's choice, made by the core as in daemon/daemon_proxy.cc (the sim's servers have a
   // wake call, like vLLM's /wake_up or llama.cpp's router).
-  WakePlan plan = plan_wake(*st, *cfg, /*can_wake=*/true, "");
+  // A request names its service's model (the sim's probes report it so), as a front door
+  // request does: an empty service's load is admitted when its size is known.
+  WakePlan plan = plan_wake(*st, *cfg, /*can_wake=*/true, s.name);
   if (plan.step == WakeStep::wait) return false;
-  if (plan.step != WakeStep::wake || !plan.room) {
+  if ((plan.step != WakeStep::wake && plan.step != WakeStep::admit) || !plan.room) {
     // Forwarded: the server loads on the request itself, unadmitted. Where the GPU shows too
     // little free, the load fails (an OOM) and is retried when memory comes back.
     Bytes total = w.trace().gpu(s.gpu)->total, used = w.used(s.gpu);

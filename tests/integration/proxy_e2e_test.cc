@@ -161,5 +161,52 @@ TEST(ProxyE2E, AWakeIsAdmittedForTheMeasuredPeakAndEvictsTheIdleHolderInTheWay) 
   EXPECT_EQ(service(f)["load_peaks"].value("llama-fake", Bytes{0}), 8 * GiB) << service(f).dump(2);
 }
 
+// Ollama unloaded its model by itself (keep_alive): nothing to wake, but the load a request for
+// that model is about to make is admitted first, for its measured peak, and the idle ComfyUI in
+// the way is evicted for it rather than the load failing for memory.
+TEST(ProxyE2E, ALoadOnTheRequestItselfIsAdmittedFirstWhenItsSizeIsKnown) {
+  DaemonFixture f;
+  FakeService ollama(f, "ollama", {"--model-bytes", "8GiB", "--model", "llama3.1:8b"});
+  FakeService comfy(f, "comfyui", {"--model-bytes", "17GiB", "--unloaded"});
+  int port = testing::free_port();
+  f.start(fmt::format(
+      "[proxy]\nlisten = \"127.0.0.1:{}\"\n\n[services.ollama]\nkind = \"ollama\"\nurl = \"{}\"\n\n"
+      "[services.comfyui]\nkind = \"comfyui\"\nurl = \"{}\"\nmin_idle = \"1s\"\n",
+      port, ollama.url(), comfy.url()));
+  ASSERT_TRUE(eventually([&] {
+    return get(f, "/v1/services/ollama")["load_peaks"].value("llama3.1:8b", Bytes{0}) == 8 * GiB;
+  })) << get(f, "/v1/services/ollama").dump(2) << f.log();
+  // Ollama's own keep-alive ends: the model goes, behind vramd's back.
+  auto bye = http_request({ollama.url()}, "POST", "/api/generate",
+                          R"({"model":"llama3.1:8b","keep_alive":0})", 5000);
+  ASSERT_TRUE(bye.ok() && bye->status == 200);
+  auto prompt = http_request({comfy.url()}, "POST", "/prompt", R"({"prompt":{}})", 5000);
+  ASSERT_TRUE(prompt.ok() && prompt->status == 200);
+  ASSERT_TRUE(eventually([&] {
+    return get(f, "/v1/services/comfyui").value("bytes", Bytes{0}) == 17 * GiB &&
+           get(f, "/v1/services/ollama").value("bytes", Bytes{1}) == 0;
+  })) << f.log();
+
+  auto r = http_request({fmt::format("http://127.0.0.1:{}", port)}, "POST", "/api/chat",
+                        R"({"model":"llama3.1:8b","messages":[{"role":"user","content":"hi"}],"stream":false})",
+                        30000);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->status, 200u) << r->body << f.log();
+  auto admitted = testing::events_of(f, "service.load_admitted");
+  ASSERT_EQ(admitted.size(), 1u) << get(f, "/v1/events?limit=100").dump(2);
+  std::string msg = admitted[0]["message"].get<std::string>();
+  EXPECT_NE(msg.find("room for 8.0 GiB (the measured peak of llama3.1:8b in its past loads)"),
+            std::string::npos) << msg;
+  EXPECT_NE(msg.find("evicted comfyui"), std::string::npos) << msg;
+  EXPECT_EQ(comfy.state().value("loaded", true), false);
+  EXPECT_TRUE(eventually([&] { return get(f, "/v1/services/ollama").value("bytes", Bytes{0}) == 8 * GiB; }));
+  // The load's lease ends once the load shows: nothing stays promised twice.
+  EXPECT_TRUE(eventually([&] {
+    for (const auto& l : get(f, "/v1/leases").value("leases", json::array()))
+      if (l.value("label", "") == "load ollama" && l.value("state", "") == "granted") return false;
+    return true;
+  })) << get(f, "/v1/leases").dump(2);
+}
+
 }  // namespace
 }  // namespace vramd
