@@ -1,5 +1,7 @@
 #include "sim/vramd_policy.h"
 
+#include <utility>
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -66,6 +68,9 @@ void VramdPolicy::on_wakeup(World& w) {
     // The proxy's held requests are clients still there: their wake leases stay alive.
     for (const auto& [svc, id] : wake_lease_) feed(w, LeaseHeartbeat{id});
     feed(w, sample(w));
+    // Loads that finished before this sample: the Arbiter now sees their bytes as the services'
+    // own, so their wake leases can go (as the daemon's proxy: held until the load shows).
+    for (uint64_t id : std::exchange(release_after_sample_, {})) feed(w, LeaseReleased{id, std::nullopt});
     Ms interval = fast_ ? kFastSample : Ms(arbiter_->config().daemon.sample_interval.count());
     next_sample_ = w.now() + std::max<Ms>(interval, 1);
   }
@@ -180,7 +185,7 @@ void VramdPolicy::on_load_done(World& w, size_t svc) {
   wake_lease_.erase(it);
   wake_of_lease_.erase(id);
   wake_granted_[svc] = false;
-  feed(w, LeaseReleased{id, std::nullopt});  // its memory is the service's own now
+  release_after_sample_.push_back(id);  // once a sample has shown the load's bytes
 }
 
 void VramdPolicy::on_unload_done(World& w, size_t svc, bool) { probe(w, svc, true); }

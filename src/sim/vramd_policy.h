@@ -67,6 +67,7 @@ class VramdPolicy : public Policy {
   std::map<uint64_t, size_t> wake_of_lease_;  // a service's wake lease
   std::map<size_t, uint64_t> wake_lease_;     // service -> its wake lease, while it has one
   std::map<size_t, bool> wake_granted_;
+  std::vector<uint64_t> release_after_sample_;  // wake leases whose load is done
   std::map<size_t, bool> oom_counted_;  // a forwarded load waits where it does not fit
 };
 
