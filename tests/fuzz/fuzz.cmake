@@ -12,7 +12,7 @@ add_library(vramd_fuzz_lib STATIC
   src/core/gpu_select.cc src/gpu/nvidia_smi_mig.cc
   src/gpu/nvidia_smi.cc
   src/host/cgroup.cc src/host/docker.cc src/host/ports.cc src/host/proc_table.cc
-  src/services/parsers.cc src/services/prometheus.cc
+  src/services/parsers.cc src/services/prometheus.cc src/services/fingerprint.cc
   src/server/target.cc src/sim/trace.cc)
 target_include_directories(vramd_fuzz_lib PUBLIC src)
 target_compile_options(vramd_fuzz_lib PUBLIC ${VRAMD_FUZZ_FLAGS} -fsanitize=fuzzer-no-link)
