@@ -262,8 +262,13 @@ Result<bool> busy_at_pointer(const json& j, const std::string& pointer) {
   } catch (const json::exception&) {
     return make_error("invalid JSON pointer '" + pointer + "'");
   }
-  if (!j.contains(p)) return make_error("nothing at JSON pointer '" + pointer + "'");
-  const json& v = j.at(p);
+  const json* found = nullptr;
+  try {  // contains() itself throws on some array indexes ("/01", a huge one): nlohmann 3.11
+    if (j.contains(p)) found = &j.at(p);
+  } catch (const json::exception&) {
+  }
+  if (!found) return make_error("nothing at JSON pointer '" + pointer + "'");
+  const json& v = *found;
   if (v.is_boolean()) return v.get<bool>();
   if (v.is_number()) return v.get<double>() > 0;
   if (v.is_null()) return false;

@@ -166,6 +166,11 @@ TEST(GenericParse, BusyAtPointer) {
   EXPECT_EQ(busy_at_pointer(j, "/q/s").value(), false);
   EXPECT_FALSE(busy_at_pointer(j, "/q/absent").ok());
   EXPECT_FALSE(busy_at_pointer(j, "no-slash").ok());
+  // Found by fuzz_service_parsers: nlohmann's contains() throws on an array index that is no
+  // number ("" here, "/01"); the server's answer is then "nothing there", not an exception.
+  EXPECT_FALSE(busy_at_pointer(json::array(), "/").ok());
+  EXPECT_FALSE(busy_at_pointer(json::parse("[[1]]"), "/01").ok());
+  EXPECT_EQ(busy_at_pointer(json::parse("[[1]]"), "/0").value(), true);
 }
 
 }  // namespace
