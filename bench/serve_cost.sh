@@ -128,6 +128,10 @@ if timeout 10 "$VRAMD" status --json --config "$TMP/vramd.toml" >"$TMP/status.js
   python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); o={h["owner"] for h in s["gpus"][0]["holdings"]}; sys.exit(0 if {"comfyui","ollama"} <= o else 1)' "$TMP/status.json"; then
   STATUS_OK=yes
 fi
+if [ "$STATUS_OK" = no ]; then
+  echo "serve_cost: the daemon's status does not name both services; owners seen:"
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print([(h["owner"], h["source"]) for h in s["gpus"][0]["holdings"]])' "$TMP/status.json" 2>&1 | head -5
+fi
 NPROC=$(find /proc -maxdepth 1 -name '[0-9]*' | wc -l)
 
 awk -v v0="$V0" -v v1="$V1" -v r0="$R0" -v r1="$R1" -v t0="$T0" -v t1="$T1" -v rss="$RSS" \
