@@ -17,6 +17,7 @@ BUILD_DIR=${1:-build}
 DURATION_S=${DURATION_S:-60}
 WARMUP_S=${WARMUP_S:-5}
 HOST_PROCS=${HOST_PROCS:-1000}
+MATCH=${MATCH:-port}  # port: services found by their listening port; cmdline: by a match rule (to split the cost)
 CPU_TARGET_S_PER_H=2
 RSS_TARGET_MIB=16
 
@@ -76,6 +77,7 @@ for kind in comfyui ollama; do
   for _ in $(seq 100); do grep -q "ready $p" "$TMP/fake-$kind.log" 2>/dev/null && break; sleep 0.1; done
   grep -q "ready $p" "$TMP/fake-$kind.log" || { echo "serve_cost: fake $kind did not start"; exit 2; }
   SERVICES_TOML+=$'\n'"[services.$kind]"$'\n'"kind = \"$kind\""$'\n'"url = \"http://127.0.0.1:$p\""$'\n'
+  [ "$MATCH" = cmdline ] && SERVICES_TOML+="match = { cmdline = \"--kind $kind --port $p \" }"$'\n'
 done
 mkdir -p "$TMP/state"
 cat >"$TMP/vramd.toml" <<EOF
@@ -136,9 +138,9 @@ NPROC=$(find /proc -maxdepth 1 -name '[0-9]*' | wc -l)
 
 awk -v v0="$V0" -v v1="$V1" -v r0="$R0" -v r1="$R1" -v t0="$T0" -v t1="$T1" -v rss="$RSS" \
   -v hwm="$HWM" -v cpu_t="$CPU_TARGET_S_PER_H" -v rss_t="$RSS_TARGET_MIB" -v n="$NPROC" \
-  -v ok="$STATUS_OK" 'BEGIN {
+  -v ok="$STATUS_OK" -v mt="$MATCH" 'BEGIN {
   w = t1 - t0; v = (v1 - v0) * 3600 / w; r = (r1 - r0) * 3600 / w
-  printf "vramd serve cost: 1 s sampling, %.1f s measured after warm-up, %d processes on the host, 2 services matched by port, daemon sampling: %s\n\n", w, n, ok
+  printf "vramd serve cost: 1 s sampling, %.1f s measured after warm-up, %d processes on the host, 2 services matched by %s, daemon sampling: %s\n\n", w, n, mt, ok
   printf "  %-44s %12s %10s %10s\n", "process", "CPU s/hour", "RSS MiB", "HWM MiB"
   printf "  %-44s %12.2f %10.1f %10.1f\n", "vramd serve", v, rss / 1024, hwm / 1024
   printf "  %-44s %12.2f %10s %10s\n", "reference: cat stat,status,cmdline,cgroup /1s", r, "-", "-"
