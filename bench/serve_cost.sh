@@ -17,6 +17,7 @@ BUILD_DIR=${1:-build}
 DURATION_S=${DURATION_S:-60}
 WARMUP_S=${WARMUP_S:-5}
 HOST_PROCS=${HOST_PROCS:-1000}
+PROBE_INTERVAL=${PROBE_INTERVAL:-2s}  # daemon.probe_interval (2 s is the default)
 MATCH=${MATCH:-port}  # port: services found by their listening port; cmdline: by a match rule (to split the cost)
 CPU_TARGET_S_PER_H=2
 RSS_TARGET_MIB=16
@@ -85,6 +86,7 @@ cat >"$TMP/vramd.toml" <<EOF
 listen = "127.0.0.1:$PORT"
 state_dir = "$TMP/state"
 sample_interval = "1s"
+probe_interval = "$PROBE_INTERVAL"
 
 [gpu]
 backend = "nvml"
