@@ -144,9 +144,10 @@ LatencyFigures measure(const FaultDaemon& d, const std::string& fault,
   StatusLatencyProbe probe(d.url(), std::chrono::milliseconds(10));
   during();
   LatencyFigures f = probe.stop();
-  std::printf("[fault] %-16s GET /v1/status: %zu requests, %zu failed, p50 %.2f ms, p99 %.2f ms, "
-              "max %.2f ms\n",
-              fault.c_str(), f.requests, f.failed, f.p50_ms, f.p99_ms, f.max_ms);
+  std::printf(
+      "[fault] %-16s GET /v1/status: %zu requests, %zu failed, p50 %.2f ms, p99 %.2f ms, "
+      "max %.2f ms\n",
+      fault.c_str(), f.requests, f.failed, f.p50_ms, f.p99_ms, f.max_ms);
   ::testing::Test::RecordProperty("p99_ms_" + fault, fmt::format("{:.2f}", f.p99_ms));
   return f;
 }
@@ -232,7 +233,8 @@ TEST(FaultE2E, ProcUnreadableIsAHostFaultAndItsSamplesAreNotTakenForTheTruth) {
   DaemonFixture f;
   // A fake service whose process holds 8 GiB: with /proc gone it must not read as unowned.
   FakeService comfy(f, "comfyui", {"--model-bytes", "8GiB"});
-  FaultDaemon d(f, fmt::format("[services.comfy]\nkind = \"comfyui\"\nurl = \"{}\"\n", comfy.url()));
+  FaultDaemon d(f,
+                fmt::format("[services.comfy]\nkind = \"comfyui\"\nurl = \"{}\"\n", comfy.url()));
   ASSERT_TRUE(d.started());
   auto comfy_bytes = [&] {
     json s = d.get("/v1/services/comfy");
@@ -353,11 +355,12 @@ TEST(FaultE2E, SqliteBusyFromAnotherWriterIsRefusedThenWrittenOnceTheLockGoes) {
 TEST(FaultE2E, SpawnFailingFailsTheStartVisiblyAndTheNextStartWorks) {
   DaemonFixture f;
   int port = free_port();
-  FaultDaemon d(f, fmt::format(
-      "[services.comfy]\nkind = \"comfyui\"\nurl = \"http://127.0.0.1:{}\"\n"
-      "start = [\"{}/fake-gpu-server\", \"--kind\", \"comfyui\", \"--port\", \"{}\", \"--state\", "
-      "\"{}\", \"--model-bytes\", \"2GiB\"]\nstop_timeout = \"3s\"\n",
-      port, build_dir(), port, f.state));
+  FaultDaemon d(f,
+                fmt::format("[services.comfy]\nkind = \"comfyui\"\nurl = \"http://127.0.0.1:{}\"\n"
+                            "start = [\"{}/fake-gpu-server\", \"--kind\", \"comfyui\", \"--port\", "
+                            "\"{}\", \"--state\", "
+                            "\"{}\", \"--model-bytes\", \"2GiB\"]\nstop_timeout = \"3s\"\n",
+                            port, build_dir(), port, f.state));
   ASSERT_TRUE(d.started());
 
   LatencyFigures lat = measure(d, "spawn_fails", [&] {
@@ -394,7 +397,8 @@ TEST(FaultE2E, AHungDockerSocketHoldsUpNeitherSamplesNorTheApiAndIsShownUntilItA
     auto [code, body] = d.post("/v1/services/comfy/restart");
     EXPECT_TRUE(code == 200 || code == 202) << code << body.dump(2);
     ASSERT_TRUE(eventually([&] { return docker.accepted() > 0; }));
-    EXPECT_TRUE(eventually([&] { return !d.fault("lifecycle").is_null(); }, std::chrono::seconds(10)))
+    EXPECT_TRUE(
+        eventually([&] { return !d.fault("lifecycle").is_null(); }, std::chrono::seconds(10)))
         << d.status().dump(2);
     EXPECT_NE(str(d.fault("lifecycle"), "error").find("comfy-1"), std::string::npos);
     // The GPU is sampled on its own thread: the restart hung on Docker does not stop it.
@@ -411,16 +415,19 @@ TEST(FaultE2E, AHungDockerSocketHoldsUpNeitherSamplesNorTheApiAndIsShownUntilItA
 
 TEST(FaultE2E, AServiceAnsweringAfter30sIsUnreachableWhileTheApiAnswersAndIsSeenAgainAfter) {
   DaemonFixture f;
-  auto slow = std::make_unique<FakeService>(f, "comfyui", std::vector<std::string>{"--slow", "30s"});
+  auto slow =
+      std::make_unique<FakeService>(f, "comfyui", std::vector<std::string>{"--slow", "30s"});
   int port = slow->port();
-  FaultDaemon d(f, fmt::format("[services.comfy]\nkind = \"comfyui\"\nurl = \"{}\"\n", slow->url()));
+  FaultDaemon d(f,
+                fmt::format("[services.comfy]\nkind = \"comfyui\"\nurl = \"{}\"\n", slow->url()));
   ASSERT_TRUE(d.started());
   auto state = [&] { return d.get("/v1/services/comfy").value("state", ""); };
 
   LatencyFigures lat = measure(d, "service_30s", [&] {
     EXPECT_TRUE(eventually([&] { return state() == "unreachable"; }, std::chrono::seconds(20)))
         << d.get("/v1/services/comfy").dump(2);
-    EXPECT_TRUE(d.has_event("service.unreachable", "comfy")) << d.get("/v1/events?limit=100").dump(2);
+    EXPECT_TRUE(d.has_event("service.unreachable", "comfy"))
+        << d.get("/v1/events?limit=100").dump(2);
   });
   EXPECT_EQ(lat.failed, 0u);
 
@@ -429,7 +436,8 @@ TEST(FaultE2E, AServiceAnsweringAfter30sIsUnreachableWhileTheApiAnswersAndIsSeen
   Child prompt({build_dir() + "/fake-gpu-server", "--kind", "comfyui", "--port",
                 std::to_string(port), "--state", f.state},
                {}, log);
-  ASSERT_TRUE(eventually([&] { return slurp(log).find("ready") != std::string::npos; })) << slurp(log);
+  ASSERT_TRUE(eventually([&] { return slurp(log).find("ready") != std::string::npos; }))
+      << slurp(log);
   EXPECT_TRUE(eventually([&] { return d.has_event("service.reachable", "comfy"); },
                          std::chrono::seconds(20)))
       << d.get("/v1/services/comfy").dump(2);

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include <boost/asio/post.hpp>
 #include <sqlite3.h>
+#include <boost/asio/post.hpp>
 
 #include "cli/client.h"
 
@@ -129,9 +129,9 @@ int f_unfetch(sqlite3_file* f, sqlite3_int64 off, void* p) {
 }
 
 const sqlite3_io_methods kMethods = {
-    3,           f_close,    f_read,    f_write,       f_truncate,  f_sync,     f_size,
-    f_lock,      f_unlock,   f_reserved, f_control,    f_sector,    f_device,   f_shm_map,
-    f_shm_lock,  f_shm_barrier, f_shm_unmap, f_fetch,  f_unfetch,
+    3,          f_close,       f_read,      f_write,   f_truncate, f_sync,   f_size,
+    f_lock,     f_unlock,      f_reserved,  f_control, f_sector,   f_device, f_shm_map,
+    f_shm_lock, f_shm_barrier, f_shm_unmap, f_fetch,   f_unfetch,
 };
 
 int v_open(sqlite3_vfs*, const char* name, sqlite3_file* f, int flags, int* out) {
@@ -142,7 +142,9 @@ int v_open(sqlite3_vfs*, const char* name, sqlite3_file* f, int flags, int* out)
   ff->base.pMethods = ff->real->pMethods ? &kMethods : nullptr;
   return rc;
 }
-int v_delete(sqlite3_vfs*, const char* name, int sync) { return g_real->xDelete(g_real, name, sync); }
+int v_delete(sqlite3_vfs*, const char* name, int sync) {
+  return g_real->xDelete(g_real, name, sync);
+}
 int v_access(sqlite3_vfs*, const char* name, int flags, int* out) {
   return g_real->xAccess(g_real, name, flags, out);
 }
@@ -151,7 +153,9 @@ int v_full(sqlite3_vfs*, const char* name, int n, char* out) {
 }
 void* v_dlopen(sqlite3_vfs*, const char* name) { return g_real->xDlOpen(g_real, name); }
 void v_dlerror(sqlite3_vfs*, int n, char* out) { g_real->xDlError(g_real, n, out); }
-void (*v_dlsym(sqlite3_vfs*, void* h, const char* sym))(void) { return g_real->xDlSym(g_real, h, sym); }
+void (*v_dlsym(sqlite3_vfs*, void* h, const char* sym))(void) {
+  return g_real->xDlSym(g_real, h, sym);
+}
 void v_dlclose(sqlite3_vfs*, void* h) { g_real->xDlClose(g_real, h); }
 int v_random(sqlite3_vfs*, int n, char* out) { return g_real->xRandomness(g_real, n, out); }
 int v_sleep(sqlite3_vfs*, int us) { return g_real->xSleep(g_real, us); }
@@ -200,7 +204,8 @@ HangingUnixServer::HangingUnixServer(std::string path) : path_(std::move(path)) 
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, path_.c_str(), sizeof(addr.sun_path) - 1);
   ::unlink(path_.c_str());
-  if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd_, 16) != 0) {
+  if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(fd_, 16) != 0) {
     ::close(fd_);
     fd_ = -1;
     return;
@@ -213,8 +218,10 @@ HangingUnixServer::HangingUnixServer(std::string path) : path_(std::move(path)) 
       if (c < 0) continue;
       ++accepted_;
       std::lock_guard<std::mutex> l(m_);
-      if (released_) ::close(c);  // the daemon behind it is gone: the caller hears at once
-      else held_.push_back(c);    // read nothing, answer nothing
+      if (released_)
+        ::close(c);  // the daemon behind it is gone: the caller hears at once
+      else
+        held_.push_back(c);  // read nothing, answer nothing
     }
   });
 }
@@ -243,8 +250,10 @@ StatusLatencyProbe::StatusLatencyProbe(std::string url, std::chrono::millisecond
       auto t0 = std::chrono::steady_clock::now();
       auto r = http_request({url_}, "GET", "/v1/status", "", 5000);
       auto t1 = std::chrono::steady_clock::now();
-      if (!r || r->status != 200) ++failed_;
-      else ms_.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      if (!r || r->status != 200)
+        ++failed_;
+      else
+        ms_.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       std::this_thread::sleep_until(t0 + every_);
     }
   });

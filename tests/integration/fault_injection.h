@@ -23,11 +23,11 @@ namespace vramd::testing {
 
 // The switches, shared by the test and the wrappers (which the Daemon owns).
 struct FaultSwitches {
-  std::atomic<bool> gpu_fail{false};   // every NVML read fails (the driver's error)
-  std::atomic<bool> gpu_hang{false};   // every NVML read blocks until the switch is off
-  std::atomic<bool> proc_fail{false};  // /proc cannot be read
-  std::atomic<bool> spawn_fail{false}; // fork/exec of a service fails
-  std::atomic<int> hung_reads{0};      // reads blocked right now
+  std::atomic<bool> gpu_fail{false};    // every NVML read fails (the driver's error)
+  std::atomic<bool> gpu_hang{false};    // every NVML read blocks until the switch is off
+  std::atomic<bool> proc_fail{false};   // /proc cannot be read
+  std::atomic<bool> spawn_fail{false};  // fork/exec of a service fails
+  std::atomic<int> hung_reads{0};       // reads blocked right now
 
   void set(std::atomic<bool>& sw, bool on) {
     {

@@ -183,7 +183,9 @@ class Soak {
       if (chance(0.05)) {
         feed(ChildStarted{"whisper", false, 0, 0, "port 9000 is taken by python3[77]", false});
         // Someone starts it again later (as a person would after reading the event).
-        at(now_ + 10min, [this] { feed(ServiceCommand{"whisper", Command::start, next_request_++}); });
+        at(now_ + 10min, [this] {
+          feed(ServiceCommand{"whisper", Command::start, next_request_++});
+        });
         return;
       }
       int pid = next_pid_++;
@@ -329,14 +331,17 @@ class Soak {
     bool vanishes = chance(0.1);
     if (heartbeat) {
       // Heartbeats every 10 s for a while, then they stop (the client died): it must expire.
-      for (Duration d = 10s; d < life; d += 10s) at(now_ + d, [this, id] { feed(LeaseHeartbeat{id}); });
+      for (Duration d = 10s; d < life; d += 10s)
+        at(now_ + d, [this, id] { feed(LeaseHeartbeat{id}); });
       return;
     }
     at(now_ + life, [this, id, vanishes] {
       const Lease* l = arbiter_.lease(id);
       if (!l || !is_active(l->state)) return;
-      if (vanishes) feed(HolderExited{id});
-      else feed(LeaseReleased{id, 0});
+      if (vanishes)
+        feed(HolderExited{id});
+      else
+        feed(LeaseReleased{id, 0});
     });
   }
 
@@ -391,15 +396,17 @@ class Soak {
         behind_a_head |= head != l.id && gpu == l.request.gpu.value_or(0);
       if (l.state == LeaseState::queued && !behind_a_head &&
           (l.reason.text.empty() || !l.reason.considered))
-        violation(fmt::format("lease #{} queued without a reason (text '{}', considered {}, gpu {})",
-                              l.id, l.reason.text, l.reason.considered,
-                              l.request.gpu ? std::to_string(*l.request.gpu) : "any"));
+        violation(
+            fmt::format("lease #{} queued without a reason (text '{}', considered {}, gpu {})",
+                        l.id, l.reason.text, l.reason.considered,
+                        l.request.gpu ? std::to_string(*l.request.gpu) : "any"));
       if (l.state == LeaseState::queued && stored_.count(l.id) == 0)
         violation(fmt::format("lease #{} queued but its LeaseChanged never came", l.id));
     }
     // Ended leases kept: a bounded number (256) beyond the active ones.
     size_t kept = arbiter_.leases().size();
-    if (kept > active + 256 + 8) violation(fmt::format("{} leases kept for {} active", kept, active));
+    if (kept > active + 256 + 8)
+      violation(fmt::format("{} leases kept for {} active", kept, active));
     max_leases_kept_ = std::max(max_leases_kept_, kept);
     // History: an hour of fine frames (4 a second at most, while verifying) and a day of
     // one-minute frames; series only for owners seen within that day.
@@ -474,8 +481,10 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--days") days = std::atoi(value());
-    else if (a == "--seed") seed = std::strtoull(value(), nullptr, 10);
+    if (a == "--days")
+      days = std::atoi(value());
+    else if (a == "--seed")
+      seed = std::strtoull(value(), nullptr, 10);
     else {
       std::fprintf(stderr, "usage: vramd_soak [--days N] [--seed S]\n");
       return 2;
