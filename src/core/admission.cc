@@ -258,12 +258,12 @@ void Admission::check_deadlines(const Now& now, std::vector<Action>& actions) {
       std::string why = l.reason.text;
       auto head = heads_.find(l.request.gpu.value_or(0));
       if (!l.reason.considered && head != heads_.end() && head->second != id)
-        why = fmt::format("needs {} on GPU {}; queued behind lease #{}", format_size(l.request.vram),
-                          head->first, head->second);
-      ending.push_back({id,
-                        {LeaseState::timed_out,
-                         fmt::format("not granted within {}; {}",
-                                     format_duration(*l.request.wait_timeout), why)}});
+        why = fmt::format("needs {} on GPU {}; queued behind lease #{}",
+                          format_size(l.request.vram), head->first, head->second);
+      ending.push_back(
+          {id,
+           {LeaseState::timed_out, fmt::format("not granted within {}; {}",
+                                               format_duration(*l.request.wait_timeout), why)}});
     }
   }
   for (const auto& [id, what] : ending) end_as(id, what.first, what.second, now, actions);

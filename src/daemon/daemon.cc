@@ -39,7 +39,6 @@ constexpr size_t kMaxUnstoredEvents = 1000;
 // How soon a lease the store failed to write is written again.
 constexpr auto kLeaseRewriteAfter = std::chrono::seconds(1);
 
-
 }  // namespace
 
 Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
@@ -51,8 +50,9 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
       scan_request_(arbiter_.scan_request()),
       api_(*this),
       http_(io, [this](HttpRequest req, HttpStream& s) { return api_.handle(std::move(req), s); }),
-      runner_(world.runner ? std::move(world.runner)
-                           : make_local_process_runner(io, worker_, arbiter_.config().daemon.state_dir)),
+      runner_(world.runner
+                  ? std::move(world.runner)
+                  : make_local_process_runner(io, worker_, arbiter_.config().daemon.state_dir)),
       lifecycle_(world.lifecycle ? std::move(world.lifecycle)
                                  : make_lifecycle_backend(arbiter_.config().daemon.docker_socket)),
       sample_timer_(io),
@@ -153,7 +153,9 @@ void Daemon::apply(std::vector<Action> actions) {
       nlohmann::json data = e->event.verdict ? to_json(*e->event.verdict) : nlohmann::json(nullptr);
       // SSE subscribers first (they are on this loop), then the store on its own thread.
       stream_.publish(id, e->event, data);
-      asio::post(store_thread_, [this, ev = e->event, data, id] { store_event(UnstoredEvent{ev, data, id}); });
+      asio::post(store_thread_, [this, ev = e->event, data, id] {
+        store_event(UnstoredEvent{ev, data, id});
+      });
     } else if (auto* c = std::get_if<CallUnload>(&a)) {
       asio::co_spawn(io_, call_unload(*c), asio::detached);
     } else if (auto* f = std::get_if<SetFastSampling>(&a)) {
@@ -196,8 +198,10 @@ void Daemon::apply(std::vector<Action> actions) {
 }
 
 void Daemon::store_event(std::optional<UnstoredEvent> e) {
-  if (e) unstored_events_.push_back(std::move(*e));
-  else if (unstored_events_.empty()) return;
+  if (e)
+    unstored_events_.push_back(std::move(*e));
+  else if (unstored_events_.empty())
+    return;
   std::string error;
   while (!unstored_events_.empty()) {
     const UnstoredEvent& next = unstored_events_.front();
@@ -209,7 +213,8 @@ void Daemon::store_event(std::optional<UnstoredEvent> e) {
     unstored_events_.pop_front();
   }
   if (unstored_events_.size() > kMaxUnstoredEvents) {
-    spdlog::warn("the store has not taken {} events: the oldest is dropped", unstored_events_.size());
+    spdlog::warn("the store has not taken {} events: the oldest is dropped",
+                 unstored_events_.size());
     unstored_events_.pop_front();
   }
   bool ok = error.empty();
@@ -218,8 +223,10 @@ void Daemon::store_event(std::optional<UnstoredEvent> e) {
   if (ok != std::exchange(store_ok_, ok))
     asio::post(io_, [this, error] {
       if (stopping_) return;
-      if (error.empty()) backend_works("store");
-      else backend_failed("store", error);
+      if (error.empty())
+        backend_works("store");
+      else
+        backend_failed("store", error);
     });
 }
 
@@ -229,9 +236,9 @@ void Daemon::run_lifecycle(Lifecycle lc) {
   auto stalled = std::make_shared<asio::steady_timer>(io_, kSampleStallAfter);
   stalled->async_wait([this, lc](const boost::system::error_code& ec) {
     if (!ec && !stopping_)
-      backend_failed("lifecycle", fmt::format("{} {} ({}) has not answered in {}",
-                                              to_string(lc.action), lc.target, to_string(lc.via),
-                                              format_duration(kSampleStallAfter)));
+      backend_failed("lifecycle",
+                     fmt::format("{} {} ({}) has not answered in {}", to_string(lc.action),
+                                 lc.target, to_string(lc.via), format_duration(kSampleStallAfter)));
   });
   asio::post(worker_, [this, lc, stalled, backend = lifecycle_.get()] {
     LifecycleDone done = backend->run(lc);
@@ -316,8 +323,8 @@ asio::awaitable<void> Daemon::sample_loop() {
     auto op = asio::co_spawn(sampler_, std::move(read), use_awaitable);
     sample_soon_ = false;  // this one is taken after whatever asked for it
     // A read that hangs (NVML, a stuck /proc) is reported while it hangs, not once it returns.
-    stall_timer_.expires_after(std::max<Duration>(kSampleStallAfter,
-                                                  4 * arbiter_.config().daemon.sample_interval));
+    stall_timer_.expires_after(
+        std::max<Duration>(kSampleStallAfter, 4 * arbiter_.config().daemon.sample_interval));
     stall_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (!ec && !stopping_) sample_stalled();
     });
@@ -441,13 +448,16 @@ void Daemon::backend_failed(const std::string& backend, const std::string& error
   auto it = faults_.find(backend);
   if (it != faults_.end() && it->second.error == error) return;
   Now now = clock_();
-  if (it == faults_.end()) faults_[backend] = BackendFault{backend, error, now.wall};
-  else it->second.error = error;
+  if (it == faults_.end())
+    faults_[backend] = BackendFault{backend, error, now.wall};
+  else
+    it->second.error = error;
   spdlog::error("{}: {}", backend, error);
   if (backend == "store" && it == faults_.end()) retry_store_soon();
   // An event like the core's, so the dashboard, SSE and `vramd events` see it (stored when the
   // store works again, if it is the store that fails).
-  apply({make_event(now, "backend.failed", std::nullopt, backend, fmt::format("{}: {}", backend, error))});
+  apply({make_event(now, "backend.failed", std::nullopt, backend,
+                    fmt::format("{}: {}", backend, error))});
 }
 
 void Daemon::retry_store_soon() {
@@ -472,10 +482,11 @@ void Daemon::backend_works(const std::string& backend) {
 }
 
 void Daemon::sample_stalled() {
-  backend_failed("sampler", fmt::format("a GPU or host read has not returned in {}",
-                                        format_duration(std::max<Duration>(
-                                            kSampleStallAfter,
-                                            4 * arbiter_.config().daemon.sample_interval))));
+  backend_failed(
+      "sampler",
+      fmt::format("a GPU or host read has not returned in {}",
+                  format_duration(std::max<Duration>(
+                      kSampleStallAfter, 4 * arbiter_.config().daemon.sample_interval))));
 }
 
 void Daemon::wake_lease_waiters(uint64_t id) {

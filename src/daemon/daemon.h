@@ -188,7 +188,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   bool stopping_ = false;
   uint64_t samples_ = 0;
   std::map<std::string, BackendFault> faults_;  // backend -> its current failure
-  boost::asio::steady_timer stall_timer_;        // fires when a sample takes too long
+  boost::asio::steady_timer stall_timer_;       // fires when a sample takes too long
   // Touched only on the store thread: whether its last write worked, and the events it could
   // not write (written first, in order, once the store takes writes again; the oldest dropped
   // past kMaxUnstoredEvents).

@@ -3,10 +3,10 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <csignal>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <algorithm>
 #include <cctype>

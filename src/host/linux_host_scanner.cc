@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstring>
 #include <charconv>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 

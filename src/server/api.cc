@@ -241,8 +241,8 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     if (!daemon_.lease_written(*id)) {
       // Never acknowledge what a restart would not keep: the client hears no, and the lease ends.
       daemon_.release_lease(*id, std::nullopt);
-      co_return error(503, "store", fmt::format("lease #{} could not be written: {}", *id,
-                                                store_error()));
+      co_return error(503, "store",
+                      fmt::format("lease #{} could not be written: {}", *id, store_error()));
     }
     co_return json_reply(201, to_json(*l, daemon_.arbiter(), daemon_.now()));
   }
@@ -277,8 +277,9 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     daemon_.lease_heartbeat(id);
     if (wait) co_await daemon_.wait_lease(id, *wait);
     if (!daemon_.lease_written(id))
-      co_return error(503, "store", fmt::format("lease #{} is not on disk yet: {}; ask again", id,
-                                                store_error()));
+      co_return error(
+          503, "store",
+          fmt::format("lease #{} is not on disk yet: {}; ask again", id, store_error()));
   } else if (req.method() == http::verb::delete_) {
     std::optional<int> exit_status;
     if (!req.body().empty()) {
@@ -491,7 +492,8 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
     json out = to_json(arbiter.status(), now);
     json faults = json::array();
     for (const auto& f : daemon_.faults())
-      faults.push_back({{"backend", f.backend}, {"error", f.error}, {"since", format_rfc3339(f.since)}});
+      faults.push_back(
+          {{"backend", f.backend}, {"error", f.error}, {"since", format_rfc3339(f.since)}});
     out["faults"] = std::move(faults);
     co_return json_reply(200, out);
   }
