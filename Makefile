@@ -15,7 +15,7 @@ DEB_PACKAGES := g++ cmake ninja-build pkg-config libboost1.74-dev nlohmann-json3
 # /metrics. libfaketime: a test steps the daemon's wall clock. An npm that came with another nodejs package (NodeSource's provides it) counts.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build test test-asan fuzz tidy demo bench clean format format-check install dist dist-check
+.PHONY: all deps build test test-asan test-tsan fuzz tidy demo bench clean format format-check install dist dist-check
 
 all: build
 
@@ -45,6 +45,19 @@ test-asan: deps
 	  -DVRAMD_BENCH=OFF -DVRAMD_WERROR=$(if $(filter 1,$(WERROR)),ON,OFF) $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j2 --timeout 600
+
+# ThreadSanitizer over what runs on more than one thread: the daemon (its loop, sampler, worker
+# and store threads; in-process in FaultE2E, and the TSan-built vramd binary in the e2e tests),
+# the process runner, the proxy, the Docker client. Its own build directory; a race or a
+# lock-order inversion fails the test (halt_on_error; the daemon's children inherit TSAN_OPTIONS).
+TSAN_BUILD ?= build-tsan
+TSAN_TESTS ?= FaultE2E|StoreFault|DaemonE2E|LeaseE2E|SupervisorE2E|UnloadE2E|Proxy|Docker|FakeGpuState|torture_short
+test-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) -G Ninja -DVRAMD_TSAN=ON -DVRAMD_BENCH=OFF \
+	  -DVRAMD_WERROR=$(if $(filter 1,$(WERROR)),ON,OFF) $(CMAKE_FLAGS)
+	cmake --build $(TSAN_BUILD) --target vramd_tests
+	cd $(TSAN_BUILD) && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	  ctest --output-on-failure -j2 --timeout 600 -R '$(TSAN_TESTS)'
 
 # libFuzzer over every parser (tests/fuzz/README.md): FUZZ_SECONDS per target, clang only, in a
 # build directory of its own. Needs clang and its sanitizer runtimes, installed here for it alone.
@@ -99,7 +112,7 @@ format-check:
 	clang-format --dry-run --Werror $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(DIST_BUILD) dist
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) $(DIST_BUILD) dist
 
 # `make install`: the binary, the systemd unit and, unless one exists, the example config.
 # DESTDIR stages everything under another root (packages, tests: no root needed). The unit goes to

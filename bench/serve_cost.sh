@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # What `vramd serve` costs the host at 1 s sampling. Target: < 2 CPU seconds per hour, RSS < 16 MiB.
 #
-#   bench/serve_cost.sh [BUILD_DIR]        (DURATION_S=60 WARMUP_S=5 by default)
+#   bench/serve_cost.sh [BUILD_DIR]        (DURATION_S=60 WARMUP_S=5 HOST_PROCS=1000 by default)
 #
-# Runs vramd serve on the fake GPU (build/libnvidia-ml-fake.so) with a few stand-in GPU processes
-# and, over the same window, a reference: a shell loop that reads stat, status, cmdline and cgroup
+# Runs vramd serve on the fake GPU (build/libnvidia-ml-fake.so) with a few stand-in GPU processes,
+# two services matched by their port (fake-gpu-servers holding memory on the fake GPU, probed
+# every 2 s; no `match`, so each sample looks their listening socket up, issue 14 item 6) and
+# HOST_PROCS more sleeping processes on the host; and, over the same window, a reference: a shell loop that reads stat, status, cmdline and cgroup
 # of every process once a second (the bare minimum a /proc scan must do). Both CPU figures come
 # from /proc/PID/stat (utime+stime, the reference's children included), measured from WARMUP_S
 # after start to the end. The ratio vramd / reference is what to compare across runs: machines
@@ -14,12 +16,17 @@ set -uo pipefail
 BUILD_DIR=${1:-build}
 DURATION_S=${DURATION_S:-60}
 WARMUP_S=${WARMUP_S:-5}
+HOST_PROCS=${HOST_PROCS:-1000}
+PROBE_INTERVAL=${PROBE_INTERVAL:-2s}  # daemon.probe_interval (2 s is the default)
+MATCH=${MATCH:-port}  # port: services found by their listening port; cmdline: by a match rule (to split the cost)
 CPU_TARGET_S_PER_H=2
 RSS_TARGET_MIB=16
 
 cd "$(dirname "$0")/.." || exit 2
 VRAMD="$PWD/$BUILD_DIR/vramd"
 FAKE_LIB="$PWD/$BUILD_DIR/libnvidia-ml-fake.so"
+FAKE_SERVER="$PWD/$BUILD_DIR/fake-gpu-server"
+[ -x "$FAKE_SERVER" ] || { echo "serve_cost: $FAKE_SERVER missing (build first)"; exit 2; }
 [ -x "$VRAMD" ] || { echo "serve_cost: $VRAMD missing (build first)"; exit 2; }
 [ -f "$FAKE_LIB" ] || { echo "serve_cost: $FAKE_LIB missing (build first)"; exit 2; }
 command -v python3 >/dev/null || { echo "serve_cost: python3 needed"; exit 2; }
@@ -53,21 +60,38 @@ json.dump({"driver_version": "550.54.14", "gpus": [{"name": "NVIDIA GeForce RTX 
            "utilization": 0, "processes": procs}]}, open(path, "w"))
 EOF
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
+# The host's other processes: HOST_PROCS sleepers (vramd reads only the GPU's pids and their
+# ancestors; the reference reads them all, as a naive scan does).
+for _ in $(seq "$HOST_PROCS"); do
+  sleep 100000 &
+  PIDS+=($!)
+done
+# The port-matched services: each fake server adds its own pid and bytes to the fake GPU.
+SERVICES_TOML=""
+for kind in comfyui ollama; do
+  p=$(free_port)
+  "$FAKE_SERVER" --kind "$kind" --port "$p" --state "$TMP/gpu.json" --model-bytes 6GiB \
+    >"$TMP/fake-$kind.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 100); do grep -q "ready $p" "$TMP/fake-$kind.log" 2>/dev/null && break; sleep 0.1; done
+  grep -q "ready $p" "$TMP/fake-$kind.log" || { echo "serve_cost: fake $kind did not start"; exit 2; }
+  SERVICES_TOML+=$'\n'"[services.$kind]"$'\n'"kind = \"$kind\""$'\n'"url = \"http://127.0.0.1:$p\""$'\n'
+  [ "$MATCH" = cmdline ] && SERVICES_TOML+="match = { cmdline = \"--kind $kind --port $p \" }"$'\n'
+done
 mkdir -p "$TMP/state"
 cat >"$TMP/vramd.toml" <<EOF
 [daemon]
 listen = "127.0.0.1:$PORT"
 state_dir = "$TMP/state"
 sample_interval = "1s"
+probe_interval = "$PROBE_INTERVAL"
 
 [gpu]
 backend = "nvml"
 
-[services.comfyui]
-kind = "comfyui"
-url = "http://127.0.0.1:8188"
-match = { cmdline = "^sleep 100000$" }
+$SERVICES_TOML
 EOF
 
 VRAMD_NVML_LIBRARY=$FAKE_LIB FAKE_NVML_STATE=$TMP/gpu.json \
@@ -105,16 +129,20 @@ RSS=$(kib "$DAEMON" VmRSS); HWM=$(kib "$DAEMON" VmHWM)
 # The daemon must really have been sampling: its status names the stand-ins.
 STATUS_OK=no
 if timeout 10 "$VRAMD" status --json --config "$TMP/vramd.toml" >"$TMP/status.json" 2>/dev/null &&
-  python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if any(h["owner"]=="comfyui" for h in s["gpus"][0]["holdings"]) else 1)' "$TMP/status.json"; then
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); o={h["owner"] for h in s["gpus"][0]["holdings"]}; sys.exit(0 if {"comfyui","ollama"} <= o else 1)' "$TMP/status.json"; then
   STATUS_OK=yes
+fi
+if [ "$STATUS_OK" = no ]; then
+  echo "serve_cost: the daemon's status does not name both services; owners seen:"
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print([(h["owner"], h["source"]) for h in s["gpus"][0]["holdings"]])' "$TMP/status.json" 2>&1 | head -5
 fi
 NPROC=$(find /proc -maxdepth 1 -name '[0-9]*' | wc -l)
 
 awk -v v0="$V0" -v v1="$V1" -v r0="$R0" -v r1="$R1" -v t0="$T0" -v t1="$T1" -v rss="$RSS" \
   -v hwm="$HWM" -v cpu_t="$CPU_TARGET_S_PER_H" -v rss_t="$RSS_TARGET_MIB" -v n="$NPROC" \
-  -v ok="$STATUS_OK" 'BEGIN {
+  -v ok="$STATUS_OK" -v mt="$MATCH" 'BEGIN {
   w = t1 - t0; v = (v1 - v0) * 3600 / w; r = (r1 - r0) * 3600 / w
-  printf "vramd serve cost: 1 s sampling, %.1f s measured after warm-up, %d processes on the host, daemon sampling: %s\n\n", w, n, ok
+  printf "vramd serve cost: 1 s sampling, %.1f s measured after warm-up, %d processes on the host, 2 services matched by %s, daemon sampling: %s\n\n", w, n, mt, ok
   printf "  %-44s %12s %10s %10s\n", "process", "CPU s/hour", "RSS MiB", "HWM MiB"
   printf "  %-44s %12.2f %10.1f %10.1f\n", "vramd serve", v, rss / 1024, hwm / 1024
   printf "  %-44s %12.2f %10s %10s\n", "reference: cat stat,status,cmdline,cgroup /1s", r, "-", "-"

@@ -259,11 +259,18 @@ void Admission::check_deadlines(const Now& now, std::vector<Action>& actions) {
            {LeaseState::expired,
             fmt::format("no heartbeat for {}", format_age(now.mono - l.last_heartbeat))}});
     else if (l.state == LeaseState::queued && l.request.wait_timeout &&
-             now.mono - l.requested_at >= *l.request.wait_timeout)
-      ending.push_back({id,
-                        {LeaseState::timed_out,
-                         fmt::format("not granted within {}; {}",
-                                     format_duration(*l.request.wait_timeout), l.reason.text)}});
+             now.mono - l.requested_at >= *l.request.wait_timeout) {
+      // A lease far down the queue is not looked at on every pass: it waited behind the head.
+      std::string why = l.reason.text;
+      auto head = heads_.find(l.request.gpu.value_or(0));
+      if (!l.reason.considered && head != heads_.end() && head->second != id)
+        why = fmt::format("needs {} on GPU {}; queued behind lease #{}",
+                          format_size(l.request.vram), head->first, head->second);
+      ending.push_back(
+          {id,
+           {LeaseState::timed_out, fmt::format("not granted within {}; {}",
+                                               format_duration(*l.request.wait_timeout), why)}});
+    }
   }
   for (const auto& [id, what] : ending) end_as(id, what.first, what.second, now, actions);
 }

@@ -3,6 +3,8 @@
 // holder death and heartbeats, restore after a restart.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "core/arbiter.h"
 #include "core/eviction.h"
 
@@ -183,6 +185,27 @@ TEST(ArbiterLeases, PriorityThenFifoAndNoOvertakingOnTheSameGpu) {
   for (const auto& e : granted)
     if (e.event.type == "lease.granted") order.push_back(e.event.subject);
   EXPECT_EQ(order, (std::vector<std::string>{"urgent#3", "big#1", "small#2"}));
+}
+
+TEST(ArbiterLeases, ATimedOutLeaseBehindTheHeadSaysSoNotNotYetConsidered_soak) {
+  World w({});
+  w.hold(100, 0, "other", 20 * GiB);  // leaves 4 GiB
+  w.sample();
+  uint64_t head = w.request(req(8 * GiB, 0, 0, "big"));
+  LeaseRequest r = req(2 * GiB, 0, 0, "small");
+  r.wait_timeout = 1min;
+  uint64_t behind = w.request(r);
+  for (int i = 0; i < 7; ++i) {  // heartbeats keep both alive: only the wait timeout ends one
+    w.feed(LeaseHeartbeat{head});
+    w.feed(LeaseHeartbeat{behind});
+    w.run(9s);
+  }
+  ASSERT_EQ(w.state(behind), LeaseState::timed_out);
+  EXPECT_EQ(w.state(head), LeaseState::queued);
+  EXPECT_NE(w.lease(behind).end_reason.find(fmt::format("queued behind lease #{}", head)),
+            std::string::npos)
+      << w.lease(behind).end_reason;
+  EXPECT_EQ(w.lease(behind).end_reason.find("not yet considered"), std::string::npos);
 }
 
 TEST(ArbiterLeases, ALeaseBlocksOnlyLeasesForTheSameGpu) {

@@ -11,7 +11,15 @@ bool evictable(const ServiceStatus& st, const ServiceConfig& cfg, MonoTime now) 
   if (cfg.pinned || st.state != ServiceState::up) return false;
   auto idle = idle_since(st);
   if (!idle || now - *idle < cfg.min_idle) return false;
-  return !(st.backoff_until && now < *st.backoff_until);
+  if (st.backoff_until && now < *st.backoff_until) return false;
+  // Unloaded since its last activity and holding no more than that unload left (a server's
+  // CUDA context stays): another unload would free nothing. Without this a "freed" verdict at
+  // ~300 MiB made it the cheapest eviction again every unload_timeout (found by tests/soak).
+  if (st.last_unload && st.last_unload_at &&
+      (!st.last_activity || *st.last_activity <= *st.last_unload_at) &&
+      st.bytes <= st.last_unload->after_bytes + kStableWithin)
+    return false;
+  return true;
 }
 
 std::string blocker_state(const ServiceStatus& st, const ServiceConfig* cfg, bool evicting,

@@ -68,6 +68,29 @@ TEST(Evictable, UpIdleLongEnoughUnpinnedAndOutOfBackoffOnly) {
   EXPECT_FALSE(evictable(st, cfg, t0 + 120s));
 }
 
+TEST(Evictable, NotAgainWhenItsLastUnloadAlreadyBroughtItToWhatItHolds_soak) {
+  MonoTime t0{Duration(1'000'000)};
+  ServiceConfig cfg;
+  cfg.name = "comfy";
+  cfg.min_idle = 30s;
+  ServiceStatus st = idle_service(t0);
+  UnloadVerdict v;
+  v.outcome = UnloadOutcome::freed;
+  v.before_bytes = 16 * GiB;
+  v.after_bytes = 300 * MiB;  // its CUDA context stays
+  st.last_unload = v;
+  st.last_unload_at = t0 + 40s;
+  st.bytes = 300 * MiB;
+  EXPECT_FALSE(evictable(st, cfg, t0 + 60s));  // nothing more to free
+  st.bytes = 330 * MiB;                        // within the settle band: still nothing
+  EXPECT_FALSE(evictable(st, cfg, t0 + 60s));
+  st.bytes = 6 * GiB;  // it loaded again while idle (a model pulled in): worth it again
+  EXPECT_TRUE(evictable(st, cfg, t0 + 60s));
+  st.bytes = 300 * MiB;
+  st.last_activity = t0 + 50s;  // used since that unload: what it holds may be new
+  EXPECT_TRUE(evictable(st, cfg, t0 + 90s));
+}
+
 TEST(BlockerState, SaysWhyEachHolderIsInTheWay) {
   MonoTime t0{Duration(1'000'000)};
   ServiceConfig cfg;

@@ -126,6 +126,7 @@ struct HostSnapshot {
   std::vector<std::pair<std::string, int>> pid_files;
   std::optional<Bytes> mem_available;  // host RAM, /proc/meminfo MemAvailable
   std::optional<Bytes> mem_total;
+  std::string error;  // non-empty: the process table could not be read (the scan is incomplete)
 };
 
 // ---- What the core decides (core/) ----

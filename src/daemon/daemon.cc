@@ -32,7 +32,12 @@ constexpr auto kFastSampleInterval = std::chrono::milliseconds(250);
 // With nothing due, the loop still wakes this often (log rotation of services vramd runs).
 constexpr auto kIdleWake = std::chrono::seconds(10);
 constexpr auto kUnloadWaitLimit = std::chrono::minutes(5);
-
+// A sample (NVML, /proc) not back in this long (or 4 intervals, if longer) is reported stalled.
+constexpr auto kSampleStallAfter = std::chrono::seconds(5);
+// Events kept while the store fails, to be written once it works again.
+constexpr size_t kMaxUnstoredEvents = 1000;
+// How soon a lease the store failed to write is written again.
+constexpr auto kLeaseRewriteAfter = std::chrono::seconds(1);
 
 }  // namespace
 
@@ -45,18 +50,21 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
       scan_request_(arbiter_.scan_request()),
       api_(*this),
       http_(io, [this](HttpRequest req, HttpStream& s) { return api_.handle(std::move(req), s); }),
-      runner_(world.runner ? std::move(world.runner)
-                           : make_local_process_runner(io, worker_, arbiter_.config().daemon.state_dir)),
+      runner_(world.runner
+                  ? std::move(world.runner)
+                  : make_local_process_runner(io, worker_, arbiter_.config().daemon.state_dir)),
       lifecycle_(world.lifecycle ? std::move(world.lifecycle)
                                  : make_lifecycle_backend(arbiter_.config().daemon.docker_socket)),
       sample_timer_(io),
       tick_timer_(io),
-      stream_(io) {
+      stream_(io),
+      stall_timer_(io) {
   runner_->set_sink({[this](ChildStarted e) { feed(e); }, [this](ChildExited e) { feed(e); }});
 }
 
 Daemon::~Daemon() {
   stop();
+  sampler_.join();
   worker_.join();
   store_thread_.join();
 }
@@ -119,6 +127,7 @@ void Daemon::stop() {
   sd_notify("STOPPING=1");
   sample_timer_.cancel();
   tick_timer_.cancel();
+  stall_timer_.cancel();
   for (auto& t : probe_timers_) t.cancel();
   for (auto& [id, w] : waiters_) w->timer.cancel();
   stream_.close();
@@ -150,8 +159,8 @@ void Daemon::apply(std::vector<Action> actions) {
       nlohmann::json data = e->event.verdict ? to_json(*e->event.verdict) : nlohmann::json(nullptr);
       // SSE subscribers first (they are on this loop), then the store on its own thread.
       stream_.publish(id, e->event, data);
-      asio::post(store_thread_, [store = store_, ev = e->event, data, id] {
-        if (auto r = store->append(ev, data, id); !r) spdlog::warn("{}", r.error());
+      asio::post(store_thread_, [this, ev = e->event, data, id] {
+        store_event(UnstoredEvent{ev, data, id});
       });
     } else if (auto* c = std::get_if<CallUnload>(&a)) {
       asio::co_spawn(io_, call_unload(*c), asio::detached);
@@ -198,11 +207,56 @@ void Daemon::apply(std::vector<Action> actions) {
   }
 }
 
+void Daemon::store_event(std::optional<UnstoredEvent> e) {
+  if (e)
+    unstored_events_.push_back(std::move(*e));
+  else if (unstored_events_.empty())
+    return;
+  std::string error;
+  while (!unstored_events_.empty()) {
+    const UnstoredEvent& next = unstored_events_.front();
+    auto r = store_->append(next.event, next.data, next.id);
+    if (!r) {
+      error = r.error();
+      break;
+    }
+    unstored_events_.pop_front();
+  }
+  if (unstored_events_.size() > kMaxUnstoredEvents) {
+    spdlog::warn("the store has not taken {} events: the oldest is dropped",
+                 unstored_events_.size());
+    unstored_events_.pop_front();
+  }
+  bool ok = error.empty();
+  if (!ok) spdlog::warn("{}", error);
+  // Only a change is posted back: a working store costs the loop nothing.
+  if (ok != std::exchange(store_ok_, ok))
+    asio::post(io_, [this, error] {
+      if (stopping_) return;
+      if (error.empty())
+        backend_works("store");
+      else
+        backend_failed("store", error);
+    });
+}
+
 void Daemon::run_lifecycle(Lifecycle lc) {
-  asio::post(worker_, [this, lc, backend = lifecycle_.get()] {
+  // A call still out after kSampleStallAfter (a hung Docker socket: its timeout is a minute) is
+  // shown as a failing backend until it returns.
+  auto stalled = std::make_shared<asio::steady_timer>(io_, kSampleStallAfter);
+  stalled->async_wait([this, lc](const boost::system::error_code& ec) {
+    if (!ec && !stopping_)
+      backend_failed("lifecycle",
+                     fmt::format("{} {} ({}) has not answered in {}", to_string(lc.action),
+                                 lc.target, to_string(lc.via), format_duration(kSampleStallAfter)));
+  });
+  asio::post(worker_, [this, lc, stalled, backend = lifecycle_.get()] {
     LifecycleDone done = backend->run(lc);
-    asio::post(io_, [this, done] {
-      if (!stopping_) feed(done);
+    asio::post(io_, [this, done, stalled] {
+      stalled->cancel();
+      if (stopping_) return;
+      backend_works("lifecycle");
+      feed(done);
     });
   });
 }
@@ -276,11 +330,27 @@ asio::awaitable<void> Daemon::sample_loop() {
     auto read = [this]() -> asio::awaitable<SampleTaken> {
       co_return take_sample(*reader_, *scanner_, scan_request_);
     };
-    auto op = asio::co_spawn(worker_, std::move(read), use_awaitable);
+    auto op = asio::co_spawn(sampler_, std::move(read), use_awaitable);
     sample_soon_ = false;  // this one is taken after whatever asked for it
+    // A read that hangs (NVML, a stuck /proc) is reported while it hangs, not once it returns.
+    stall_timer_.expires_after(
+        std::max<Duration>(kSampleStallAfter, 4 * arbiter_.config().daemon.sample_interval));
+    stall_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec && !stopping_) sample_stalled();
+    });
     SampleTaken sample = co_await std::move(op);
+    stall_timer_.cancel();
     if (stopping_) break;
-    feed(Event{std::move(sample)});
+    backend_works("sampler");
+    if (!sample.host.error.empty()) {
+      // Without the process table every GPU process would read as unowned and every service as
+      // empty: such a sample would mislead the core (a verification, an idle TTL), so it is not
+      // fed. The GPUs are read again on the next sample.
+      backend_failed("host", sample.host.error);
+    } else {
+      backend_works("host");
+      feed(Event{std::move(sample)});
+    }
     ++samples_;
     check_lease_holders();
     auto interval = fast_sampling_ ? Duration(kFastSampleInterval)
@@ -341,14 +411,92 @@ asio::awaitable<void> Daemon::stream_events(HttpStream& stream, int64_t after_id
 
 void Daemon::save_lease(const Lease& lease) {
   ++lease_writes_pending_[lease.id];
-  uint64_t id = lease.id;
-  asio::post(store_thread_, [this, store = lease_store_, lease, id, now = clock_()] {
-    if (auto r = store->save(lease, now); !r) spdlog::error("{}", r.error());
-    asio::post(io_, [this, id] {
-      if (--lease_writes_pending_[id] <= 0) lease_writes_pending_.erase(id);
-      wake_lease_waiters(id);
-    });
+  lease_latest_.insert_or_assign(lease.id, lease);
+  asio::post(store_thread_, [this, store = lease_store_, lease, now = clock_()] {
+    Status r = store->save(lease, now);
+    if (!r) spdlog::error("{}", r.error());
+    store_ok_ = r.ok();
+    asio::post(io_, [this, lease, r] { lease_saved(lease, r); });
   });
+}
+
+void Daemon::lease_saved(const Lease& lease, Status written) {
+  uint64_t id = lease.id;
+  if (!written) {
+    backend_failed("store", written.error());
+    // The write stays pending (no client hears of this change) until it lands: the newest
+    // state of the lease is written again soon, unless a newer write is already queued (it
+    // carries this change, and retries in its turn).
+    if (lease_writes_pending_[id] > 1) {
+      --lease_writes_pending_[id];
+    } else if (!stopping_) {
+      auto timer = std::make_shared<asio::steady_timer>(io_, kLeaseRewriteAfter);
+      timer->async_wait([this, timer, id](const boost::system::error_code&) {
+        if (stopping_) return;
+        --lease_writes_pending_[id];
+        save_lease(Lease(lease_latest_.at(id)));
+      });
+    }
+    return;
+  }
+  backend_works("store");
+  if (--lease_writes_pending_[id] <= 0) {
+    lease_writes_pending_.erase(id);
+    lease_latest_.erase(id);
+  }
+  wake_lease_waiters(id);
+}
+
+std::vector<BackendFault> Daemon::faults() const {
+  std::vector<BackendFault> out;
+  for (const auto& [name, f] : faults_) out.push_back(f);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.since < b.since; });
+  return out;
+}
+
+void Daemon::backend_failed(const std::string& backend, const std::string& error) {
+  auto it = faults_.find(backend);
+  if (it != faults_.end() && it->second.error == error) return;
+  Now now = clock_();
+  if (it == faults_.end())
+    faults_[backend] = BackendFault{backend, error, now.wall};
+  else
+    it->second.error = error;
+  spdlog::error("{}: {}", backend, error);
+  if (backend == "store" && it == faults_.end()) retry_store_soon();
+  // An event like the core's, so the dashboard, SSE and `vramd events` see it (stored when the
+  // store works again, if it is the store that fails).
+  apply({make_event(now, "backend.failed", std::nullopt, backend,
+                    fmt::format("{}: {}", backend, error))});
+}
+
+void Daemon::retry_store_soon() {
+  // Events that could not be written are tried again while the store fails, so that it is seen
+  // to work again (and they are written) even when nothing new happens.
+  auto timer = std::make_shared<asio::steady_timer>(io_, kLeaseRewriteAfter);
+  timer->async_wait([this, timer](const boost::system::error_code&) {
+    if (stopping_ || !faults_.count("store")) return;
+    asio::post(store_thread_, [this] { store_event(std::nullopt); });
+    retry_store_soon();
+  });
+}
+
+void Daemon::backend_works(const std::string& backend) {
+  auto it = faults_.find(backend);
+  if (it == faults_.end()) return;
+  Now now = clock_();
+  Duration down = std::chrono::duration_cast<Duration>(now.wall - it->second.since);
+  faults_.erase(it);
+  apply({make_event(now, "backend.recovered", std::nullopt, backend,
+                    fmt::format("{} works again after {}", backend, format_duration(down)))});
+}
+
+void Daemon::sample_stalled() {
+  backend_failed(
+      "sampler",
+      fmt::format("a GPU or host read has not returned in {}",
+                  format_duration(std::max<Duration>(
+                      kSampleStallAfter, 4 * arbiter_.config().daemon.sample_interval))));
 }
 
 void Daemon::wake_lease_waiters(uint64_t id) {

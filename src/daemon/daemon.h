@@ -92,6 +92,8 @@ class Daemon : public DaemonControl, public ProxyHooks {
   void lease_heartbeat(uint64_t id) override;
   void release_lease(uint64_t id, std::optional<int> exit_status) override;
   boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max) override;
+  bool lease_written(uint64_t id) const override { return !lease_writes_pending_.count(id); }
+  std::vector<BackendFault> faults() const override;
   boost::asio::awaitable<Result<std::optional<JobRecord>>> job(uint64_t id) override;
   boost::asio::awaitable<Result<std::vector<JobRecord>>> jobs(std::string label,
                                                               size_t limit) override;
@@ -127,6 +129,11 @@ class Daemon : public DaemonControl, public ProxyHooks {
   void apply(std::vector<Action> actions);
   void run_lifecycle(Lifecycle lc);
   void save_lease(const Lease& lease);
+  void lease_saved(const Lease& lease, Status written);
+  // A backend failed (an event when it starts failing or its error changes) or works again.
+  void backend_failed(const std::string& backend, const std::string& error);
+  void backend_works(const std::string& backend);
+  void sample_stalled();
   void wake_lease_waiters(uint64_t id);
   Status restore_leases();
   void check_lease_holders();
@@ -167,11 +174,15 @@ class Daemon : public DaemonControl, public ProxyHooks {
   MonoTime last_rotation_{};
   MonoTime tick_at_{};  // when the tick loop wakes next
   std::map<uint64_t, int> lease_writes_pending_;                  // lease id -> writes in flight
+  std::map<uint64_t, Lease> lease_latest_;  // the newest state of each lease with writes pending
   std::multimap<uint64_t, boost::asio::steady_timer*> lease_waiters_;  // woken on changes
   bool holder_check_running_ = false;
   Api api_;
   HttpServer http_;
-  boost::asio::thread_pool worker_{1};  // GPU reads, host scans, restarts
+  // GPU reads and host scans on a thread of their own: a hung NVML call must not hold up
+  // restarts and lifecycle calls, nor a hung Docker socket the samples.
+  boost::asio::thread_pool sampler_{1};
+  boost::asio::thread_pool worker_{1};  // restarts, lifecycle calls, holder checks
   std::unique_ptr<ProcessRunner> runner_;
   std::unique_ptr<LifecycleBackend> lifecycle_;
   boost::asio::thread_pool store_thread_{1};
@@ -188,6 +199,21 @@ class Daemon : public DaemonControl, public ProxyHooks {
   bool sample_soon_ = false;  // take the next sample without waiting
   bool stopping_ = false;
   uint64_t samples_ = 0;
+  std::map<std::string, BackendFault> faults_;  // backend -> its current failure
+  boost::asio::steady_timer stall_timer_;       // fires when a sample takes too long
+  // Touched only on the store thread: whether its last write worked, and the events it could
+  // not write (written first, in order, once the store takes writes again; the oldest dropped
+  // past kMaxUnstoredEvents).
+  bool store_ok_ = true;
+  struct UnstoredEvent {
+    EventRecord event;
+    nlohmann::json data;
+    int64_t id;
+  };
+  std::deque<UnstoredEvent> unstored_events_;
+  // Writes `e` after the events not yet written (none: just tries those again).
+  void store_event(std::optional<UnstoredEvent> e);
+  void retry_store_soon();
 };
 
 }  // namespace vramd

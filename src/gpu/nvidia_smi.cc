@@ -3,10 +3,10 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <algorithm>
 #include <cctype>
@@ -353,6 +353,7 @@ SmiProcessOutput run_smi_process(const std::vector<std::string>& argv, Duration 
   }
   // Everything the child needs is prepared before fork: after it only async-signal-safe calls.
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = ::fork();

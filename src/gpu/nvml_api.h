@@ -6,6 +6,9 @@
 #include <cstddef>
 
 extern "C" {
+// Declared as NVML's own nvml.h declares them (C typedefs, `(void)`), so that they read against
+// NVIDIA's documentation line by line: modernize-use-using does not apply here.
+// NOLINTBEGIN(modernize-use-using, modernize-redundant-void-arg)
 
 typedef enum nvmlReturn_enum {
   NVML_SUCCESS = 0,
@@ -92,6 +95,7 @@ typedef nvmlReturn_t (*nvmlDeviceGetMigDeviceHandleByIndex_fn)(nvmlDevice_t, uns
                                                                nvmlDevice_t*);
 typedef nvmlReturn_t (*nvmlDeviceGetInstanceId_fn)(nvmlDevice_t, unsigned int*);
 
+// NOLINTEND(modernize-use-using, modernize-redundant-void-arg)
 }  // extern "C"
 
 namespace vramd::nvml {

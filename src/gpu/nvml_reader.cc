@@ -199,7 +199,10 @@ Result<std::unique_ptr<NvmlReader>> NvmlReader::open(const std::vector<std::stri
     if (!s->memory_v2 && !s->memory_v1) missing += " nvmlDeviceGetMemoryInfo";
     if (!missing.empty()) {
       ::dlclose(handle);
-      tried += (tried.empty() ? "" : "; ") + path + ": loaded but lacks" + missing;
+      tried += tried.empty() ? "" : "; ";
+      tried += path;
+      tried += ": loaded but lacks";
+      tried += missing;
       continue;
     }
     return std::unique_ptr<NvmlReader>(new NvmlReader(handle, path, std::move(s)));

@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstring>
 #include <fstream>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "host/ports.h"
 
@@ -67,6 +70,11 @@ std::optional<ProcessInfo> LinuxHostScanner::read_cached(int pid) {
 
 HostSnapshot LinuxHostScanner::scan(const HostScanRequest& request) {
   HostSnapshot snap;
+  // An unreadable proc root reads as "no processes", which is not what the host has.
+  if (::access(procs_.root().c_str(), R_OK | X_OK) != 0) {
+    snap.error = fmt::format("cannot read {}: {}", procs_.root(), std::strerror(errno));
+    return snap;
+  }
   if (request.all_processes) {
     snap.processes = procs_.read_all();  // sorted by pid
     for (ProcessInfo& p : snap.processes) {

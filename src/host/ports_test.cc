@@ -258,9 +258,17 @@ TEST(PortsTest, ScannerFindsRealListenersByNetlinkAndByTheFallbackAlike) {
   EXPECT_EQ(a, want);
   EXPECT_EQ(b, want);
   // A fake proc root is another namespace's table: never netlink.
-  LinuxHostScanner fake("/nonexistent-proc", DockerNames::Options{});
-  (void)fake.scan(req);
+  char root[] = "/tmp/vramd-fake-proc-XXXXXX";
+  ASSERT_NE(mkdtemp(root), nullptr);
+  LinuxHostScanner fake(root, DockerNames::Options{});
+  EXPECT_EQ(fake.scan(req).error, "");
   EXPECT_EQ(fake.last_listener_source(), "proc");
+  rmdir(root);
+  // One that cannot be read is an error, not an empty host.
+  LinuxHostScanner missing("/nonexistent-proc", DockerNames::Options{});
+  HostSnapshot gone = missing.scan(req);
+  EXPECT_NE(gone.error.find("cannot read /nonexistent-proc"), std::string::npos) << gone.error;
+  EXPECT_TRUE(gone.processes.empty());
 }
 
 TEST(PortsTest, CachedOwnersAreNotLookedForAgain) {

@@ -134,6 +134,11 @@ T percentile(const std::vector<T>& sorted, double p) {
 }  // namespace
 
 boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStream& stream) {
+  auto store_error = [this] {
+    for (const auto& f : daemon_.faults())
+      if (f.backend == "store") return f.error;
+    return std::string("the store has not answered yet");
+  };
   Target t = parse_target(req.target());
   const Arbiter& arbiter = daemon_.arbiter();
   bool get = req.method() == http::verb::get || req.method() == http::verb::head;
@@ -233,6 +238,12 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     co_await daemon_.wait_lease(*id, wait.value_or(Duration(0)));
     const Lease* l = daemon_.arbiter().lease(*id);
     if (!l) co_return error(500, "internal", "the lease vanished");
+    if (!daemon_.lease_written(*id)) {
+      // Never acknowledge what a restart would not keep: the client hears no, and the lease ends.
+      daemon_.release_lease(*id, std::nullopt);
+      co_return error(503, "store",
+                      fmt::format("lease #{} could not be written: {}", *id, store_error()));
+    }
     co_return json_reply(201, to_json(*l, daemon_.arbiter(), daemon_.now()));
   }
 
@@ -265,6 +276,10 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
   } else if (get) {
     daemon_.lease_heartbeat(id);
     if (wait) co_await daemon_.wait_lease(id, *wait);
+    if (!daemon_.lease_written(id))
+      co_return error(
+          503, "store",
+          fmt::format("lease #{} is not on disk yet: {}; ask again", id, store_error()));
   } else if (req.method() == http::verb::delete_) {
     std::optional<int> exit_status;
     if (!req.body().empty()) {
@@ -473,7 +488,14 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
 
   if (t.path == "/v1/status") {
     if (!get) co_return only("GET");
-    co_return json_reply(200, to_json(arbiter.status(), daemon_.now()));
+    Now now = daemon_.now();
+    json out = to_json(arbiter.status(), now);
+    json faults = json::array();
+    for (const auto& f : daemon_.faults())
+      faults.push_back(
+          {{"backend", f.backend}, {"error", f.error}, {"since", format_rfc3339(f.since)}});
+    out["faults"] = std::move(faults);
+    co_return json_reply(200, out);
   }
   if (t.path == "/v1/services") {
     if (!get) co_return only("GET");

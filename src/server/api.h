@@ -16,6 +16,14 @@
 
 namespace vramd {
 
+// A backend of the shell that fails now (the store, the sampler's reads): shown in /v1/status
+// until it works again.
+struct BackendFault {
+  std::string backend;  // "store" | "sampler" | "host"
+  std::string error;    // the last error, as the backend said it
+  TimePoint since;      // wall time of the first failure in this run of failures
+};
+
 // What the API needs from the daemon beyond the Arbiter's snapshots.
 class DaemonControl {
  public:
@@ -42,6 +50,10 @@ class DaemonControl {
   // Returns once the lease is no longer queued (or after `max`), and what the client will be
   // told is on disk: a grant is answered only once a restart would keep it.
   virtual boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max) = 0;
+  // Whether every change to lease `id` is on disk (false while the store fails to write it).
+  virtual bool lease_written(uint64_t id) const = 0;
+  // The shell's backends that fail now, oldest first.
+  virtual std::vector<BackendFault> faults() const = 0;
   // An ended lease's job record (after a restart of vramd the Arbiter knows only active ones).
   virtual boost::asio::awaitable<Result<std::optional<JobRecord>>> job(uint64_t id) = 0;
   virtual boost::asio::awaitable<Result<std::vector<JobRecord>>> jobs(std::string label,
