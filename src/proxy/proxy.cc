@@ -454,12 +454,15 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     }
   }
 
+  // `check`: peek at a kept-alive connection before reusing it (a syscall per request). A request
+  // that can be sent again skips it: a connection the service closed fails the write or the
+  // read, and the request goes once more on a fresh one.
   asio::awaitable<bool> connect(Upstream& svc, std::optional<Client>& out, bool& reused,
-                                std::string& error) {
+                                std::string& error, bool check) {
     while (!svc.idle.empty()) {
       Client s = std::move(svc.idle.back());
       svc.idle.pop_back();
-      if (alive(s)) {
+      if (!check || alive(s)) {
         out.emplace(std::move(s));
         reused = true;
         co_return true;
@@ -697,7 +700,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       std::string error;
       bool reused = false;
       up.reset();
-      if (!co_await connect(svc, up, reused, error)) {
+      if (!co_await connect(svc, up, reused, error, !replayable || attempt > 0)) {
         metrics.upstream_error(name);
         bool keep = co_await respond_upstream_error(c, status, sse_open, 502, name, error,
                                                     client_keep && replayable, version);
@@ -724,7 +727,11 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       }
       if (!ec) break;
       // A kept-alive connection the service had closed: once more on a fresh one.
-      if (reused && replayable && attempt == 0 && ec != beast::error::timeout) continue;
+      // The others kept from then are likely closed too (the service restarted): dropped.
+      if (reused && replayable && attempt == 0 && ec != beast::error::timeout) {
+        svc.idle.clear();
+        continue;
+      }
       metrics.upstream_error(name);
       const bool timeout = ec == beast::error::timeout;
       std::string why = timeout ? "no answer within first_byte_timeout " +

@@ -37,7 +37,8 @@ using asio::use_awaitable;
 // POST /v1/chat/completions with "stream":true (SSE events "data: i\n\n", chunked); POST
 // /v1/... otherwise {"backend","model","path"}; ANY /echo {"headers":{...},"body_bytes"};
 // POST /upload (reads the body piece by piece; answers the ms of each piece's arrival);
-// GET /slow?ms=MS; /hang (never answers); GET /ws (WebSocket echo).
+// GET /slow?ms=MS; /hang (never answers); GET /ws (WebSocket echo); GET /close-soon (answers,
+// then closes the kept-alive connection 100 ms later).
 class ProxyBackend {
  public:
   ProxyBackend(boost::asio::io_context& io, std::string name)
@@ -197,6 +198,15 @@ class ProxyBackend {
         co_await respond(s, 200, body, kJson);
         if (!req.keep_alive()) co_return;
         continue;
+      }
+      if (path == "/close-soon") {
+        // Answers keep-alive, then closes the idle connection 100 ms later (a server's
+        // keep-alive timeout, or a restart): the proxy's pooled connection is then dead.
+        std::string body = "closing soon";
+        co_await respond(s, 200, body, kText);
+        pb::asio::steady_timer t(io_, std::chrono::milliseconds(100));
+        co_await t.async_wait(pb::use_awaitable);
+        co_return;
       }
       if (path == "/hello" || path == "/slow") {
         std::string body = "hello from " + name_;

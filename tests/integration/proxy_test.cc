@@ -215,6 +215,22 @@ TEST_F(ProxyTest, ForwardsWithKeepAliveOnBothSides) {
   EXPECT_EQ(a->requests(), 3);
 }
 
+// The proxy reuses a kept-alive upstream connection without peeking at it first (a syscall a
+// request); one the service has closed meanwhile fails, and the request goes again on a fresh
+// connection: the client never sees the 502.
+TEST_F(ProxyTest, AKeptAliveConnectionTheServiceClosedIsRetriedOnAFreshOne) {
+  ASSERT_TRUE(start(two_services()));
+  Reply first = call(port("a"), http::verb::get, "/close-soon");
+  EXPECT_EQ(first.status, 200u);
+  std::this_thread::sleep_for(300ms);  // the backend has closed the pooled connection
+  for (int i = 0; i < 3; ++i) {
+    Reply r = call(port("a"), http::verb::get, "/hello");
+    EXPECT_EQ(r.status, 200u) << i << " " << r.body;
+    EXPECT_EQ(r.body, "hello from a");
+  }
+  EXPECT_EQ(a->connections(), 2);  // the closed one, then one fresh one kept for the rest
+}
+
 TEST_F(ProxyTest, HopByHopHeadersAreDroppedAndForwardingHeadersAdded) {
   ProxyOptions o = two_services();
   o.services[0].api_key = "service-secret";
