@@ -41,7 +41,7 @@ const std::vector<ManagedPhase>& all_managed_phases();
 
 // A start, stop or restart asked of a service.
 enum class Command {
-  start,    // run it (through start admission when it has a vram_estimate)
+  start,    // run it (through start admission when its size is known)
   stop,     // end it (TERM, KILL after stop_timeout), then verify its memory went
   restart,  // stop, then start
 };

@@ -1,5 +1,5 @@
 // Supervision: the state machine of each service vramd runs (`start`): start (through start
-// admission when it has a vram_estimate), health checks, restarts with exponential backoff,
+// admission when its size is known: core/wake.h load_need), health checks, restarts with exponential backoff,
 // crash loops, stop with SIGKILL after stop_timeout and a check that its GPU memory went,
 // exclusive groups. Starts, stops and restarts of containers and units are handed to the shell.
 #pragma once
