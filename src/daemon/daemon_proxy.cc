@@ -22,6 +22,16 @@ namespace vramd {
 
 namespace asio = boost::asio;
 
+namespace {
+
+// A service the request path reaches: one of a kind with an HTTP API, and its url.
+bool proxied(const ServiceConfig& svc) {
+  const ServiceKind* kind = find_service_kind(svc.kind);
+  return kind && kind->needs_url && !svc.url.empty();
+}
+
+}  // namespace
+
 ProxyOptions proxy_options(const Config& config) {
   ProxyOptions o;
   o.listen = config.proxy.listen;
@@ -30,8 +40,7 @@ ProxyOptions proxy_options(const Config& config) {
   o.websocket_idle = config.proxy.websocket_idle;
   o.forbidden_upstreams.push_back(config.daemon.listen);
   for (const auto& svc : config.services) {
-    const ServiceKind* kind = find_service_kind(svc.kind);
-    if (!kind || !kind->needs_url || svc.url.empty()) continue;
+    if (!proxied(svc)) continue;
     ProxyServiceOptions s;
     s.name = svc.name;
     s.url = svc.url;
@@ -274,8 +283,7 @@ nlohmann::json Daemon::request_path() const {
   json services = json::array();
   const ProxyMetrics& metrics = proxy_->metrics();
   for (const auto& svc : cfg.services) {
-    const ServiceKind* kind = find_service_kind(svc.kind);
-    if (!kind || !kind->needs_url || svc.url.empty()) continue;
+    if (!proxied(svc)) continue;
     int port = proxy_->service_port(svc.name);
     auto it = in_flight_.find(svc.name);
     services.push_back(
