@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <array>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
+#include "proxy/conn.h"
 #include "proxy/limiter.h"
 #include "proxy/router.h"
 
@@ -34,7 +36,8 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using asio::use_awaitable;
 using Clock = std::chrono::steady_clock;
-using Client = beast::tcp_stream;
+using Client = proxy_detail::Conn;
+using proxy_detail::ConnPtr;
 
 constexpr std::size_t kHeaderLimit = 64 * 1024;
 constexpr std::size_t kIdleUpstreams = 64;  // keep-alive connections kept per service
@@ -150,7 +153,7 @@ struct Upstream {
   ProxyServiceOptions opt;
   HttpUrl url;
   std::vector<tcp::endpoint> endpoints;
-  std::vector<Client> idle;  // keep-alive connections to the service
+  std::vector<ConnPtr> idle;  // keep-alive connections to the service
   ConcurrencyLimit limit;
   std::unique_ptr<tcp::acceptor> acceptor;
   int port = 0;
@@ -288,7 +291,8 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     no_delay(socket);
     beast::error_code ec;
     std::string peer = socket.remote_endpoint(ec).address().to_string();
-    Client client(std::move(socket));
+    ConnPtr owner(std::make_shared<Client>(std::move(socket)));
+    Client& client = *owner;
     beast::flat_buffer cbuf;
     for (bool first = true;; first = false) {
       if (!first && cbuf.size() == 0) {
@@ -457,30 +461,32 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
   // `check`: peek at a kept-alive connection before reusing it (a syscall per request). A request
   // that can be sent again skips it: a connection the service closed fails the write or the
   // read, and the request goes once more on a fresh one.
-  asio::awaitable<bool> connect(Upstream& svc, std::optional<Client>& out, bool& reused,
+  asio::awaitable<bool> connect(Upstream& svc, ConnPtr& out, bool& reused,
                                 std::string& error, bool check) {
     while (!svc.idle.empty()) {
-      Client s = std::move(svc.idle.back());
+      ConnPtr s = std::move(svc.idle.back());
       svc.idle.pop_back();
-      if (!check || alive(s)) {
-        out.emplace(std::move(s));
+      if (!check || alive(*s)) {
+        out = std::move(s);
         reused = true;
         co_return true;
       }
     }
     reused = false;
-    Client s(co_await asio::this_coro::executor);
+    ConnPtr s(std::make_shared<Client>(co_await asio::this_coro::executor));
     beast::error_code ec;
-    s.expires_after(svc.opt.connect_timeout);
-    co_await s.async_connect(svc.endpoints, asio::redirect_error(use_awaitable, ec));
+    s->expires_after(svc.opt.connect_timeout);
+    co_await asio::async_connect(s->socket(), svc.endpoints,
+                                 asio::redirect_error(use_awaitable, ec));
+    ec = s->map(ec);
     if (ec) {
       error = ec == beast::error::timeout
                   ? "connect: timed out after " + format_duration(svc.opt.connect_timeout)
                   : "connect: " + ec.message();
       co_return false;
     }
-    no_delay(s.socket());
-    out.emplace(std::move(s));
+    no_delay(s->socket());
+    out = std::move(s);
     co_return true;
   }
 
@@ -685,7 +691,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       }
     }
 
-    std::optional<Client> up;
+    ConnPtr up;
     beast::flat_buffer ubuf;
     std::optional<http::response_parser<http::buffer_body>> rp;
     auto fresh_parser = [&] {
@@ -785,7 +791,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     }
     if (up_keep && rp->is_done() && svc.idle.size() < kIdleUpstreams) {
       up->expires_never();
-      svc.idle.push_back(std::move(*up));
+      svc.idle.push_back(std::move(up));
     }
     co_return client_keep;
   }
