@@ -18,7 +18,9 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/container/small_vector.hpp>
 #include <fstream>
+#include <span>
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
@@ -82,28 +84,84 @@ bool has_token(std::string_view value, std::string_view token) {
 
 // Removes the hop-by-hop fields (RFC 9110 7.6.1): Connection, the fields it names, and the
 // ones defined as such. Transfer-Encoding goes too: each side frames the body itself.
+// One pass over the fields (by their parsed code, no lookups by name), then one that erases.
 void strip_hop_by_hop(http::fields& f) {
-  std::vector<std::string> named;
-  auto range = f.equal_range(http::field::connection);
-  for (auto it = range.first; it != range.second; ++it) {
-    std::string_view v = it->value();
+  boost::container::small_vector<std::string, 4> named;  // copies: Connection goes too
+  for (const auto& field : f) {
+    if (field.name() != http::field::connection) continue;
+    std::string_view v = field.value();
     size_t at = 0;
     while (at < v.size()) {
       size_t comma = v.find(',', at);
       std::string_view part = v.substr(at, comma == std::string_view::npos ? comma : comma - at);
-      while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
-      while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
+      while (!part.empty() && (part.front() == ' ' || part.front() == '\t')) part.remove_prefix(1);
+      while (!part.empty() && (part.back() == ' ' || part.back() == '\t')) part.remove_suffix(1);
       if (!part.empty()) named.emplace_back(part);
       if (comma == std::string_view::npos) break;
       at = comma + 1;
     }
   }
-  for (const auto& n : named) f.erase(n);
-  for (const char* n :
-       {"Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer", "Transfer-Encoding",
-        "Upgrade", "Proxy-Authorization", "Proxy-Authenticate"}) {
-    f.erase(n);
+  for (auto it = f.begin(); it != f.end();) {
+    bool hop = false;
+    switch (it->name()) {
+      case http::field::connection:
+      case http::field::keep_alive:
+      case http::field::proxy_connection:
+      case http::field::te:
+      case http::field::trailer:
+      case http::field::transfer_encoding:
+      case http::field::upgrade:
+      case http::field::proxy_authorization:
+      case http::field::proxy_authenticate:
+        hop = true;
+        break;
+      default:
+        for (const auto& n : named) hop = hop || beast::iequals(it->name_string(), n);
+    }
+    it = hop ? f.erase(it) : std::next(it);
   }
+}
+
+// A message's head as beast's serializer writes it (start line, the fields in their order, the
+// empty line), into a string the session keeps: no allocation once it has grown, and the head
+// goes out in the same write as the body's first bytes.
+void append_version(std::string& out, unsigned v) {
+  out += "HTTP/";
+  out += static_cast<char>('0' + v / 10);
+  out += '.';
+  out += static_cast<char>('0' + v % 10);
+}
+void append_fields(std::string& out, const http::fields& f) {
+  for (const auto& field : f) {
+    out.append(field.name_string());
+    out += ": ";
+    out.append(field.value());
+    out += "\r\n";
+  }
+  out += "\r\n";
+}
+void request_head(std::string& out, const http::request_header<>& h) {
+  out.clear();
+  out.append(h.method_string());
+  out += ' ';
+  out.append(h.target());
+  out += ' ';
+  append_version(out, h.version());
+  out += "\r\n";
+  append_fields(out, h);
+}
+void response_head(std::string& out, const http::response_header<>& h) {
+  out.clear();
+  append_version(out, h.version());
+  unsigned code = h.result_int();
+  out += ' ';
+  out += static_cast<char>('0' + code / 100 % 10);
+  out += static_cast<char>('0' + code / 10 % 10);
+  out += static_cast<char>('0' + code % 10);
+  out += ' ';
+  out.append(h.reason());
+  out += "\r\n";
+  append_fields(out, h);
 }
 
 bool is_upgrade(const http::fields& f) {
@@ -147,6 +205,14 @@ bool same_socket(const HostPort& a, const HostPort& b) {
   };
   return a.host == b.host || (local(a.host) && local(b.host));
 }
+
+// What a client connection's requests reuse, one after another: allocated once per connection,
+// not per request (a 16 KiB buffer in the coroutine frame was a malloc a request).
+struct Scratch {
+  std::string head;         // a head being written
+  beast::flat_buffer ubuf;  // what the service sent, not parsed yet
+  std::array<char, kChunk> body;  // one piece of a body
+};
 
 struct Upstream {
   Upstream(ProxyServiceOptions o) : opt(std::move(o)), limit(opt.max_concurrent, opt.max_queue) {}
@@ -294,6 +360,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     ConnPtr owner(std::make_shared<Client>(std::move(socket)));
     Client& client = *owner;
     beast::flat_buffer cbuf;
+    auto scratch = std::make_unique<Scratch>();
     for (bool first = true;; first = false) {
       if (!first && cbuf.size() == 0) {
         client.expires_after(kKeepAliveIdle);
@@ -323,7 +390,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       }
       bool keep = false;
       try {
-        keep = co_await handle(client, cbuf, parser, peer, fixed);
+        keep = co_await handle(client, cbuf, parser, peer, fixed, *scratch);
       } catch (const std::exception& e) {
         spdlog::error("proxy: {}", e.what());
       }
@@ -334,7 +401,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
 
   asio::awaitable<bool> handle(Client& c, beast::flat_buffer& cbuf,
                                http::request_parser<http::buffer_body>& parser,
-                               const std::string& peer, Upstream* fixed) {
+                               const std::string& peer, Upstream* fixed, Scratch& sc) {
     auto& req = parser.get();
     const unsigned version = req.version();
     const bool no_body = parser.is_done();
@@ -348,7 +415,8 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     const bool wants_sse =
         req[http::field::accept].find("text/event-stream") != std::string_view::npos;
     if (fixed) {
-      bool keep = co_await exchange(c, cbuf, req, &parser, *fixed, kNoModel, wants_sse, peer);
+      bool keep =
+          co_await exchange(c, cbuf, req, &parser, *fixed, kNoModel, wants_sse, peer, sc);
       co_return keep;
     }
 
@@ -429,7 +497,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       }
     }
     bool again =
-        co_await exchange(c, cbuf, sreq, nullptr, *svc, route->model, wants_sse || stream, peer);
+        co_await exchange(c, cbuf, sreq, nullptr, *svc, route->model, wants_sse || stream, peer, sc);
     co_return again;
   }
 
@@ -617,7 +685,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
   asio::awaitable<bool> exchange(Client& c, beast::flat_buffer& cbuf, http::request<Body>& req,
                                  http::request_parser<http::buffer_body>* stream_parser,
                                  Upstream& svc, const std::string& model, bool wants_sse,
-                                 const std::string& peer) {
+                                 const std::string& peer, Scratch& sc) {
     const unsigned version = req.version();
     bool client_keep = req.keep_alive();
     const bool is_head = req.method() == http::verb::head;
@@ -692,7 +760,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     }
 
     ConnPtr up;
-    beast::flat_buffer ubuf;
+    beast::flat_buffer& ubuf = sc.ubuf;
     std::optional<http::response_parser<http::buffer_body>> rp;
     auto fresh_parser = [&] {
       rp.emplace();
@@ -700,8 +768,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       rp->header_limit(kHeaderLimit);
       if (is_head) rp->skip(true);
     };
-    std::array<char, kChunk> buffer;
-    char* buf = buffer.data();
+    char* buf = sc.body.data();
     for (int attempt = 0;; ++attempt) {
       std::string error;
       bool reused = false;
@@ -716,7 +783,13 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       up->expires_after(svc.opt.first_byte_timeout);
       if constexpr (std::is_same_v<Body, http::string_body>) {
         req.prepare_payload();
-        co_await http::async_write(*up, req, asio::redirect_error(use_awaitable, ec));
+        request_head(sc.head, req);
+        std::array<asio::const_buffer, 2> out{asio::buffer(sc.head), asio::buffer(req.body())};
+        co_await asio::async_write(*up, out, asio::redirect_error(use_awaitable, ec));
+      } else if (stream_parser->is_done()) {  // no body: the head alone
+        request_head(sc.head, req);
+        co_await asio::async_write(*up, asio::buffer(sc.head),
+                                   asio::redirect_error(use_awaitable, ec));
       } else {
         ec = co_await send_streamed(c, cbuf, *stream_parser, *up, svc, buf);
       }
@@ -768,22 +841,22 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       }
     } else {
       strip_hop_by_hop(res);
+      bool chunked = false;
       if (body_expected && !res.has_content_length()) {
         if (version >= 11)
-          res.chunked(true);
+          res.chunked(chunked = true);
         else
           client_keep = false;  // HTTP/1.0: the end of the body is the end of the connection
       }
       res.keep_alive(client_keep);
-      http::response_serializer<http::buffer_body> sr{res};
-      // The body's first bytes came with the head (most answers): the head goes out with them,
-      // one write. Else the head goes now, so that a stream whose first event is late is not
-      // held back.
-      if (!body_expected || ubuf.size() == 0) {
+      response_head(sc.head, res);
+      if (!body_expected) {
         c.expires_after(kClientWriteTimeout);
-        co_await http::async_write_header(c, sr, asio::redirect_error(use_awaitable, ec));
+        co_await asio::async_write(c, asio::buffer(sc.head),
+                                   asio::redirect_error(use_awaitable, ec));
+      } else {
+        ec = co_await relay_body(c, *up, ubuf, *rp, sc.head, chunked, svc, buf);
       }
-      if (!ec && body_expected) ec = co_await relay_body(c, *up, ubuf, *rp, sr, svc, buf);
     }
     if (ec) {
       if (ec == beast::error::timeout) metrics.upstream_error(name);
@@ -850,13 +923,24 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     co_return ec;
   }
 
-  // The response body, each piece written to the client as soon as it is read.
+  // The response body, each piece written to the client as soon as it is read (never held
+  // back to fill a buffer: an SSE event goes out alone), as chunks when `chunked`. The head
+  // goes out with the body's first bytes when they came with it (most answers: one write);
+  // else at once, so that a stream whose first event is late is not held back.
   asio::awaitable<beast::error_code> relay_body(Client& c, Client& up, beast::flat_buffer& ubuf,
                                                 http::response_parser<http::buffer_body>& p,
-                                                http::response_serializer<http::buffer_body>& sr,
+                                                const std::string& head, bool chunked,
                                                 Upstream& svc, char* buf) {
     beast::error_code ec;
-    do {
+    bool head_sent = false;
+    if (ubuf.size() == 0 && !p.is_done()) {
+      c.expires_after(kClientWriteTimeout);
+      co_await asio::async_write(c, asio::buffer(head), asio::redirect_error(use_awaitable, ec));
+      if (ec) co_return ec;
+      head_sent = true;
+    }
+    for (;;) {
+      std::size_t n = 0;
       if (!p.is_done()) {
         p.get().body().data = buf;
         p.get().body().size = kChunk;
@@ -865,23 +949,31 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
         if (ec == http::error::need_buffer) ec = {};
         if (ec == http::error::end_of_stream && p.is_done()) ec = {};
         if (ec) co_return ec;
-        p.get().body().size = kChunk - p.get().body().size;
-        // No bytes (a chunk header alone): no data, or the serializer would write an empty
-        // chunk, which ends a chunked body.
-        p.get().body().data = p.get().body().size ? buf : nullptr;
-        p.get().body().more = !p.is_done();
-      } else {
-        p.get().body().data = nullptr;
-        p.get().body().size = 0;
-        p.get().body().more = false;
+        n = kChunk - p.get().body().size;
       }
-      if (sr.is_done()) break;
-      c.expires_after(kClientWriteTimeout);
-      co_await http::async_write(c, sr, asio::redirect_error(use_awaitable, ec));
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) co_return ec;
-    } while (!p.is_done() || !sr.is_done());
-    co_return ec;
+      const bool last = p.is_done();
+      std::array<asio::const_buffer, 5> out;
+      std::size_t k = 0;
+      char size_line[24];
+      if (!head_sent) out[k++] = asio::buffer(head);
+      if (n > 0) {
+        if (chunked) {
+          auto r = fmt::format_to_n(size_line, sizeof size_line, "{:x}\r\n", n);
+          out[k++] = asio::buffer(size_line, r.size);
+        }
+        out[k++] = asio::buffer(buf, n);
+        if (chunked) out[k++] = asio::buffer("\r\n", 2);
+      }
+      if (last && chunked) out[k++] = asio::buffer("0\r\n\r\n", 5);
+      if (k > 0) {
+        c.expires_after(kClientWriteTimeout);
+        co_await asio::async_write(c, std::span<const asio::const_buffer>(out.data(), k),
+                                   asio::redirect_error(use_awaitable, ec));
+        if (ec) co_return ec;
+        head_sent = true;
+      }
+      if (last) co_return ec;
+    }
   }
 
   // The response body as chunks of an already open chunked response.
