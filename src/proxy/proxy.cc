@@ -17,6 +17,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
+#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/container/small_vector.hpp>
 #include <fstream>
@@ -206,6 +207,21 @@ bool same_socket(const HostPort& a, const HostPort& b) {
   return a.host == b.host || (local(a.host) && local(b.host));
 }
 
+// Parses what `b` holds already. False when the parser needs more bytes (then read_some);
+// true when it made progress or failed (ec). Beast's async_read_some parses the buffer first
+// too, but completes through a posted handler even when no read was needed: a round trip
+// through the scheduler for the head of nearly every request and the body of most answers.
+template <bool isRequest>
+bool parse_buffered(http::basic_parser<isRequest>& p, beast::flat_buffer& b,
+                    beast::error_code& ec) {
+  if (b.size() == 0) return false;
+  std::size_t used = p.put(b.data(), ec);
+  b.consume(used);
+  if (ec != http::error::need_more) return true;
+  ec = {};
+  return false;
+}
+
 // What a client connection's requests reuse, one after another: allocated once per connection,
 // not per request (a 16 KiB buffer in the coroutine frame was a malloc a request).
 struct Scratch {
@@ -338,6 +354,40 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     }
   }
 
+  // http::async_read_some for when parse_buffered found too little: reads, then parses, until
+  // the parser has made progress. End of stream as Beast reads it: the end of a message that
+  // runs to the close, else http::error::end_of_stream.
+  template <bool isRequest>
+  static asio::awaitable<beast::error_code> read_some(Client& s, beast::flat_buffer& b,
+                                                      http::basic_parser<isRequest>& p) {
+    beast::error_code ec;
+    for (;;) {
+      std::size_t size = beast::read_size(b, 65536);
+      if (size == 0) co_return http::error::buffer_overflow;
+      std::size_t n =
+          co_await s.async_read_some(b.prepare(size), asio::redirect_error(use_awaitable, ec));
+      b.commit(n);
+      if (ec == asio::error::eof) {
+        if (!p.got_some()) co_return http::error::end_of_stream;
+        ec = {};
+        p.put_eof(ec);
+        co_return ec;
+      }
+      if (ec) co_return ec;
+      if (parse_buffered(p, b, ec)) co_return ec;
+    }
+  }
+
+  // http::async_read_header, a read only when what is buffered holds no whole head.
+  template <bool isRequest>
+  static asio::awaitable<beast::error_code> read_header(Client& s, beast::flat_buffer& b,
+                                                        http::basic_parser<isRequest>& p) {
+    beast::error_code ec;
+    while (!ec && !p.is_header_done())
+      if (!parse_buffered(p, b, ec)) ec = co_await read_some(s, b, p);
+    co_return ec;
+  }
+
   asio::awaitable<bool> respond(Client& c, unsigned status, const std::string& body, bool keep,
                                 unsigned version, const Extra& extra = kNoExtra) {
     http::response<http::string_body> res{static_cast<http::status>(status), version};
@@ -373,8 +423,9 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       parser.header_limit(kHeaderLimit);
       parser.body_limit(std::numeric_limits<std::uint64_t>::max());
       client.expires_after(kHeaderTimeout);
-      co_await http::async_read_header(client, cbuf, parser,
-                                       asio::redirect_error(use_awaitable, ec));
+      ec = {};
+      while (!ec && !parser.is_header_done())
+        if (!parse_buffered(parser, cbuf, ec)) ec = co_await read_some(client, cbuf, parser);
       if (ec) {
         std::string body;
         unsigned status = 0;
@@ -505,15 +556,18 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
   // headers, the service's key in place of the client's.
   template <class Body>
   void prepare(http::request<Body>& req, Upstream& svc, const std::string& peer, bool upgrade) {
-    std::string upgrade_value(req[http::field::upgrade]);
+    std::string upgrade_value;
+    if (upgrade) upgrade_value = req[http::field::upgrade];
     bool chunked = req.chunked();
     strip_hop_by_hop(req);
     req.version(11);
     if (!svc.url.path.empty()) req.target(svc.url.path + std::string(req.target()));
     if (req.count(http::field::host) == 0)
       req.set(http::field::host, fmt::format("{}:{}", svc.url.host, svc.url.port));
-    std::string xff(req["X-Forwarded-For"]);
-    req.set("X-Forwarded-For", xff.empty() ? peer : xff + ", " + peer);
+    if (auto xff = req.find("X-Forwarded-For"); xff == req.end() || xff->value().empty())
+      req.set("X-Forwarded-For", peer);
+    else
+      req.set("X-Forwarded-For", std::string(xff->value()) + ", " + peer);
     req.set("X-Forwarded-Proto", "http");
     if (!options.api_keys.empty()) req.erase(http::field::authorization);
     if (!svc.opt.api_key.empty()) req.set(http::field::authorization, "Bearer " + svc.opt.api_key);
@@ -529,18 +583,21 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
   // `check`: peek at a kept-alive connection before reusing it (a syscall per request). A request
   // that can be sent again skips it: a connection the service closed fails the write or the
   // read, and the request goes once more on a fresh one.
-  asio::awaitable<bool> connect(Upstream& svc, ConnPtr& out, bool& reused,
-                                std::string& error, bool check) {
+  // A kept-alive connection from the pool, if one is there (no coroutine: most requests).
+  static bool take_idle(Upstream& svc, ConnPtr& out, bool check) {
     while (!svc.idle.empty()) {
       ConnPtr s = std::move(svc.idle.back());
       svc.idle.pop_back();
       if (!check || alive(*s)) {
         out = std::move(s);
-        reused = true;
-        co_return true;
+        return true;
       }
     }
-    reused = false;
+    return false;
+  }
+
+  // A new connection to the service.
+  asio::awaitable<bool> connect(Upstream& svc, ConnPtr& out, std::string& error) {
     ConnPtr s(std::make_shared<Client>(co_await asio::this_coro::executor));
     beast::error_code ec;
     s->expires_after(svc.opt.connect_timeout);
@@ -714,7 +771,8 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     prepare(req, svc, peer, upgrade);
 
     Slot slot{svc.limit, false, closed};
-    if (!co_await svc.limit.acquire()) {
+    // No limit (most services): no coroutine to enter.
+    if (svc.limit.max_concurrent() > 0 && !co_await svc.limit.acquire()) {
       std::vector<std::pair<std::string, std::string>> extra = {{"Retry-After", "1"}};
       std::string message = fmt::format(
           "{} has {} requests in flight and {} waiting (max_concurrent {}, max_queue {})", name,
@@ -773,7 +831,8 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       std::string error;
       bool reused = false;
       up.reset();
-      if (!co_await connect(svc, up, reused, error, !replayable || attempt > 0)) {
+      reused = take_idle(svc, up, !replayable || attempt > 0);
+      if (!reused && !co_await connect(svc, up, error)) {
         metrics.upstream_error(name);
         bool keep = co_await respond_upstream_error(c, status, sse_open, 502, name, error,
                                                     client_keep && replayable, version);
@@ -797,11 +856,11 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
         fresh_parser();
         ubuf.clear();
         up->expires_after(svc.opt.first_byte_timeout);
-        co_await http::async_read_header(*up, ubuf, *rp, asio::redirect_error(use_awaitable, ec));
+        ec = co_await read_header(*up, ubuf, *rp);
         // A 100 Continue the service sent anyway: the final answer follows.
         while (!ec && rp->get().result() == http::status::continue_) {
           fresh_parser();
-          co_await http::async_read_header(*up, ubuf, *rp, asio::redirect_error(use_awaitable, ec));
+          ec = co_await read_header(*up, ubuf, *rp);
         }
       }
       if (!ec) break;
@@ -944,8 +1003,10 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       if (!p.is_done()) {
         p.get().body().data = buf;
         p.get().body().size = kChunk;
-        up.expires_after(svc.opt.first_byte_timeout);
-        co_await http::async_read_some(up, ubuf, p, asio::redirect_error(use_awaitable, ec));
+        if (!parse_buffered(p, ubuf, ec)) {
+          up.expires_after(svc.opt.first_byte_timeout);
+          ec = co_await read_some(up, ubuf, p);
+        }
         if (ec == http::error::need_buffer) ec = {};
         if (ec == http::error::end_of_stream && p.is_done()) ec = {};
         if (ec) co_return ec;
