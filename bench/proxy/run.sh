@@ -2,11 +2,16 @@
 # bench/proxy: requests/s and added latency of vramd's proxy against direct, nginx and Go's
 # httputil.ReverseProxy, on loopback, against a fast upstream (nginx `return 200`), at 1, 16
 # and 64 connections; then SSE: 10,000 events through each, per-event latency.
-# Usage: bench/proxy/run.sh [BUILD_DIR] [SECONDS]   (needs wrk, nginx, golang-go)
-# Prints a Markdown table; runs are short: on a shared machine compare the ratios.
+# Usage: bench/proxy/run.sh [BUILD_DIR] [SECONDS] [ROUNDS]   (needs wrk, nginx, golang-go)
+# Prints a Markdown table; runs are short: on a shared machine compare the ratios. ROUNDS > 1
+# measures every connection count that many times, the setups interleaved, so that a burst of
+# load from elsewhere hits them alike. VRAMD_BASELINE_HARNESS=PATH adds a row for another build
+# of vramd_proxy_harness (e.g. the commit before a change), measured in the same run.
 set -euo pipefail
 BUILD=${1:-build}
 SECS=${2:-3}
+ROUNDS=${3:-1}
+BASE=${VRAMD_BASELINE_HARNESS:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 for tool in wrk nginx go; do
   command -v $tool >/dev/null || { echo "bench/proxy: needs $tool (apt-get install wrk nginx-light golang-go)"; exit 77; }
@@ -17,7 +22,7 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; sleep 0.2; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-UP=18100 NGX=18101 GO=18102 VR=18103 VS=18104 VS_API=18105 SSE=18110 NGX_SSE=18111 GO_SSE=18112 VR_SSE=18113
+UP=18100 NGX=18101 GO=18102 VR=18103 VS=18104 VS_API=18105 VB=18106 SSE=18110 NGX_SSE=18111 GO_SSE=18112 VR_SSE=18113
 export GOCACHE=$WORK/gocache GOFLAGS=-mod=mod GO111MODULE=off
 go build -o "$WORK/goproxy" "$HERE/goproxy.go"
 go build -o "$WORK/ssebench" "$HERE/ssebench.go"
@@ -47,6 +52,7 @@ nginx_conf proxy "$NGX" "upstream u { server 127.0.0.1:$UP; keepalive 256; }
 "$WORK/goproxy" 127.0.0.1:$GO http://127.0.0.1:$UP 2>/dev/null & PIDS+=($!)
 "$WORK/goproxy" 127.0.0.1:$GO_SSE http://127.0.0.1:$SSE 2>/dev/null & PIDS+=($!)
 "$BUILD/vramd_proxy_harness" --service up http://127.0.0.1:$UP 127.0.0.1:$VR >/dev/null & PIDS+=($!)
+if [ -n "$BASE" ]; then "$BASE" --service up http://127.0.0.1:$UP 127.0.0.1:$VB >/dev/null & PIDS+=($!); fi
 "$BUILD/vramd_proxy_harness" --service sse http://127.0.0.1:$SSE 127.0.0.1:$VR_SSE >/dev/null & PIDS+=($!)
 "$WORK/ssebench" serve 127.0.0.1:$SSE 10000 200 & PIDS+=($!)
 # The real daemon: `vramd serve` on the test GPU, the upstream as a generic_http service with its
@@ -80,12 +86,15 @@ measure() {
 
 echo "| conns | setup | req/s | p99 | added p99 | vs Go | vs nginx |"
 echo "|---:|---|---:|---:|---:|---:|---:|"
+echo "uptime before: $(uptime)" >&2
 for c in 1 16 64; do
+for round in $(seq "$ROUNDS"); do
   read -r d_rps d_p99 < <(measure $UP $c)
   read -r n_rps n_p99 < <(measure $NGX $c)
   read -r g_rps g_p99 < <(measure $GO $c)
   read -r v_rps v_p99 < <(measure $VR $c)
   read -r s_rps s_p99 < <(measure $VS $c)
+  if [ -n "$BASE" ]; then read -r b_rps b_p99 < <(measure $VB $c); fi
   row() { awk -v c=$c -v n="$1" -v r=$2 -v p=$3 -v d=$d_p99 -v g=$g_rps -v x=$n_rps \
     'BEGIN { printf "| %d | %s | %.0f | %.0f µs | %+.0f µs | %.2f× | %.2f× |\n", c, n, r, p, p-d, r/g, r/x }'; }
   row direct "$d_rps" "$d_p99"
@@ -93,7 +102,10 @@ for c in 1 16 64; do
   row "Go ReverseProxy" "$g_rps" "$g_p99"
   row "vramd (proxy code alone)" "$v_rps" "$v_p99"
   row "vramd serve" "$s_rps" "$s_p99"
+  if [ -n "$BASE" ]; then row "vramd before (baseline harness)" "$b_rps" "$b_p99"; fi
 done
+done
+echo "uptime after: $(uptime)" >&2
 
 echo
 echo "| SSE, 10,000 events 200 µs apart | p50 | p99 | max | reads with >1 event |"

@@ -364,6 +364,9 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     for (;;) {
       std::size_t size = beast::read_size(b, 65536);
       if (size == 0) co_return http::error::buffer_overflow;
+      // At least a body piece's worth: read_size alone stays at the buffer's capacity, 512
+      // bytes after a small head, a read call per 512 bytes of a large body.
+      size = std::max(size, std::min(kChunk, b.max_size() - b.size()));
       std::size_t n =
           co_await s.async_read_some(b.prepare(size), asio::redirect_error(use_awaitable, ec));
       b.commit(n);
