@@ -14,6 +14,7 @@
 #include <deque>
 #include <list>
 #include <map>
+#include <set>
 #include <memory>
 #include <type_traits>
 
@@ -139,6 +140,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   void check_lease_holders();
   // The request path (daemon_proxy.cc).
   bool can_wake(const std::string& service) const;
+  void in_flight_changed(const std::string& service, int now_in_flight);
   boost::asio::awaitable<WakeResult> start_for_request(std::string service, std::string model,
                                                        Duration limit, WakeProgress progress);
   boost::asio::awaitable<WakeResult> wake_for_request(
@@ -198,6 +200,8 @@ class Daemon : public DaemonControl, public ProxyHooks {
   EventStream stream_;
   std::unique_ptr<Proxy> proxy_;       // the request path, when configured
   std::map<std::string, int> in_flight_;  // requests through the proxy, per service
+  std::set<std::string> in_flight_dirty_;  // counts not yet sent to the core (in_flight_changed)
+  bool in_flight_flush_posted_ = false;
   std::map<int, int> discover_tries_;     // GPU pid -> discovery passes that looked at it
   int64_t next_stream_id_ = 1;
   bool fast_sampling_ = false;

@@ -67,14 +67,34 @@ bool wants_proxy(const Config& config) {
   return false;
 }
 
+// The first request's start and the last one's end reach the core at once (busy, and the
+// activity that ends it); counts in between are sent once per turn of the loop, however many
+// requests started and ended in it (under load, one event instead of two per request).
 void Daemon::request_started(const std::string& service) {
-  feed(RequestsInFlight{service, ++in_flight_[service]});
+  in_flight_changed(service, ++in_flight_[service]);
 }
 
 void Daemon::request_ended(const std::string& service) {
   int& n = in_flight_[service];
   n = std::max(0, n - 1);
-  feed(RequestsInFlight{service, n});
+  in_flight_changed(service, n);
+}
+
+void Daemon::in_flight_changed(const std::string& service, int now_in_flight) {
+  if (now_in_flight <= 1) {  // 0 -> 1 or 1 -> 0 (or 2 -> 1: sent at once, it is cheap enough)
+    in_flight_dirty_.erase(service);
+    feed(RequestsInFlight{service, now_in_flight});
+    return;
+  }
+  if (!in_flight_dirty_.insert(service).second || in_flight_flush_posted_) return;
+  in_flight_flush_posted_ = true;
+  asio::post(io_, [this] {
+    in_flight_flush_posted_ = false;
+    if (stopping_) return;
+    std::set<std::string> dirty;
+    dirty.swap(in_flight_dirty_);
+    for (const auto& service : dirty) feed(RequestsInFlight{service, in_flight_[service]});
+  });
 }
 
 namespace {
