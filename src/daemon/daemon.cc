@@ -116,6 +116,7 @@ Status Daemon::start() {
   asio::co_spawn(io_, tick_loop(), asio::detached);
   for (const auto& svc : cfg.services) asio::co_spawn(io_, probe_loop(svc.name), asio::detached);
   runner_->adopt(cfg.services);
+  start_container_watch();
   sd_notify("READY=1\nSTATUS=sampling GPUs; API on " + cfg.daemon.listen);  // Type=notify
   if (auto interval = sd_watchdog_interval()) asio::co_spawn(io_, watchdog_loop(*interval), asio::detached);
   return Ok{};
@@ -131,6 +132,7 @@ void Daemon::stop() {
   for (auto& t : probe_timers_) t.cancel();
   for (auto& [id, w] : waiters_) w->timer.cancel();
   stream_.close();
+  container_watch_.reset();  // joins its thread
   for (auto& [id, t] : lease_waiters_) t->cancel();
   for (auto& [id, w] : command_waiters_) w->timer.cancel();
   // Managed children outlive vramd unless on_shutdown = "stop" (they are adopted again).
