@@ -151,6 +151,8 @@ class Daemon : public DaemonControl, public ProxyHooks {
   void record_crash(RecordCrash crash);
   // Containers (daemon_containers.cc): the engine's events on a thread of their own.
   void start_container_watch();
+  boost::asio::awaitable<Result<LogPage>> read_container_log(std::string container, size_t lines,
+                                                             std::optional<uint64_t> after) override;
   // A container's output before its exit (from the engine), or one line saying why not.
   static std::vector<std::string> container_crash_log(const std::string& socket,
                                                       const RecordCrash& crash);

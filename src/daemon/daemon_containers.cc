@@ -1,5 +1,7 @@
 // Containers (match.container without `start`): the engine's word on them reaches the Arbiter
 // from a thread of its own (supervisor/container_watch.h); a crash's log comes from the engine.
+#include <algorithm>
+
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
 
@@ -34,6 +36,25 @@ void Daemon::start_container_watch() {
             backend_failed("docker", why);
         });
       });
+}
+
+asio::awaitable<Result<LogPage>> Daemon::read_container_log(std::string container, size_t lines,
+                                                          std::optional<uint64_t> after) {
+  // On the worker: a slow engine holds up no request but those for its logs.
+  auto op = run_on(worker_, [socket = arbiter_.config().daemon.docker_socket,
+                             container = std::move(container), lines, after]() -> Result<LogPage> {
+    auto got = container_log_since(socket, container, lines, after.value_or(0),
+                                   std::chrono::seconds(10));
+    if (!got) return make_error(got.error());
+    LogPage page;
+    page.offset = after.value_or(0);
+    for (auto& l : *got) {
+      page.offset = std::max(page.offset, l.ns);
+      page.lines.push_back(std::move(l.text));
+    }
+    return page;
+  });
+  co_return co_await std::move(op);
 }
 
 std::vector<std::string> Daemon::container_crash_log(const std::string& socket,

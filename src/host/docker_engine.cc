@@ -213,6 +213,72 @@ Status DockerLogDemux::finish(std::vector<std::string>& lines) {
   return Ok{};
 }
 
+std::optional<uint64_t> parse_docker_timestamp(std::string_view t) {
+  // YYYY-MM-DDTHH:MM:SS[.fraction]Z
+  if (t.size() < 20 || t[4] != '-' || t[7] != '-' || t[10] != 'T' || t[13] != ':' ||
+      t[16] != ':' || t.back() != 'Z')
+    return std::nullopt;
+  auto num = [&](size_t at, size_t n) -> std::optional<int> { return parse_int(t.substr(at, n)); };
+  auto y = num(0, 4), mo = num(5, 2), d = num(8, 2), h = num(11, 2), mi = num(14, 2), s = num(17, 2);
+  if (!y || !mo || !d || !h || !mi || !s || *mo < 1 || *mo > 12 || *d < 1 || *d > 31 || *h > 23 ||
+      *mi > 59 || *s > 60 || *y < 1970)
+    return std::nullopt;
+  uint64_t frac = 0;
+  std::string_view rest = t.substr(19, t.size() - 20);
+  if (!rest.empty()) {
+    if (rest[0] != '.' || rest.size() < 2 || rest.size() > 10) return std::nullopt;
+    std::string digits(rest.substr(1));
+    if (digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    digits.resize(9, '0');
+    frac = std::stoull(digits);
+  }
+  // Days from the civil date (Howard Hinnant's algorithm).
+  int yy = *y - (*mo <= 2);
+  int era = yy / 400;
+  int yoe = yy - era * 400;
+  int mp = (*mo + 9) % 12;
+  int doy = (153 * mp + 2) / 5 + *d - 1;
+  int doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  int64_t days = static_cast<int64_t>(era) * 146097 + doe - 719468;
+  int64_t secs = days * 86400 + *h * 3600 + *mi * 60 + *s;
+  return static_cast<uint64_t>(secs) * 1'000'000'000ull + frac;
+}
+
+Result<std::vector<StampedLine>> container_log_since(const std::string& socket_path,
+                                                     const std::string& container, size_t tail,
+                                                     uint64_t after_ns,
+                                                     std::chrono::milliseconds timeout) {
+  auto inspected = inspect_container(socket_path, container, timeout);
+  if (!inspected) return make_error(inspected.error());
+  if (!*inspected) return make_error("no container " + container);
+  std::string target = fmt::format("/v1.41/containers/{}/logs?stdout=1&stderr=1&timestamps=1",
+                                   escape(container));
+  if (after_ns > 0) {
+    uint64_t since = after_ns + 1;  // `since` includes its own moment
+    target += fmt::format("&since={}.{:09}", since / 1'000'000'000ull, since % 1'000'000'000ull);
+  } else {
+    target += fmt::format("&tail={}", tail);
+  }
+  auto r = http_request_unix(socket_path, "GET", target, timeout);
+  if (!r) return make_error(r.error());
+  if (r->status != 200) return make_error(fmt::format("logs {}: HTTP {}", container, r->status));
+  std::vector<std::string> lines;
+  DockerLogDemux demux((*inspected)->tty);
+  if (auto s = demux.feed(r->body, lines); !s) return make_error(s.error());
+  if (auto s = demux.finish(lines); !s) return make_error(s.error());
+  std::vector<StampedLine> out;
+  for (auto& l : lines) {
+    size_t space = l.find(' ');
+    auto ns = parse_docker_timestamp(std::string_view(l).substr(0, space));
+    if (!ns) {  // a line the engine did not stamp: keep it, stamped as the one before
+      out.push_back({out.empty() ? after_ns : out.back().ns, std::move(l)});
+      continue;
+    }
+    out.push_back({*ns, space == std::string::npos ? std::string() : l.substr(space + 1)});
+  }
+  return out;
+}
+
 Result<std::optional<ContainerInspect>> inspect_container(const std::string& socket_path,
                                                           const std::string& container,
                                                           std::chrono::milliseconds timeout) {

@@ -80,6 +80,21 @@ Result<std::vector<std::string>> container_log_lines(const std::string& socket_p
                                                      const std::string& container, size_t tail,
                                                      int64_t until,
                                                      std::chrono::milliseconds timeout);
+// "2026-12-01T15:04:05.123456789Z" (what `timestamps=1` puts before each log line) as
+// nanoseconds since the epoch. nullopt: not such a timestamp.
+std::optional<uint64_t> parse_docker_timestamp(std::string_view text);
+
+// A container's output with the engine's timestamps: the last `tail` lines, or (after_ns > 0)
+// every line stamped after after_ns. Each line's stamp is kept, to ask for what follows it.
+struct StampedLine {
+  uint64_t ns = 0;
+  std::string text;
+};
+Result<std::vector<StampedLine>> container_log_since(const std::string& socket_path,
+                                                     const std::string& container, size_t tail,
+                                                     uint64_t after_ns,
+                                                     std::chrono::milliseconds timeout);
+
 // GET /containers/{container}/json. nullopt: no such container (404).
 Result<std::optional<ContainerInspect>> inspect_container(const std::string& socket_path,
                                                           const std::string& container,

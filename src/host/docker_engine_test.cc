@@ -96,6 +96,17 @@ TEST(DockerEngine, DemultiplexesLogsWithoutATty) {
   EXPECT_FALSE(cut.finish(lines).ok());
 }
 
+TEST(DockerEngine, ParsesTheEnginesTimestamps) {
+  EXPECT_EQ(parse_docker_timestamp("1970-01-01T00:00:01.000000002Z"), 1'000'000'002u);
+  EXPECT_EQ(parse_docker_timestamp("2026-12-01T15:04:05.5Z"), 1796137445'500'000'000u);
+  EXPECT_EQ(parse_docker_timestamp("2026-12-01T15:04:05Z"), 1796137445'000'000'000u);
+  EXPECT_FALSE(parse_docker_timestamp("2026-12-01 15:04:05Z"));
+  EXPECT_FALSE(parse_docker_timestamp("2026-13-01T15:04:05Z"));
+  EXPECT_FALSE(parse_docker_timestamp("2026-12-01T15:04:05.Z"));
+  EXPECT_FALSE(parse_docker_timestamp("2026-12-01T15:04:05.12x4Z"));
+  EXPECT_FALSE(parse_docker_timestamp("hello"));
+}
+
 TEST(DockerEngine, LogsWithATtyAreRawLines) {
   DockerLogDemux demux(true);
   std::vector<std::string> lines;

@@ -135,6 +135,12 @@ TEST_F(DockerE2E, StopStartAndRestartActOnTheRealContainerAndWaitForIt) {
   EXPECT_TRUE(comfy.running());
   EXPECT_TRUE(http_request({comfy.url()}, "GET", "/system_stats", "", 2000).ok());
   std::string started = comfy.inspect()["State"].value("StartedAt", "");
+  // Its logs come from the engine; the offset (the engine's timestamp) follows them (logs -f).
+  json logs = get(f, "/v1/services/comfy/logs?lines=10");
+  ASSERT_TRUE(logs.contains("offset")) << logs.dump(2);
+  EXPECT_NE(logs["lines"].dump().find(fmt::format("ready {}", comfy.port())), std::string::npos)
+      << logs.dump(2);
+  uint64_t offset = logs["offset"].get<uint64_t>();
 
   r = run_cli({"restart", "comfy", "--wait", "--url", f.url}, {}, f.dir);
   ASSERT_EQ(r.code, 0) << r.out << r.err << f.log();
@@ -142,6 +148,10 @@ TEST_F(DockerE2E, StopStartAndRestartActOnTheRealContainerAndWaitForIt) {
   EXPECT_TRUE(comfy.running());
   EXPECT_TRUE(http_request({comfy.url()}, "GET", "/system_stats", "", 2000).ok());
   EXPECT_TRUE(eventually([&] { return held(f, "comfy") == 8 * GiB; })) << f.log();
+  json after = get(f, fmt::format("/v1/services/comfy/logs?after={}", offset));
+  ASSERT_TRUE(after.contains("lines")) << after.dump(2);
+  EXPECT_EQ(after["lines"], json::array({fmt::format("ready {}", comfy.port())})) << after.dump(2);
+  EXPECT_GT(after["offset"].get<uint64_t>(), offset);
   json svc = get(f, "/v1/services/comfy");
   EXPECT_EQ(svc["process"].value("state", ""), "running") << svc.dump(2);
   EXPECT_EQ(svc["process"].value("docker_restart_policy", ""), "no") << svc.dump(2);
@@ -214,6 +224,11 @@ TEST_F(DockerE2E, ACrashIsRestartedPerPolicyAndDiagnosedFromTheContainersLogs) {
   auto r = run_cli({"doctor", "flaky", "--url", f.url}, {}, f.dir);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("x2"), std::string::npos) << r.out;
+  // stdout and stderr are two pipes: the engine may order their last lines either way.
+  auto logs = run_cli({"logs", "flaky", "-n", "8", "--url", f.url}, {}, f.dir);
+  EXPECT_EQ(logs.code, 0) << logs.err;
+  EXPECT_NE(logs.out.find("torch.AcceleratorError: CUDA error: unknown error"), std::string::npos)
+      << logs.out;
   EXPECT_NE(r.out.find("--disable-async-offload"), std::string::npos) << r.out;
 }
 

@@ -17,6 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)vramd::parse_containers_json(text);
   (void)vramd::parse_container_inspect(text);
   (void)vramd::parse_docker_event(text);
+  (void)vramd::parse_docker_timestamp(text);
   size_t cut = size ? data[0] % (size + 1) : 0;
   {
     vramd::ChunkedDecoder d;
