@@ -193,31 +193,38 @@ bool DockerEngine::start() {
   }
 
   // The image: busybox with its applets, and the fake servers with what they link.
-  fs::path root = dir_ + "/rootfs";
+  if (std::string error = import_rootfs(kImage, {build_dir() + "/fake-gpu-server"}); !error.empty()) {
+    why_ = error;
+    stop();
+    return false;
+  }
+  return true;
+}
+
+std::string DockerEngine::import_rootfs(const std::string& image,
+                                       const std::vector<std::string>& binaries) const {
+  static int n = 0;
+  fs::path root = fmt::format("{}/rootfs-{}", dir_, n++);
+  std::error_code ec;
   fs::create_directories(root / "bin", ec);
   fs::create_directories(root / "tmp", ec);
-  fs::copy_file(busybox, root / "bin/busybox", ec);
-  for (const char* applet : {"sh", "echo", "sleep", "cat", "ls", "kill", "true", "false", "env", "[", "test", "touch"})
+  fs::create_directories(root / "opt", ec);
+  fs::copy_file(find_program({"/bin/busybox", "/usr/bin/busybox"}), root / "bin/busybox", ec);
+  if (ec) return "cannot copy busybox into the test image: " + ec.message();
+  for (const char* applet : {"sh", "echo", "sleep", "cat", "ls", "kill", "true", "false", "env",
+                             "[", "test", "touch"})
     fs::create_symlink("busybox", root / "bin" / applet, ec);
-  std::string fake = build_dir() + "/fake-gpu-server";
-  bool copied = fs::create_directories(root / "opt", ec) || true;
-  fs::copy_file(fake, root / "opt/fake-gpu-server", ec);
-  copied = copied && !ec;
-  for (const auto& lib : libraries_of(fake)) copied = copied && copy_into(root, lib);
-  if (!copied) {
-    why_ = "cannot copy " + fake + " and its libraries into the test image";
-    stop();
-    return false;
+  for (const auto& binary : binaries) {
+    fs::copy_file(binary, root / "opt" / fs::path(binary).filename(), ec);
+    if (ec) return "cannot copy " + binary + " into the test image: " + ec.message();
+    for (const auto& lib : libraries_of(binary))
+      if (!copy_into(root, lib)) return "cannot copy " + lib + " into the test image";
   }
   auto imported = shell(fmt::format("tar -C {} -c . | {} -H unix://{} import - {}",
-                                    quote(root.string()), docker_client(), socket_, kImage));
-  if (imported.code != 0) {
-    why_ = "docker import failed: " + imported.out;
-    stop();
-    return false;
-  }
+                                    quote(root.string()), docker_client(), socket_, image));
   fs::remove_all(root, ec);  // the engine has its own copy
-  return true;
+  if (imported.code != 0) return "docker import failed: " + imported.out;
+  return "";
 }
 
 DockerRun DockerEngine::cli(const std::vector<std::string>& args) const {

@@ -36,6 +36,11 @@ class DockerEngine {
   nlohmann::json inspect(const std::string& name) const;
   // Removes (forcefully) every container of the engine: tests start from none.
   void remove_all_containers() const;
+  // Imports a rootfs of static busybox and `binaries` with the libraries each links (at their
+  // paths on this machine) as `image`. An error message, or "" when it worked.
+  std::string import_rootfs(const std::string& image, const std::vector<std::string>& binaries) const;
+  // The engine's own directory (under the build folder).
+  const std::string& dir() const { return dir_; }
 
  private:
   std::string dir_;     // under the build folder, short (unix socket paths are 108 bytes at most)
