@@ -1,6 +1,8 @@
 // Containers through a real Docker Engine (docker_engine.h): vramd names a container's GPU
 // memory by its name and by its compose service, its stop/start/restart act on the real
 // container, and `vramd discover` finds a server in a container and writes a config that works.
+#include <unistd.h>
+
 #include <fstream>
 
 #include <fmt/format.h>
@@ -284,6 +286,37 @@ TEST_F(DockerE2E, DockerKillIsSeenAsAnExitFromTheEnginesEvents) {
   EXPECT_NE(crashed[0]["message"].get<std::string>().find("status 137"), std::string::npos)
       << crashed[0].dump();
   EXPECT_FALSE(comfy.running());  // restart = "never": vramd left it down
+}
+
+bool has_fault(const json& status, const std::string& backend) {
+  for (const auto& f : status.value("faults", json::array()))
+    if (f.value("backend", "") == backend) return true;
+  return false;
+}
+
+TEST_F(DockerE2E, AnEngineThatIsNotThereIsAFaultUntilTheWatchReachesIt) {
+  DaemonFixture f;
+  // The socket vramd is given appears only later (an engine that starts after vramd).
+  std::string link = f.dir.file("engine.sock");
+  f.daemon_toml = fmt::format("docker_socket = \"{}\"\n", link);
+  FakeContainer comfy(f, "vt-later", "comfyui", {}, {"--model-bytes", "2GiB"});
+  f.start(fmt::format(
+      "[services.comfy]\nkind = \"comfyui\"\nurl = \"{}\"\nmatch = {{ container = \"vt-later\" }}\n",
+      comfy.url()));
+  json status;
+  ASSERT_TRUE(eventually([&] {
+    status = f.status();
+    return has_fault(status, "docker");
+  })) << status.dump(2) << f.log();
+  EXPECT_TRUE(get(f, "/v1/services/comfy")["process"].is_null());  // its state is not known
+  ASSERT_EQ(::symlink(docker_engine().socket().c_str(), link.c_str()), 0);
+  // Reconnected (with backoff): the fault is gone and the container's state read.
+  EXPECT_TRUE(eventually([&] {
+    status = f.status();
+    return !has_fault(status, "docker") &&
+           get(f, "/v1/services/comfy")["process"].value("state", "") == "running";
+  }, 30s)) << status.dump(2) << f.log();
+  EXPECT_FALSE(testing::events_of(f, "backend.failed").empty());
 }
 
 TEST_F(DockerE2E, DiscoverFindsAServerInAContainerAndWritesAConfigThatWorks) {
