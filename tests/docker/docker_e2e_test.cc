@@ -74,6 +74,12 @@ Bytes held(const DaemonFixture& f, const std::string& owner) {
   return h ? (*h)["bytes"].get<Bytes>() : 0;
 }
 
+// /v1/services/NAME's `process` (an empty object until the engine has told its state).
+json process_of(const DaemonFixture& f, const std::string& service) {
+  json p = get(f, "/v1/services/" + service).value("process", json());
+  return p.is_object() ? p : json::object();
+}
+
 std::string socket_toml() {
   return fmt::format("docker_socket = \"{}\"\n", docker_engine().socket());
 }
@@ -195,7 +201,7 @@ TEST_F(DockerE2E, ACrashIsRestartedPerPolicyAndDiagnosedFromTheContainersLogs) {
                       "match = {{ container = \"vt-crash\" }}\nmax_restarts = 1\n",
                       testing::free_port()));
   ASSERT_TRUE(eventually([&] {
-    return get(f, "/v1/services/flaky")["process"].value("state", "") == "running";
+    return process_of(f, "flaky").value("state", "") == "running";
   })) << get(f, "/v1/services/flaky").dump(2) << f.log();
   std::ofstream(f.dir.file("go")) << "crash now\n";
 
@@ -203,7 +209,7 @@ TEST_F(DockerE2E, ACrashIsRestartedPerPolicyAndDiagnosedFromTheContainersLogs) {
   json svc;
   ASSERT_TRUE(eventually([&] {
     svc = get(f, "/v1/services/flaky");
-    return svc["process"].value("state", "") == "failed";
+    return process_of(f, "flaky").value("state", "") == "failed";
   }, 30s)) << svc.dump(2) << f.log();
   EXPECT_EQ(svc["process"].value("restarts", 0), 1) << svc.dump(2);
   EXPECT_EQ(testing::events_of(f, "service.restarting").size(), 1u) << f.log();
@@ -245,9 +251,9 @@ TEST_F(DockerE2E, DockersOwnRestartPolicyIsRespectedAndShown) {
                       "match = {{ container = \"vt-policy\" }}\n",
                       testing::free_port()));
   ASSERT_TRUE(eventually([&] {
-    return get(f, "/v1/services/flaky")["process"].value("state", "") == "running";
+    return process_of(f, "flaky").value("state", "") == "running";
   })) << f.log();
-  EXPECT_EQ(get(f, "/v1/services/flaky")["process"].value("docker_restart_policy", ""),
+  EXPECT_EQ(process_of(f, "flaky").value("docker_restart_policy", ""),
             "unless-stopped");
   std::ofstream(f.dir.file("go")) << "crash now\n";
   // Docker restarts it (100 ms, 200 ms, ...): each exit is a crash, none restarted by vramd.
@@ -271,14 +277,14 @@ TEST_F(DockerE2E, DockerKillIsSeenAsAnExitFromTheEnginesEvents) {
       "restart = \"never\"\nhealth_interval = \"1h\"\n",
       comfy.url()));
   ASSERT_TRUE(eventually([&] {
-    return get(f, "/v1/services/comfy")["process"].value("state", "") == "running";
+    return process_of(f, "comfy").value("state", "") == "running";
   })) << f.log();
   auto k = docker_engine().cli({"kill", "vt-kill"});
   ASSERT_EQ(k.code, 0) << k.out;
   json svc;
   ASSERT_TRUE(eventually([&] {
     svc = get(f, "/v1/services/comfy");
-    return svc["process"].value("state", "") == "failed";
+    return process_of(f, "comfy").value("state", "") == "failed";
   })) << svc.dump(2) << f.log();
   EXPECT_EQ(svc["process"]["last_exit_code"], 137) << svc.dump(2);
   auto crashed = testing::events_of(f, "service.crashed");
@@ -308,13 +314,13 @@ TEST_F(DockerE2E, AnEngineThatIsNotThereIsAFaultUntilTheWatchReachesIt) {
     status = f.status();
     return has_fault(status, "docker");
   })) << status.dump(2) << f.log();
-  EXPECT_TRUE(get(f, "/v1/services/comfy")["process"].is_null());  // its state is not known
+  EXPECT_TRUE(get(f, "/v1/services/comfy").value("process", json::object()).is_null());  // its state is not known
   ASSERT_EQ(::symlink(docker_engine().socket().c_str(), link.c_str()), 0);
   // Reconnected (with backoff): the fault is gone and the container's state read.
   EXPECT_TRUE(eventually([&] {
     status = f.status();
     return !has_fault(status, "docker") &&
-           get(f, "/v1/services/comfy")["process"].value("state", "") == "running";
+           process_of(f, "comfy").value("state", "") == "running";
   }, 30s)) << status.dump(2) << f.log();
   EXPECT_FALSE(testing::events_of(f, "backend.failed").empty());
 }
