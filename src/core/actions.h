@@ -52,6 +52,7 @@ struct Lifecycle {
   Command action = Command::restart;
   Control via = Control::container;  // container | unit
   std::string target;                // container name or unit name
+  Duration stop_timeout{0};          // stop, restart: how long before the engine kills it
 };
 // A lease was created or changed state: persist it, wake whoever waits on it; an ended one
 // leaves the Arbiter (its job record is the shell's to keep).
@@ -77,7 +78,8 @@ struct SignalService {
 struct CheckHealth {
   std::string service;
 };
-// A managed child died unexpectedly: keep its log tail and diagnose it (the shell reads the log).
+// A managed child or a container died unexpectedly: keep its log tail and diagnose it (the
+// shell reads the log: the child's file, or the container's logs from the engine).
 struct RecordCrash {
   std::string service;
   int pid = 0;
@@ -87,6 +89,8 @@ struct RecordCrash {
   std::string reason;  // vramd's own cause when it has one ("start timed out after 2m")
   std::vector<std::pair<std::string, Bytes>>
       gpu_holders;  // who held GPU memory then, largest first
+  std::string container;  // a container's exit: its logs come from the engine, by this name
+  bool oom = false;       // the engine says the kernel killed it for memory
 };
 // A start/stop/restart request has its outcome.
 struct CommandFinished {

@@ -43,6 +43,10 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
                 now, fmt::format("service.{}{}", to_string(e.action), e.ok ? "" : "_failed"),
                 std::nullopt, e.service,
                 fmt::format("{} {}: {}", to_string(e.action), e.service, e.message)));
+            supervision_.on_lifecycle_done(e, now, actions);
+          },
+          [&](const ContainerChanged& e) {
+            supervision_.on_container_changed(e, w, now, actions);
           },
           [&](const Tick&) {
             services_.on_tick(now, actions, intents);

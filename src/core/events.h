@@ -46,6 +46,21 @@ struct LifecycleDone {
   Command action = Command::restart;
   bool ok = false;
   std::string message;
+  bool changed = true;  // false: nothing to do (a stop of a stopped container: HTTP 304)
+};
+// What the container engine says about the container of `service` (matched by
+// match.container): from its /events stream (a die, with its exit code), or from a list or
+// inspect when that stream (re)connects (a state read: died = false).
+struct ContainerChanged {
+  std::string service;
+  bool running = false;
+  bool died = false;  // it exited (a die event)
+  std::optional<int> exit_code;
+  bool oom = false;  // the kernel killed it for memory (an oom event, State.OOMKilled)
+  // HostConfig.RestartPolicy.Name: "no" (or ""), "always", "unless-stopped", "on-failure".
+  std::string restart_policy;
+  int restart_max = 0;    // on-failure's MaximumRetryCount (0: no limit)
+  int restart_count = 0;  // RestartCount: Docker's restarts of it so far
 };
 // Time passes: the shell sends one at Arbiter::next_deadline() (and may send more), so deadlines
 // fire even when no sample arrives.
@@ -113,6 +128,6 @@ struct ServiceDiscovered {
 using Event = std::variant<SampleTaken, ProbeDone, UnloadRequested, UnloadCallDone, LifecycleDone,
                            Tick, LeaseRequested, LeaseReleased, LeaseHeartbeat, HolderExited,
                            ServiceCommand, ChildStarted, ChildExited, HealthChecked,
-                           RequestsInFlight, ServiceDiscovered>;
+                           RequestsInFlight, ServiceDiscovered, ContainerChanged>;
 
 }  // namespace vramd

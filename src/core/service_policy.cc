@@ -387,8 +387,8 @@ void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const s
     if (want.empty() && outcome != UnloadOutcome::failed && cfg) want = cfg->on_ineffective_unload;
     if (want == "restart" || want == "stop") {
       Command action = want == "stop" ? Command::stop : Command::restart;
-      if (st.control == Control::managed) {
-        v.escalation = want;
+      if (st.control == Control::managed || st.control == Control::container) {
+        v.escalation = want;  // Supervision: a container's exit is then one it asked for
         intents.push_back(CommandIntent{run.service, action});
       } else if (st.control != Control::none && cfg) {
         v.escalation = want;

@@ -86,6 +86,10 @@ struct ManagedState {
   MonoTime stop_requested_at{};
   Bytes bytes_at_stop = 0;
   std::vector<std::pair<uint64_t, Command>> waiting;  // (request id, what it waits for)
+  // A container (match.container): Docker's own restart policy ("no", "always",
+  // "unless-stopped", "on-failure"; empty for a process vramd runs). vramd restarts a container
+  // only when that policy does not.
+  std::string docker_restart_policy;
 };
 
 // The most a service held while one model was its only one loaded ("" for a service that names

@@ -1,4 +1,5 @@
 #include "core/supervision.h"
+#include "core/supervision_detail.h"
 
 #include <csignal>
 #include <cstring>
@@ -11,16 +12,9 @@
 
 namespace vramd {
 
-namespace {
+using namespace supervision_detail;
 
-constexpr Duration kStartingHealthInterval = std::chrono::seconds(1);
-constexpr Duration kFirstBackoff = std::chrono::seconds(1);
-constexpr Duration kMaxBackoff = std::chrono::minutes(5);
-constexpr Duration kStopVerifyTimeout = std::chrono::seconds(10);
-constexpr Duration kHealthyResetsBackoff = std::chrono::minutes(1);
-constexpr Bytes kHeld = 64 * MiB;  // less than this left on the GPU counts as gone
-
-std::string exit_text(std::optional<int> code, std::optional<int> sig) {
+std::string supervision_detail::exit_text(std::optional<int> code, std::optional<int> sig) {
   if (sig) {
     const char* name = sigabbrev_np(*sig);
     return fmt::format("killed by SIG{}", name ? name : std::to_string(*sig).c_str());
@@ -29,16 +23,19 @@ std::string exit_text(std::optional<int> code, std::optional<int> sig) {
   return "exited (status unknown: vramd adopted it after a restart)";
 }
 
-}  // namespace
-
 Supervision::Supervision(const Config& config) : config_(config) {
   for (const auto& svc : config_.services)
-    if (!svc.start.empty()) managed_[svc.name] = ManagedState{};
+    if (!svc.start.empty())
+      managed_[svc.name] = ManagedState{};
+    else if (!svc.match.container.empty())
+      containers_[svc.name] = ContainerState{};
 }
 
 const ManagedState* Supervision::find(const std::string& service) const {
   auto it = managed_.find(service);
-  return it == managed_.end() ? nullptr : &it->second;
+  if (it != managed_.end()) return &it->second;
+  auto c = containers_.find(service);
+  return c != containers_.end() && c->second.known ? &c->second.m : nullptr;
 }
 
 std::vector<std::pair<std::string, int>> Supervision::children() const {
@@ -66,6 +63,7 @@ std::optional<MonoTime> Supervision::next_deadline() const {
     if (m.state == ManagedPhase::running && m.healthy_since && m.backoff != Duration(0))
       earliest(*m.healthy_since + kHealthyResetsBackoff + Duration(1));
   }
+  container_deadlines(out);
   return out;
 }
 
@@ -86,9 +84,13 @@ void Supervision::command(const std::string& service, Command action, uint64_t r
                           std::vector<Action>& actions, Intents& intents) {
   const ServiceStatus& st = world.services.at(service);
   const ServiceConfig* cfg = config_.find_service(service);
+  if (auto c = containers_.find(service); c != containers_.end()) {
+    container_command(service, c->second, action, request_id, world, now, actions);
+    return;
+  }
   auto it = managed_.find(service);
   if (it == managed_.end()) {
-    // Containers and units: their own manager does it.
+    // Units: systemd does it.
     if (st.control == Control::none || !cfg) {
       actions.push_back(CommandFinished{
           request_id, false,
@@ -388,7 +390,11 @@ void Supervision::on_child_exited(const ChildExited& e, const World& world, cons
 void Supervision::on_health_checked(const HealthChecked& e, const World& world, const Now& now,
                                     std::vector<Action>& actions, Intents& intents) {
   auto it = managed_.find(e.service);
-  if (it == managed_.end()) return;
+  if (it == managed_.end()) {
+    if (auto c = containers_.find(e.service); c != containers_.end())
+      container_health(e, c->second, world, now, actions);
+    return;
+  }
   ManagedState& m = it->second;
   const ServiceConfig* cfg = config_.find_service(e.service);
   m.health_in_flight = false;
@@ -468,14 +474,21 @@ void Supervision::on_tick(const World& world, const Now& now, std::vector<Action
         now.mono - *m.healthy_since > kHealthyResetsBackoff)
       m.backoff = Duration(0);
   }
+  container_tick(world, now, actions);
 }
 
 void Supervision::verify_stops(const World& world, const Now& now, std::vector<Action>& actions) {
-  for (auto& [name, m] : managed_) {
+  for (auto& [name, m] : managed_) verify_stop(name, m, world, now, actions);
+  for (auto& [name, c] : containers_) verify_stop(name, c.m, world, now, actions);
+}
+
+void Supervision::verify_stop(const std::string& name, ManagedState& m, const World& world,
+                              const Now& now, std::vector<Action>& actions) {
+  {
     Bytes bytes = world.services.at(name).bytes;
-    if (!m.verify_until) continue;
+    if (!m.verify_until) return;
     bool gone = bytes < kHeld;
-    if (!gone && now.mono < *m.verify_until) continue;
+    if (!gone && now.mono < *m.verify_until) return;
     m.verify_until.reset();
     std::string message;
     if (gone) {

@@ -1,7 +1,10 @@
 // Supervision: the state machine of each service vramd runs (`start`): start (through start
 // admission when its size is known: core/wake.h load_need), health checks, restarts with exponential backoff,
 // crash loops, stop with SIGKILL after stop_timeout and a check that its GPU memory went,
-// exclusive groups. Starts, stops and restarts of containers and units are handed to the shell.
+// exclusive groups. Containers (match.container, no `start`) the same way through their engine
+// (core/supervision_containers.cc): start, stop with stop_timeout, restart, health, restarts per
+// policy unless Docker's own restart policy restarts them, crash records from their exits. Units
+// are handed to systemctl.
 #pragma once
 
 #include <map>
@@ -48,8 +51,13 @@ class Supervision {
   void on_tick(const World& world, const Now& now, std::vector<Action>& actions, Intents& intents);
   // After a sample: stops whose memory is gone (or whose verification ran out).
   void verify_stops(const World& world, const Now& now, std::vector<Action>& actions);
+  // A container's engine did a start, stop or restart that Lifecycle asked for.
+  void on_lifecycle_done(const LifecycleDone& e, const Now& now, std::vector<Action>& actions);
+  // The engine says a container runs, or died.
+  void on_container_changed(const ContainerChanged& e, const World& world, const Now& now,
+                            std::vector<Action>& actions);
 
-  // nullptr unless vramd runs this service.
+  // nullptr unless vramd runs this service, or it is a container whose state the engine told.
   const ManagedState* find(const std::string& service) const;
   // (service, root pid) of every child: the ledger names their processes' memory.
   std::vector<std::pair<std::string, int>> children() const;
@@ -68,8 +76,27 @@ class Supervision {
   void finish_waiters(ManagedState& m, std::optional<Command> kind, bool ok,
                       const std::string& message, std::vector<Action>& actions);
 
+  void verify_stop(const std::string& service, ManagedState& m, const World& world, const Now& now,
+                   std::vector<Action>& actions);
+
+  // A container: its phase as vramd last saw or asked for it, kept in a ManagedState (pid
+  // unset: the engine runs it).
+  struct ContainerState {
+    ManagedState m;
+    bool known = false;      // the engine has told its state at least once
+    int expected_exits = 0;  // stops and restarts vramd asked for whose die has not come yet
+  };
+  void container_command(const std::string& service, ContainerState& c, Command action,
+                         uint64_t request_id, const World& world, const Now& now,
+                         std::vector<Action>& actions);
+  void container_health(const HealthChecked& e, ContainerState& c, const World& world,
+                        const Now& now, std::vector<Action>& actions);
+  void container_tick(const World& world, const Now& now, std::vector<Action>& actions);
+  void container_deadlines(std::optional<MonoTime>& out) const;
+
   const Config& config_;
-  std::map<std::string, ManagedState> managed_;  // services with `start`, by name
+  std::map<std::string, ManagedState> managed_;      // services with `start`, by name
+  std::map<std::string, ContainerState> containers_;  // match.container without `start`
 };
 
 }  // namespace vramd

@@ -117,6 +117,7 @@ Status Daemon::start() {
   for (const auto& svc : cfg.services) asio::co_spawn(io_, probe_loop(svc.name), asio::detached);
   if (cfg.daemon.discovers(!cfg.services.empty())) asio::co_spawn(io_, discover_loop(), asio::detached);
   runner_->adopt(cfg.services);
+  start_container_watch();
   sd_notify("READY=1\nSTATUS=sampling GPUs; API on " + cfg.daemon.listen);  // Type=notify
   if (auto interval = sd_watchdog_interval()) asio::co_spawn(io_, watchdog_loop(*interval), asio::detached);
   return Ok{};
@@ -132,6 +133,7 @@ void Daemon::stop() {
   for (auto& t : probe_timers_) t.cancel();
   for (auto& [id, w] : waiters_) w->timer.cancel();
   stream_.close();
+  container_watch_.reset();  // joins its thread
   for (auto& [id, t] : lease_waiters_) t->cancel();
   for (auto& [id, w] : command_waiters_) w->timer.cancel();
   // Managed children outlive vramd unless on_shutdown = "stop" (they are adopted again).

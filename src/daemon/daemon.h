@@ -32,6 +32,7 @@
 #include "store/crash_store.h"
 #include "store/lease_store.h"
 #include "store/peak_store.h"
+#include "supervisor/container_watch.h"
 #include "supervisor/lifecycle.h"
 #include "supervisor/process_runner.h"
 
@@ -154,6 +155,13 @@ class Daemon : public DaemonControl, public ProxyHooks {
   // Supervision (daemon_children.cc).
   void check_health(const std::string& service);
   void record_crash(RecordCrash crash);
+  // Containers (daemon_containers.cc): the engine's events on a thread of their own.
+  void start_container_watch();
+  boost::asio::awaitable<Result<LogPage>> read_container_log(std::string container, size_t lines,
+                                                             std::optional<uint64_t> after) override;
+  // A container's output before its exit (from the engine), or one line saying why not.
+  static std::vector<std::string> container_crash_log(const std::string& socket,
+                                                      const RecordCrash& crash);
 
   // Someone awaits the answer to a request: the timer is cancelled when `result` arrives.
   template <typename T>
@@ -191,6 +199,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   boost::asio::thread_pool worker_{1};  // restarts, lifecycle calls, holder checks
   std::unique_ptr<ProcessRunner> runner_;
   std::unique_ptr<LifecycleBackend> lifecycle_;
+  std::unique_ptr<ContainerWatch> container_watch_;  // when any service is a container
   boost::asio::thread_pool store_thread_{1};
   boost::asio::steady_timer sample_timer_;
   boost::asio::steady_timer tick_timer_;

@@ -2,6 +2,7 @@
 #include "server/assets.h"
 
 #include <algorithm>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -386,9 +387,25 @@ boost::asio::awaitable<HttpResponse> Api::logs(const std::string& service, const
   }
   std::optional<uint64_t> after;
   if (const auto* a = t.param("after")) {
-    if (a->empty() || a->size() > 18 || a->find_first_not_of("0123456789") != std::string::npos)
+    // A byte offset, or a container's log timestamp in ns (19 digits): anything uint64 holds.
+    uint64_t v = 0;
+    auto [p, ec] = std::from_chars(a->data(), a->data() + a->size(), v);
+    if (a->empty() || ec != std::errc() || p != a->data() + a->size())
       co_return error(400, "bad_request", fmt::format("after: expected a byte offset, got '{}'", *a));
-    after = std::stoull(*a);
+    after = v;
+  }
+  // A container's output is the engine's (its offsets are the engine's timestamps).
+  const ServiceConfig* cfg = daemon_.arbiter().config().find_service(service);
+  if (cfg && cfg->start.empty() && !cfg->match.container.empty()) {
+    auto from_engine = daemon_.read_container_log(cfg->match.container, lines, after);
+    Result<LogPage> got = co_await std::move(from_engine);
+    if (!got)
+      co_return error(502, "backend_failed",
+                      fmt::format("logs of container {}: {}", cfg->match.container, got.error()));
+    json out = {{"lines", std::move(got->lines)},
+                {"offset", got->offset},
+                {"container", cfg->match.container}};
+    co_return json_reply(200, out);
   }
   // Up to 20 MiB of log: read on the worker, not on the event loop.
   auto read = daemon_.read_log(path, lines, after);  // GCC 12: no temporaries inside co_await

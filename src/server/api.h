@@ -70,6 +70,11 @@ class DaemonControl {
   virtual std::string log_path(const std::string& service) const = 0;
   virtual boost::asio::awaitable<LogPage> read_log(std::string path, size_t lines,
                                                    std::optional<uint64_t> after) = 0;
+  // A container's output from its engine: the last `lines`, or those after `after`; the
+  // offset is then the engine's timestamp (ns) of the last line, to follow from.
+  virtual boost::asio::awaitable<Result<LogPage>> read_container_log(std::string container,
+                                                                     size_t lines,
+                                                                     std::optional<uint64_t> after) = 0;
   // Counters for /metrics since the daemon started.
   virtual const MetricsCounters& metrics() const = 0;
 };

@@ -165,7 +165,11 @@ json to_json(const ServiceStatus& s, const Now& now) {
                                        {"last_exit_code", opt(s.managed->last_exit_code)},
                                        {"last_signal", opt(s.managed->last_signal)},
                                        {"restart_at", time(s.managed->restart_at)},
-                                       {"start_lease", opt(s.managed->start_lease)}}
+                                       {"start_lease", opt(s.managed->start_lease)},
+                                       {"docker_restart_policy",
+                                        s.managed->docker_restart_policy.empty()
+                                            ? json(nullptr)
+                                            : json(s.managed->docker_restart_policy)}}
                                 : json(nullptr)}};
 }
 

@@ -50,11 +50,26 @@ class LocalLifecycle final : public LifecycleBackend {
       done.ok = ok;
       done.message = message;
     } else {
-      auto r = http_request_unix(socket_, "POST",
-                                 fmt::format("/v1.41/containers/{}/{}", lc.target, action),
-                                 std::chrono::seconds(60));
-      done.ok = r && r->status / 100 == 2;
-      done.message = r ? fmt::format("docker {} {} → {}", action, lc.target, r->status) : r.error();
+      // The engine answers a stop or restart once the container has stopped (and started
+      // again): after at most stop_timeout, when it kills it. 304: nothing to do.
+      auto t = std::chrono::duration_cast<std::chrono::seconds>(lc.stop_timeout).count();
+      std::string target = fmt::format("/v1.41/containers/{}/{}", lc.target, action);
+      if (lc.action != Command::start) target += fmt::format("?t={}", t);
+      auto r = http_request_unix(socket_, "POST", target, std::chrono::seconds(60 + t));
+      done.ok = r && (r->status / 100 == 2 || r->status == 304);
+      done.changed = !(r && r->status == 304);
+      if (!r)
+        done.message = r.error();
+      else if (r->status == 304)
+        done.message = fmt::format("container {} is already {}", lc.target,
+                                   lc.action == Command::stop ? "stopped" : "running");
+      else if (r->status / 100 == 2)
+        done.message = lc.action == Command::start
+                           ? fmt::format("docker start {}: done", lc.target)
+                           : fmt::format("docker {} {} (t={}): done", action, lc.target, t);
+      else
+        done.message = fmt::format("docker {} {}: HTTP {} {}", action, lc.target, r->status,
+                                   r->body.substr(0, 200));
     }
     return done;
   }

@@ -1,0 +1,341 @@
+// Supervision of containers (match.container, no `start`): the engine runs them, vramd decides.
+// Starts, stops (with stop_timeout) and restarts are Lifecycle actions; their answers
+// (LifecycleDone) and the engine's own word (ContainerChanged: running, or a die with its exit
+// code) move the phase. A die that vramd did not ask for is a crash (RecordCrash: the shell reads
+// the container's logs); it is restarted per the service's `restart` policy, with backoff and
+// max_restarts, unless Docker's own restart policy already brings it back. Health as for the
+// processes vramd runs: health_failures failed checks in a row restart it. A stop is verified
+// against the GPU holdings before a waiting client hears "stopped".
+#include <fmt/format.h>
+
+#include "core/ledger.h"
+#include "core/service_policy.h"
+#include "core/supervision.h"
+#include "core/supervision_detail.h"
+
+namespace vramd {
+
+using namespace supervision_detail;
+
+namespace {
+
+// Whether Docker starts this container again by itself after this exit.
+bool docker_restarts(const ContainerChanged& e, const std::string& policy, bool failure) {
+  if (policy == "always" || policy == "unless-stopped") return true;
+  return policy == "on-failure" && failure && (e.restart_max == 0 || e.restart_count < e.restart_max);
+}
+
+}  // namespace
+
+void Supervision::container_command(const std::string& service, ContainerState& c, Command action,
+                                    uint64_t request_id, const World& world, const Now& now,
+                                    std::vector<Action>& actions) {
+  const ServiceConfig* cfg = config_.find_service(service);
+  ManagedState& m = c.m;
+  bool up = m.state == ManagedPhase::running || m.state == ManagedPhase::starting;
+  auto ask = [&](Command a) {
+    actions.push_back(
+        Lifecycle{service, a, Control::container, cfg->match.container, cfg->stop_timeout});
+  };
+  if (action == Command::stop) {
+    m.restart_at.reset();
+    if (request_id) m.waiting.emplace_back(request_id, Command::stop);
+    if (m.state == ManagedPhase::stopping) return;  // one stop at a time: wait with it
+    if (up || !c.known) ++c.expected_exits;
+    m.state = ManagedPhase::stopping;
+    m.stop_sent_at = now.mono;
+    m.stop_requested_at = now.mono;
+    m.bytes_at_stop = world.services.at(service).bytes;
+    ask(Command::stop);
+    return;
+  }
+  if (action == Command::start && c.known && up) {
+    actions.push_back(CommandFinished{
+        request_id, true, fmt::format("{} is already {}", service, to_string(m.state))});
+    return;
+  }
+  // A start by hand clears a crash loop's verdict.
+  m.restarts.clear();
+  m.backoff = Duration(0);
+  m.restart_at.reset();
+  if (request_id) m.waiting.emplace_back(request_id, Command::start);
+  if (action == Command::restart) {
+    if (up) ++c.expected_exits;
+    m.stop_sent_at = now.mono;
+  }
+  m.state = action == Command::restart && up ? ManagedPhase::stopping : ManagedPhase::starting;
+  m.started_at = now.mono;  // the start timeout counts from the ask; set again when it is done
+  m.health_in_flight = false;
+  ask(action);
+}
+
+void Supervision::on_lifecycle_done(const LifecycleDone& e, const Now& now,
+                                    std::vector<Action>& actions) {
+  auto it = containers_.find(e.service);
+  if (it == containers_.end()) return;
+  ContainerState& c = it->second;
+  ManagedState& m = c.m;
+  Command waits_for = e.action == Command::stop ? Command::stop : Command::start;
+  if (!e.ok) {
+    if (e.action != Command::start && c.expected_exits > 0) --c.expected_exits;
+    m.state = ManagedPhase::failed;
+    m.reason = e.message;
+    finish_waiters(m, waits_for, false, e.message, actions);
+    return;
+  }
+  if (e.action == Command::stop) {
+    if (!e.changed) {
+      if (c.expected_exits > 0) --c.expected_exits;  // no die will come
+      m.state = ManagedPhase::stopped;
+      c.known = true;
+      finish_waiters(m, Command::stop, true, fmt::format("{} was not running", e.service),
+                     actions);
+      return;
+    }
+    m.state = ManagedPhase::stopped;
+    c.known = true;
+    m.verify_until = now.mono + kStopVerifyTimeout;  // verify_stops() answers the waiters
+    return;
+  }
+  // Started (or restarted): up once its health check answers. An answer that a later command
+  // overtook (a stop while it started) changes nothing.
+  c.known = true;
+  bool current = m.state == ManagedPhase::starting ||
+                 (e.action == Command::restart && m.state == ManagedPhase::stopping);
+  if (!current) return;
+  if (e.action == Command::restart) ++m.restart_count;
+  m.state = ManagedPhase::starting;
+  m.started_at = now.mono;
+  m.healthy_since.reset();
+  m.health_failures = 0;
+  m.health_in_flight = false;
+  m.next_health = now.mono;
+}
+
+void Supervision::on_container_changed(const ContainerChanged& e, const World& world,
+                                       const Now& now, std::vector<Action>& actions) {
+  auto it = containers_.find(e.service);
+  if (it == containers_.end()) return;
+  ContainerState& c = it->second;
+  ManagedState& m = c.m;
+  const ServiceConfig* cfg = config_.find_service(e.service);
+  if (!e.restart_policy.empty()) m.docker_restart_policy = e.restart_policy;
+  bool first = !c.known;
+  c.known = true;
+
+  if (!e.died) {
+    if (e.running) {
+      if (first) {
+        m.state = ManagedPhase::running;  // it ran before vramd looked: up, checked from now
+        m.started_at = now.mono;
+        m.healthy_since = now.mono;
+        m.next_health = now.mono;
+      } else if (m.state == ManagedPhase::stopped || m.state == ManagedPhase::failed ||
+                 m.state == ManagedPhase::backoff) {
+        // Started by someone else: Docker's restart policy, `docker start`, compose.
+        m.restart_at.reset();
+        m.state = ManagedPhase::starting;
+        m.started_at = now.mono;
+        m.healthy_since.reset();
+        m.health_failures = 0;
+        m.health_in_flight = false;
+        m.next_health = now.mono;
+        actions.push_back(make_event(now, "service.started", std::nullopt, e.service,
+                                     fmt::format("{} (container {}) runs again", e.service,
+                                                 cfg->match.container)));
+      }
+    } else if (m.state != ManagedPhase::stopping && m.state != ManagedPhase::backoff &&
+               m.state != ManagedPhase::failed) {
+      m.state = ManagedPhase::stopped;
+      if (first) c.expected_exits = 0;
+    }
+    return;
+  }
+
+  m.last_exit_code = e.exit_code;
+  m.last_signal.reset();
+  m.last_exit_at = now.mono;
+  if (c.expected_exits > 0) {  // a stop or restart vramd asked for
+    --c.expected_exits;
+    return;
+  }
+  bool failure = e.oom || !e.exit_code || *e.exit_code != 0;
+  std::string how = e.oom ? fmt::format("was killed for memory (OOM), status {}",
+                                        e.exit_code.value_or(-1))
+                          : exit_text(e.exit_code, std::nullopt);
+  if (failure)
+    actions.push_back(RecordCrash{e.service, 0, e.exit_code, std::nullopt, now.wall,
+                                  e.oom ? "the kernel killed it for memory (OOM)" : "",
+                                  world.ledger.holders(kHeld), cfg->match.container, e.oom});
+  actions.push_back(make_event(now, failure ? "service.crashed" : "service.exited", std::nullopt,
+                               e.service,
+                               fmt::format("{} (container {}) {}", e.service,
+                                           cfg->match.container, how)));
+  finish_waiters(m, std::nullopt, false, fmt::format("{} {}", e.service, how), actions);
+  m.health_in_flight = false;
+  m.healthy_since.reset();
+
+  if (docker_restarts(e, m.docker_restart_policy, failure)) {
+    // Docker brings it back itself: vramd does not fight its policy (a second start would race
+    // Docker's own); its start is seen as a state read.
+    m.state = ManagedPhase::stopped;
+    m.reason = fmt::format("{}; Docker restarts it (restart policy {})", how,
+                           m.docker_restart_policy);
+    actions.push_back(make_event(now, "service.docker_restarts", std::nullopt, e.service,
+                                 fmt::format("{} {}: Docker restarts it (restart: {}), not vramd",
+                                             e.service, how, m.docker_restart_policy)));
+    return;
+  }
+  std::string policy = cfg->restart;
+  bool again = policy == "always" || (policy == "on-failure" && failure);
+  if (!again) {
+    m.state = failure ? ManagedPhase::failed : ManagedPhase::stopped;
+    m.reason = how;
+    return;
+  }
+  while (!m.restarts.empty() && now.mono - m.restarts.front() > cfg->restart_window)
+    m.restarts.pop_front();
+  m.restarts.push_back(now.mono);
+  if (static_cast<int>(m.restarts.size()) > cfg->max_restarts) {
+    m.state = ManagedPhase::failed;
+    m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
+                           format_duration(cfg->restart_window), how);
+    actions.push_back(make_event(now, "service.failed", std::nullopt, e.service,
+                                 fmt::format("{} failed: crashed {}; start it by hand once fixed "
+                                             "(vramd doctor {})",
+                                             e.service, m.reason, e.service)));
+    return;
+  }
+  m.backoff = m.backoff == Duration(0) ? kFirstBackoff : std::min(m.backoff * 2, kMaxBackoff);
+  m.restart_at = now.mono + m.backoff;
+  m.state = ManagedPhase::backoff;
+  m.reason = how;
+  actions.push_back(make_event(
+      now, "service.backoff", std::nullopt, e.service,
+      fmt::format("{} {}; restarting in {}", e.service, how, format_duration(m.backoff))));
+}
+
+void Supervision::container_health(const HealthChecked& e, ContainerState& c, const World& world,
+                                   const Now& now, std::vector<Action>& actions) {
+  ManagedState& m = c.m;
+  const ServiceConfig* cfg = config_.find_service(e.service);
+  m.health_in_flight = false;
+  m.last_health = e.message;
+  if (m.state == ManagedPhase::starting) {
+    m.next_health = now.mono + kStartingHealthInterval;
+    if (!e.ok) return;
+    m.state = ManagedPhase::running;
+    m.healthy_since = now.mono;
+    m.health_failures = 0;
+    m.reason.clear();
+    m.next_health = now.mono + cfg->health_interval;
+    std::string took = m.started_at ? format_age(now.mono - *m.started_at) : "?";
+    actions.push_back(make_event(now, "service.healthy", std::nullopt, e.service,
+                                 fmt::format("{} (container {}) is up after {}", e.service,
+                                             cfg->match.container, took)));
+    finish_waiters(m, Command::start, true, fmt::format("{} is up after {}", e.service, took),
+                   actions);
+    return;
+  }
+  if (m.state != ManagedPhase::running) return;
+  m.next_health = now.mono + cfg->health_interval;
+  if (e.ok) {
+    if (m.health_failures > 0)
+      actions.push_back(make_event(now, "service.healthy", std::nullopt, e.service,
+                                   fmt::format("{} answers its health check again", e.service)));
+    m.health_failures = 0;
+    return;
+  }
+  if (++m.health_failures == 1)
+    actions.push_back(
+        make_event(now, "service.unhealthy", std::nullopt, e.service,
+                   fmt::format("{} failed a health check: {}", e.service, e.message)));
+  if (m.health_failures < cfg->health_failures) return;
+  std::string why =
+      fmt::format("failed {} health checks in a row (last: {})", m.health_failures, e.message);
+  // A failure whatever its exit: recorded now, the restart counted against max_restarts.
+  actions.push_back(RecordCrash{e.service, 0, std::nullopt, std::nullopt, now.wall, why,
+                                world.ledger.holders(kHeld), cfg->match.container, false});
+  while (!m.restarts.empty() && now.mono - m.restarts.front() > cfg->restart_window)
+    m.restarts.pop_front();
+  m.restarts.push_back(now.mono);
+  if (static_cast<int>(m.restarts.size()) > cfg->max_restarts) {
+    m.state = ManagedPhase::failed;
+    m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
+                           format_duration(cfg->restart_window), why);
+    actions.push_back(make_event(now, "service.failed", std::nullopt, e.service,
+                                 fmt::format("{} failed: {}; start it by hand once fixed", e.service,
+                                             m.reason)));
+    return;
+  }
+  actions.push_back(make_event(now, "service.restart", std::nullopt, e.service,
+                               fmt::format("restarting {}: {}", e.service, why)));
+  ++c.expected_exits;
+  m.state = ManagedPhase::stopping;
+  m.stop_sent_at = now.mono;
+  m.reason = why;
+  actions.push_back(Lifecycle{e.service, Command::restart, Control::container,
+                              cfg->match.container, cfg->stop_timeout});
+}
+
+void Supervision::container_tick(const World& world, const Now& now,
+                                 std::vector<Action>& actions) {
+  (void)world;
+  for (auto& [name, c] : containers_) {
+    ManagedState& m = c.m;
+    const ServiceConfig* cfg = config_.find_service(name);
+    if (m.state == ManagedPhase::backoff && m.restart_at && now.mono >= *m.restart_at) {
+      m.restart_at.reset();
+      ++m.restart_count;
+      m.state = ManagedPhase::starting;
+      m.started_at = now.mono;
+      actions.push_back(make_event(now, "service.restarting", std::nullopt, name,
+                                   fmt::format("starting {} (container {}) again", name,
+                                               cfg->match.container)));
+      actions.push_back(
+          Lifecycle{name, Command::start, Control::container, cfg->match.container,
+                    cfg->stop_timeout});
+      continue;
+    }
+    if (m.state == ManagedPhase::starting && m.started_at &&
+        now.mono - *m.started_at > cfg->start_timeout) {
+      std::string why = fmt::format(
+          "did not answer its health check within start_timeout {} (last: {})",
+          format_duration(cfg->start_timeout), m.last_health.empty() ? "no answer" : m.last_health);
+      actions.push_back(make_event(now, "service.start_timeout", std::nullopt, name,
+                                   fmt::format("{} {}", name, why)));
+      finish_waiters(m, Command::start, false, fmt::format("{} {}", name, why), actions);
+      // Counted from here as a running service that fails its checks: health_failures restart it.
+      m.state = ManagedPhase::running;
+      m.reason = why;
+    }
+    if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) &&
+        !m.health_in_flight && m.next_health && now.mono >= *m.next_health) {
+      m.health_in_flight = true;
+      actions.push_back(CheckHealth{name});
+    }
+    if (m.state == ManagedPhase::running && m.healthy_since &&
+        now.mono - *m.healthy_since > kHealthyResetsBackoff)
+      m.backoff = Duration(0);
+  }
+}
+
+void Supervision::container_deadlines(std::optional<MonoTime>& out) const {
+  auto earliest = [&](std::optional<MonoTime> t) {
+    if (t && (!out || *t < *out)) out = t;
+  };
+  for (const auto& [name, c] : containers_) {
+    const ManagedState& m = c.m;
+    const ServiceConfig* cfg = config_.find_service(name);
+    if (m.state == ManagedPhase::backoff) earliest(m.restart_at);
+    if (m.state == ManagedPhase::starting && m.started_at)
+      earliest(*m.started_at + cfg->start_timeout + Duration(1));
+    if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) &&
+        !m.health_in_flight)
+      earliest(m.next_health);
+    if (m.state == ManagedPhase::running && m.healthy_since && m.backoff != Duration(0))
+      earliest(*m.healthy_since + kHealthyResetsBackoff + Duration(1));
+  }
+}
+
+}  // namespace vramd

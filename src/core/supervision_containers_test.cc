@@ -1,0 +1,216 @@
+// Supervision of containers on a virtual clock: a stop is asked of the engine with stop_timeout
+// and answered only once the engine has stopped it and its memory is gone; a start only once it
+// answers its health check; a die vramd did not ask for is a crash record and a restart with
+// backoff, unless Docker's own restart policy brings it back; health_failures failed checks
+// restart it; a crash loop ends in failed.
+#include <gtest/gtest.h>
+
+#include "core/arbiter.h"
+
+namespace vramd {
+namespace {
+
+using namespace std::chrono_literals;
+
+class World {
+ public:
+  explicit World(ServiceConfig svc) {
+    Config c;
+    c.gpu.baseline = 0;
+    c.services = {std::move(svc)};
+    arbiter_ = std::make_unique<Arbiter>(c);
+  }
+  void feed(const Event& e) {
+    for (auto& a : arbiter_->handle(e, now_)) {
+      if (auto* s = std::get_if<Lifecycle>(&a)) asked.push_back(*s);
+      if (auto* s = std::get_if<CheckHealth>(&a)) checks.push_back(s->service);
+      if (auto* s = std::get_if<RecordCrash>(&a)) crashes.push_back(*s);
+      if (auto* s = std::get_if<CommandFinished>(&a)) finished.push_back(*s);
+      if (auto* s = std::get_if<EmitEvent>(&a)) events.push_back(s->event.type);
+    }
+  }
+  void sample() {
+    SampleTaken s;
+    GpuSample g;
+    g.index = 0;
+    g.total = 24 * GiB;
+    s.gpus.gpus.push_back(g);
+    feed(s);
+  }
+  void tick(Duration d) {
+    for (Duration t{0}; t < d; t += 250ms) {
+      now_ += 250ms;
+      feed(Tick{});
+    }
+  }
+  void state(bool running, const std::string& policy = "no") {
+    feed(ContainerChanged{"comfy", running, false, std::nullopt, false, policy});
+  }
+  void die(int code, const std::string& policy = "no", bool oom = false) {
+    feed(ContainerChanged{"comfy", false, true, code, oom, policy});
+  }
+  const ManagedState* m() { return arbiter_->service("comfy")->managed ? &*arbiter_->service("comfy")->managed : nullptr; }
+  bool has(const std::string& type) const {
+    return std::find(events.begin(), events.end(), type) != events.end();
+  }
+
+  std::vector<Lifecycle> asked;
+  std::vector<std::string> checks;
+  std::vector<RecordCrash> crashes;
+  std::vector<CommandFinished> finished;
+  std::vector<std::string> events;
+
+ private:
+  std::unique_ptr<Arbiter> arbiter_;
+  MonoTime now_{Duration(1'800'000'000'000)};
+};
+
+ServiceConfig comfy() {
+  ServiceConfig s;
+  s.name = "comfy";
+  s.kind = "comfyui";
+  s.url = "http://127.0.0.1:8188";
+  s.match.container = "comfyui";
+  s.stop_timeout = 7s;
+  s.health_failures = 3;
+  s.max_restarts = 2;
+  return s;
+}
+
+TEST(ContainerSupervision, UnknownUntilTheEngineSaysThenRunning) {
+  World w(comfy());
+  EXPECT_EQ(w.m(), nullptr);  // nothing shown before the engine answers
+  w.state(true, "unless-stopped");
+  ASSERT_NE(w.m(), nullptr);
+  EXPECT_EQ(w.m()->state, ManagedPhase::running);
+  EXPECT_EQ(w.m()->docker_restart_policy, "unless-stopped");
+}
+
+TEST(ContainerSupervision, AStopIsAnsweredOnceTheEngineStoppedItAndItsMemoryWent) {
+  World w(comfy());
+  w.state(true);
+  w.feed(ServiceCommand{"comfy", Command::stop, 1, false});
+  ASSERT_EQ(w.asked.size(), 1u);
+  EXPECT_EQ(w.asked[0].action, Command::stop);
+  EXPECT_EQ(w.asked[0].target, "comfyui");
+  EXPECT_EQ(w.asked[0].stop_timeout, Duration(7s));
+  EXPECT_EQ(w.m()->state, ManagedPhase::stopping);
+  w.sample();
+  EXPECT_TRUE(w.finished.empty());  // the engine has not answered
+  w.die(137);                       // the exit it asked for: no crash
+  EXPECT_TRUE(w.crashes.empty());
+  w.feed(LifecycleDone{"comfy", Command::stop, true, "done"});
+  EXPECT_TRUE(w.finished.empty());  // not before a sample shows its memory gone
+  w.sample();
+  ASSERT_EQ(w.finished.size(), 1u);
+  EXPECT_TRUE(w.finished[0].ok);
+  EXPECT_EQ(w.m()->state, ManagedPhase::stopped);
+  EXPECT_TRUE(w.has("service.stopped"));
+}
+
+TEST(ContainerSupervision, AStopOfAStoppedContainerAnswersAtOnceAndALaterDieIsACrash) {
+  World w(comfy());
+  w.state(false);
+  w.feed(ServiceCommand{"comfy", Command::stop, 1, false});
+  w.feed(LifecycleDone{"comfy", Command::stop, true, "already stopped", /*changed=*/false});
+  ASSERT_EQ(w.finished.size(), 1u);
+  EXPECT_TRUE(w.finished[0].ok);
+  w.state(true);
+  w.die(1);
+  EXPECT_EQ(w.crashes.size(), 1u);  // no stop is pending: this exit was not asked for
+}
+
+TEST(ContainerSupervision, AStartIsAnsweredOnceItAnswersItsHealthCheck) {
+  World w(comfy());
+  w.state(false);
+  w.feed(ServiceCommand{"comfy", Command::start, 2, false});
+  ASSERT_EQ(w.asked.size(), 1u);
+  EXPECT_EQ(w.asked[0].action, Command::start);
+  w.feed(LifecycleDone{"comfy", Command::start, true, "done"});
+  EXPECT_TRUE(w.finished.empty());
+  w.tick(250ms);
+  ASSERT_FALSE(w.checks.empty());
+  w.feed(HealthChecked{"comfy", false, "connection refused"});
+  EXPECT_TRUE(w.finished.empty());
+  w.tick(1s);
+  w.feed(HealthChecked{"comfy", true, "ok"});
+  ASSERT_EQ(w.finished.size(), 1u);
+  EXPECT_TRUE(w.finished[0].ok);
+  EXPECT_EQ(w.m()->state, ManagedPhase::running);
+}
+
+TEST(ContainerSupervision, ACrashIsRecordedAndRestartedAfterBackoff) {
+  World w(comfy());
+  w.state(true);
+  w.die(1);
+  ASSERT_EQ(w.crashes.size(), 1u);
+  EXPECT_EQ(w.crashes[0].container, "comfyui");
+  EXPECT_EQ(w.crashes[0].exit_code, 1);
+  EXPECT_EQ(w.m()->state, ManagedPhase::backoff);
+  EXPECT_TRUE(w.asked.empty());
+  w.tick(1s);
+  ASSERT_EQ(w.asked.size(), 1u);
+  EXPECT_EQ(w.asked[0].action, Command::start);
+  EXPECT_EQ(w.m()->restart_count, 1);
+}
+
+TEST(ContainerSupervision, DockersOwnRestartPolicyIsNotFought) {
+  World w(comfy());
+  w.state(true, "unless-stopped");
+  w.die(1, "unless-stopped");
+  EXPECT_EQ(w.crashes.size(), 1u);  // still a crash to diagnose
+  EXPECT_TRUE(w.has("service.docker_restarts"));
+  w.tick(10s);
+  EXPECT_TRUE(w.asked.empty());  // Docker starts it, not vramd
+  w.state(true, "unless-stopped");
+  EXPECT_EQ(w.m()->state, ManagedPhase::starting);
+  // on-failure restarts failures only: a clean exit is vramd's to judge (restart = on-failure:
+  // it stays stopped).
+  w.die(0, "on-failure");
+  EXPECT_FALSE(w.has("service.backoff"));
+  EXPECT_EQ(w.m()->state, ManagedPhase::stopped);
+}
+
+TEST(ContainerSupervision, AnOomKillIsSaidSo) {
+  World w(comfy());
+  w.state(true);
+  w.die(137, "no", /*oom=*/true);
+  ASSERT_EQ(w.crashes.size(), 1u);
+  EXPECT_TRUE(w.crashes[0].oom);
+  EXPECT_NE(w.m()->reason.find("OOM"), std::string::npos) << w.m()->reason;
+}
+
+TEST(ContainerSupervision, FailedHealthChecksRestartIt) {
+  World w(comfy());
+  w.state(true);
+  for (int i = 0; i < 3; ++i) {
+    w.tick(5s);
+    w.feed(HealthChecked{"comfy", false, "timed out"});
+  }
+  ASSERT_EQ(w.asked.size(), 1u);
+  EXPECT_EQ(w.asked[0].action, Command::restart);
+  ASSERT_EQ(w.crashes.size(), 1u);
+  EXPECT_NE(w.crashes[0].reason.find("3 health checks"), std::string::npos);
+  w.die(0);  // the restart's own exit
+  EXPECT_EQ(w.crashes.size(), 1u);
+  w.feed(LifecycleDone{"comfy", Command::restart, true, "done"});
+  EXPECT_EQ(w.m()->state, ManagedPhase::starting);
+}
+
+TEST(ContainerSupervision, ACrashLoopEndsInFailed) {
+  World w(comfy());
+  w.state(true);
+  for (int i = 0; i < 3; ++i) {
+    size_t asked = w.asked.size();
+    w.die(1);
+    w.tick(10s);
+    if (w.asked.size() > asked) w.feed(LifecycleDone{"comfy", Command::start, true, "done"});
+  }
+  EXPECT_EQ(w.m()->state, ManagedPhase::failed);
+  EXPECT_TRUE(w.has("service.failed"));
+  EXPECT_EQ(w.crashes.size(), 3u);
+  EXPECT_EQ(w.asked.size(), 2u);  // two restarts, then it stays down
+}
+
+}  // namespace
+}  // namespace vramd

@@ -1,0 +1,29 @@
+// vramd_docker_tests: one private dockerd for the whole run (docker_engine.h). When it cannot
+// start, every test is skipped with the reason: exit 77, which ctest shows as a skip.
+#include <cstdio>
+
+#include <gtest/gtest.h>
+
+#include "docker/docker_engine.h"
+
+namespace {
+
+class EngineEnvironment : public ::testing::Environment {
+ public:
+  void TearDown() override { vramd::testing::docker_engine().stop(); }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  auto& engine = vramd::testing::docker_engine();
+  if (!engine.start()) {
+    std::printf("SKIP: the container tests need a private Docker Engine: %s\n",
+                engine.why().c_str());
+    return 77;
+  }
+  std::printf("private dockerd on %s\n", engine.socket().c_str());
+  ::testing::AddGlobalTestEnvironment(new EngineEnvironment);
+  return RUN_ALL_TESTS();
+}
