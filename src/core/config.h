@@ -107,6 +107,11 @@ struct DaemonConfig {
   std::int64_t events_retention = 10000;              // events kept in the store
   // A lease without a holder pid ends when no request about it came for this long.
   Duration lease_heartbeat = std::chrono::seconds(30);
+  // Several hosts (issue 17): the store, this host's name, when another host counts as lost.
+  std::string store;           // empty: SQLite in state_dir; else a postgresql:// URL
+  std::string store_url_file;  // a file whose first line is that URL (it may hold a password)
+  std::string host;            // empty: the machine's hostname (the daemon reads it)
+  Duration host_timeout = std::chrono::seconds(30);
 };
 
 // daemon.sample_interval may not be shorter than this.
