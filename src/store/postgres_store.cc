@@ -2,6 +2,10 @@
 
 #include <libpq-fe.h>
 
+#ifdef VRAMD_LIBPQ_DLOPEN
+#include <dlfcn.h>
+#endif
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +15,68 @@
 namespace vramd {
 
 namespace {
+
+#ifdef VRAMD_LIBPQ_DLOPEN
+// `make dist` links nothing but glibc: libpq is loaded when a PostgreSQL store is opened, from
+// the system's libpq5 (Debian: apt install libpq5).
+struct LibPq {
+  decltype(&::PQconnectdbParams) PQconnectdbParams = nullptr;
+  decltype(&::PQstatus) PQstatus = nullptr;
+  decltype(&::PQfinish) PQfinish = nullptr;
+  decltype(&::PQerrorMessage) PQerrorMessage = nullptr;
+  decltype(&::PQsetNoticeProcessor) PQsetNoticeProcessor = nullptr;
+  decltype(&::PQexecParams) PQexecParams = nullptr;
+  decltype(&::PQexec) PQexec = nullptr;
+  decltype(&::PQresultStatus) PQresultStatus = nullptr;
+  decltype(&::PQresultErrorMessage) PQresultErrorMessage = nullptr;
+  decltype(&::PQclear) PQclear = nullptr;
+  decltype(&::PQntuples) PQntuples = nullptr;
+  decltype(&::PQgetisnull) PQgetisnull = nullptr;
+  decltype(&::PQgetvalue) PQgetvalue = nullptr;
+  decltype(&::PQtransactionStatus) PQtransactionStatus = nullptr;
+};
+
+const LibPq* libpq() {
+  static const LibPq* api = [] () -> const LibPq* {
+    void* h = dlopen("libpq.so.5", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return nullptr;
+    static LibPq l;
+    l.PQconnectdbParams = reinterpret_cast<decltype(l.PQconnectdbParams)>(dlsym(h, "PQconnectdbParams"));
+    if (!l.PQconnectdbParams) return nullptr;
+    l.PQstatus = reinterpret_cast<decltype(l.PQstatus)>(dlsym(h, "PQstatus"));
+    if (!l.PQstatus) return nullptr;
+    l.PQfinish = reinterpret_cast<decltype(l.PQfinish)>(dlsym(h, "PQfinish"));
+    if (!l.PQfinish) return nullptr;
+    l.PQerrorMessage = reinterpret_cast<decltype(l.PQerrorMessage)>(dlsym(h, "PQerrorMessage"));
+    if (!l.PQerrorMessage) return nullptr;
+    l.PQsetNoticeProcessor = reinterpret_cast<decltype(l.PQsetNoticeProcessor)>(dlsym(h, "PQsetNoticeProcessor"));
+    if (!l.PQsetNoticeProcessor) return nullptr;
+    l.PQexecParams = reinterpret_cast<decltype(l.PQexecParams)>(dlsym(h, "PQexecParams"));
+    if (!l.PQexecParams) return nullptr;
+    l.PQexec = reinterpret_cast<decltype(l.PQexec)>(dlsym(h, "PQexec"));
+    if (!l.PQexec) return nullptr;
+    l.PQresultStatus = reinterpret_cast<decltype(l.PQresultStatus)>(dlsym(h, "PQresultStatus"));
+    if (!l.PQresultStatus) return nullptr;
+    l.PQresultErrorMessage = reinterpret_cast<decltype(l.PQresultErrorMessage)>(dlsym(h, "PQresultErrorMessage"));
+    if (!l.PQresultErrorMessage) return nullptr;
+    l.PQclear = reinterpret_cast<decltype(l.PQclear)>(dlsym(h, "PQclear"));
+    if (!l.PQclear) return nullptr;
+    l.PQntuples = reinterpret_cast<decltype(l.PQntuples)>(dlsym(h, "PQntuples"));
+    if (!l.PQntuples) return nullptr;
+    l.PQgetisnull = reinterpret_cast<decltype(l.PQgetisnull)>(dlsym(h, "PQgetisnull"));
+    if (!l.PQgetisnull) return nullptr;
+    l.PQgetvalue = reinterpret_cast<decltype(l.PQgetvalue)>(dlsym(h, "PQgetvalue"));
+    if (!l.PQgetvalue) return nullptr;
+    l.PQtransactionStatus = reinterpret_cast<decltype(l.PQtransactionStatus)>(dlsym(h, "PQtransactionStatus"));
+    if (!l.PQtransactionStatus) return nullptr;
+    return &l;
+  }();
+  return api;
+}
+#define PQ(fn) (libpq()->fn)
+#else
+#define PQ(fn) ::fn
+#endif
 
 // A failed call: its message is the store's error.
 struct PgError : std::runtime_error {
@@ -43,14 +109,14 @@ class PgResult {
   PgResult(PgResult&& o) noexcept : r_(std::exchange(o.r_, nullptr)) {}
   PgResult(const PgResult&) = delete;
   ~PgResult() {
-    if (r_) PQclear(r_);
+    if (r_) PQ(PQclear)(r_);
   }
-  int rows() const { return PQntuples(r_); }
-  bool null(int row, int col) const { return PQgetisnull(r_, row, col); }
-  std::string text(int row, int col) const { return PQgetvalue(r_, row, col); }
+  int rows() const { return PQ(PQntuples)(r_); }
+  bool null(int row, int col) const { return PQ(PQgetisnull)(r_, row, col); }
+  std::string text(int row, int col) const { return PQ(PQgetvalue)(r_, row, col); }
   int64_t integer(int row, int col) const {
     if (null(row, col)) return 0;
-    return std::stoll(PQgetvalue(r_, row, col));
+    return std::stoll(PQ(PQgetvalue)(r_, row, col));
   }
 
  private:
@@ -71,27 +137,31 @@ class PgConnection {
  public:
   explicit PgConnection(std::string url) : url_(std::move(url)) {}
   ~PgConnection() {
-    if (conn_) PQfinish(conn_);
+    if (conn_) PQ(PQfinish)(conn_);
   }
 
   // Connects when not connected (or the connection broke). Throws PgError.
   void ensure() {
-    if (conn_ && PQstatus(conn_) == CONNECTION_OK) return;
-    if (conn_) PQfinish(conn_);
+#ifdef VRAMD_LIBPQ_DLOPEN
+    if (!libpq())
+      throw PgError("a PostgreSQL store needs libpq (libpq.so.5; Debian: apt install libpq5)");
+#endif
+    if (conn_ && PQ(PQstatus)(conn_) == CONNECTION_OK) return;
+    if (conn_) PQ(PQfinish)(conn_);
     // A server that does not answer is an error in seconds, never a stuck store thread: a
     // connect timeout, TCP keepalives, and a statement timeout on every query.
     const char* keys[] = {"dbname", "connect_timeout", "keepalives_idle", "keepalives_interval",
                           "keepalives_count", "application_name", nullptr};
     const char* values[] = {url_.c_str(), "5", "10", "5", "3", "vramd", nullptr};
-    conn_ = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
-    if (!conn_ || PQstatus(conn_) != CONNECTION_OK) {
-      std::string why = conn_ ? PQerrorMessage(conn_) : "out of memory";
+    conn_ = PQ(PQconnectdbParams)(keys, values, /*expand_dbname=*/1);
+    if (!conn_ || PQ(PQstatus)(conn_) != CONNECTION_OK) {
+      std::string why = conn_ ? PQ(PQerrorMessage)(conn_) : "out of memory";
       while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
-      if (conn_) PQfinish(conn_);
+      if (conn_) PQ(PQfinish)(conn_);
       conn_ = nullptr;
       throw PgError(fmt::format("cannot connect to PostgreSQL: {}", why));
     }
-    PQsetNoticeProcessor(conn_, [](void*, const char*) {}, nullptr);  // "already exists" notices
+    PQ(PQsetNoticeProcessor)(conn_, [](void*, const char*) {}, nullptr);  // "already exists" notices
     exec_raw("SET statement_timeout = '10s'");
   }
 
@@ -101,7 +171,7 @@ class PgConnection {
     std::vector<const char*> values;
     values.reserve(params.size());
     for (const auto& p : params) values.push_back(p.text ? p.text->c_str() : nullptr);
-    PGresult* r = PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr,
+    PGresult* r = PQ(PQexecParams)(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr,
                                values.data(), nullptr, nullptr, 0);
     return check(r);
   }
@@ -115,20 +185,20 @@ class PgConnection {
   const std::string& url() const { return url_; }
 
  private:
-  PgResult exec_raw(const std::string& sql) { return check(PQexec(conn_, sql.c_str())); }
+  PgResult exec_raw(const std::string& sql) { return check(PQ(PQexec)(conn_, sql.c_str())); }
 
   PgResult check(PGresult* r) {
-    ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    ExecStatusType st = r ? PQ(PQresultStatus)(r) : PGRES_FATAL_ERROR;
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return PgResult(r);
-    std::string why = r ? PQresultErrorMessage(r) : PQerrorMessage(conn_);
+    std::string why = r ? PQ(PQresultErrorMessage)(r) : PQ(PQerrorMessage)(conn_);
     while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
-    if (r) PQclear(r);
+    if (r) PQ(PQclear)(r);
     // A connection that broke mid-call is opened again on the next one.
-    if (PQstatus(conn_) != CONNECTION_OK) {
-      PQfinish(conn_);
+    if (PQ(PQstatus)(conn_) != CONNECTION_OK) {
+      PQ(PQfinish)(conn_);
       conn_ = nullptr;
-    } else if (PQtransactionStatus(conn_) == PQTRANS_INERROR) {
-      PQclear(PQexec(conn_, "ROLLBACK"));
+    } else if (PQ(PQtransactionStatus)(conn_) == PQTRANS_INERROR) {
+      PQ(PQclear)(PQ(PQexec)(conn_, "ROLLBACK"));
     }
     throw PgError(why.empty() ? "PostgreSQL failed without a message" : why);
   }

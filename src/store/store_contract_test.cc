@@ -2,6 +2,7 @@
 // PostgreSQL (a fresh database on the test binary's private server, integration/postgres_server.h).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
 
 #include <SQLiteCpp/SQLiteCpp.h>
@@ -350,6 +351,29 @@ TEST(RedactUrl, HidesPasswordsInBothForms) {
   EXPECT_EQ(redact_url("postgresql://u:pw@h:5432/db"), "postgresql://u:***@h:5432/db");
   EXPECT_EQ(redact_url("postgresql://u@h/db"), "postgresql://u@h/db");
   EXPECT_EQ(redact_url("host=h password=pw dbname=x"), "host=h password=*** dbname=x");
+}
+
+}  // namespace
+}  // namespace vramd
+
+namespace vramd {
+namespace {
+
+TEST(StoreUrl, ComesFromStoreOrTheFirstLineOfStoreUrlFile) {
+  testing::TempDir dir;
+  DaemonConfig d;
+  EXPECT_EQ(*store_url(d), "");  // SQLite
+  d.store = "postgresql://a@b/c";
+  EXPECT_EQ(*store_url(d), "postgresql://a@b/c");
+  d.store.clear();
+  d.store_url_file = dir.file("url");
+  EXPECT_FALSE(store_url(d).ok());  // missing
+  std::ofstream(dir.file("url")) << "postgresql://vramd:pw@db/vramd  \nignored\n";
+  EXPECT_EQ(*store_url(d), "postgresql://vramd:pw@db/vramd");
+  std::ofstream(dir.file("url")) << "mysql://x\n";
+  auto bad = store_url(d);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("must hold a postgresql:// URL"), std::string::npos) << bad.error();
 }
 
 }  // namespace
