@@ -163,6 +163,10 @@ class PgConnection {
     }
     PQ(PQsetNoticeProcessor)(conn_, [](void*, const char*) {}, nullptr);  // "already exists" notices
     exec_raw("SET statement_timeout = '10s'");
+    // Events, heartbeats, crashes and peaks promise nothing to a client: their commits do not
+    // wait for the WAL to reach the disk (a crash of the server may lose the last few, never
+    // corrupt). A lease's write is acknowledged to its client: it commits synchronously (below).
+    exec_raw("SET synchronous_commit = off");
   }
 
   // Runs one statement with parameters ($1, $2, ...). Throws PgError.
@@ -398,15 +402,17 @@ class PgLeaseStore final : public LeaseStore {
   Status save(const Lease& l, const Now& now) override {
     return guarded(fmt::format("cannot store lease {}", l.id), [&]() -> Status {
       int64_t id = static_cast<int64_t>(l.id);
+      PgTransaction tx(*c_);
+      c_->exec("SET LOCAL synchronous_commit = on");  // on disk before the client hears of it
       if (is_active(l.state)) {
         c_->exec(
             "INSERT INTO leases (host, id, state, data) VALUES ($1, $2, $3, $4)"
             " ON CONFLICT (host, id) DO UPDATE SET state = excluded.state, data = excluded.data",
             {host_, id, std::string(to_string(l.state)), lease_to_json(l, now)});
+        tx.commit();
         return Ok{};
       }
       JobRecord j = job_record(l, now);
-      PgTransaction tx(*c_);
       c_->exec("DELETE FROM leases WHERE host = $1 AND id = $2", {host_, id});
       c_->exec(
           "INSERT INTO jobs (host, id, label, command, holder, state, gpu, vram, requested_ms,"
