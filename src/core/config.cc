@@ -449,8 +449,7 @@ class ConfigParser {
         }
       } else if (k == "lease_heartbeat") {
         if (auto d = positive_duration(node, field)) out.lease_heartbeat = *d;
-      } else if (parse_daemon_store_key(k, node, field, out, store, store_url_file)) {
-      } else {
+      } else if (!parse_daemon_store_key(k, node, field, out, store, store_url_file)) {
         unknown_key(key, "[daemon]", kDaemonKeys);
       }
     }
