@@ -458,6 +458,8 @@
       badges.push(badge('process ' + s.process.state, STATE_TONE[s.process.state], s.process.reason || 'run by vramd'));
     }
     if (s.busy) badges.push(badge('busy', 'warn'));
+    // Found by [daemon] discover, in no config: watched, and left alone unless discover_unload.
+    if (s.discovered) badges.push(badge('discovered', '', (s.discovered_by || '') + (s.can_unload ? '' : ' · left alone until it is in the config')));
     if (s.backoff_until && Date.parse(s.backoff_until) > Date.now()) badges.push(badge('unload backoff', 'warn', 'until ' + s.backoff_until));
     r.badges.replaceChildren(...badges);
 

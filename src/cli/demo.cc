@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -40,6 +41,10 @@ fs::path self_exe() { return fs::read_symlink("/proc/self/exe"); }
 pid_t spawn_stand_in(const std::string& comm, const std::vector<std::string>& argv, int port) {
   pid_t pid = fork();
   if (pid != 0) return pid;
+  // None of the demo daemon's sockets: a stand-in holding its listening ports would look like a
+  // server on them (discovery would ask the ComfyUI proxy's port and find "ComfyUI").
+  if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)
+    for (int fd = 3; fd < 65536; ++fd) close(fd);
   setenv(kStandInEnv, comm.c_str(), 1);
   if (port) setenv(kStandInPortEnv, std::to_string(port).c_str(), 1);
   std::vector<char*> args;
@@ -113,6 +118,7 @@ int cmd_demo(const DemoOptions& opts) {
   }
   int comfy_port = free_tcp_port();
   int ollama_port = free_tcp_port();
+  int speaches_port = free_tcp_port();
   auto spawn_fake = [&](const std::vector<std::string>& args) {
     pid_t pid = fork();
     if (pid == 0) {
@@ -134,12 +140,18 @@ int cmd_demo(const DemoOptions& opts) {
   children.push_back(spawn_fake({fake_server.string(), "--kind", "ollama", "--port",
                                  std::to_string(ollama_port), "--state", state, "--model-bytes",
                                  "5GiB", "--model", "llama3.1:8b"}));
+  // A fake speaches (Whisper) that no config names: `[daemon] discover` finds it by its answers.
+  children.push_back(spawn_fake({fake_server.string(), "--kind", "speaches", "--port",
+                                 std::to_string(speaches_port), "--state", state, "--model-bytes",
+                                 "1GiB", "--model", "Systran/faster-whisper-small"}));
 
   Config config;
   config.path = "(demo)";
   config.daemon.listen = opts.listen;
   config.daemon.state_dir = dir.string();
   config.daemon.probe_interval = std::chrono::seconds(1);
+  config.daemon.discover = true;  // speaches is in no config: it shows up as discovered
+  config.daemon.discover_interval = std::chrono::seconds(5);
   config.gpu.backend = "nvml";
   ServiceConfig comfy_svc;
   comfy_svc.name = "comfyui";
@@ -199,7 +211,7 @@ int cmd_demo(const DemoOptions& opts) {
   }
   daemon.service_command("whisper", Command::start);
   std::string url = fmt::format("http://127.0.0.1:{}", daemon.tcp_port());
-  std::cout << "vramd demo: a simulated 24 GiB GPU with stand-ins for ComfyUI, Ollama and a batch job.\n"
+  std::cout << "vramd demo: a simulated 24 GiB GPU with stand-ins for ComfyUI, Ollama, speaches and a batch job.\n"
             << "  Dashboard: " << url << "/\n"
             << "  API:       " << url << "/v1/status\n"
             << "  CLI:       vramd status --url " << url << "\n"
@@ -213,6 +225,7 @@ int cmd_demo(const DemoOptions& opts) {
             << "/  (requests and /ws through vramd's proxy)\n"
             << (config.daemon.token.empty() ? "" : "  Token:     required (VRAMD_DEMO_TOKEN)\n")
             << "  Crashes:   vramd doctor --url " << url << "  (whisper, run by vramd, crashes every ~20 s)\n"
+            << "  Discovery: a speaches server no config names shows up as `speaches` (discovered)\n"
             << "Press Ctrl-C to stop.\n\n"
             << std::flush;
 

@@ -57,7 +57,7 @@ std::string service_state_text(const json& s) {
 void print_services(std::ostream& out, const json& body, TimePoint now) {
   const json& services = body["services"];
   if (services.empty()) {
-    out << "No services configured.\n";
+    out << "No services configured or discovered yet.\n";
     return;
   }
   size_t state_width = 5;
@@ -90,6 +90,9 @@ void print_services(std::ostream& out, const json& body, TimePoint now) {
     const json& p = s.contains("process") ? s["process"] : json(nullptr);
     std::string process = p.is_object() ? text_or(p, "state", "") : "";
     std::string reason = p.is_object() ? text_or(p, "reason", "") : "";
+    if (s.value("discovered", false))
+      out << "    discovered by " << text_or(s, "discovered_by", "?")
+          << (s.value("can_unload", false) ? "" : "; left alone until it is in the config") << "\n";
     if (!reason.empty() && (process == "failed" || process == "backoff" || process == "queued"))
       out << "    " << process << ": " << reason << "\n";
     else if (s["probe_error"].is_string() && process != "stopped" && process != "starting")

@@ -73,7 +73,7 @@ TEST(PrintServices, ProbeErrorOfAStoppedServiceIsNoise) {
 TEST(PrintServices, NoServices) {
   std::ostringstream out;
   print_services(out, json{{"services", json::array()}}, TimePoint{});
-  EXPECT_EQ(out.str(), "No services configured.\n");
+  EXPECT_EQ(out.str(), "No services configured or discovered yet.\n");
 }
 
 TEST(WatchFrame, TerminalClearsTheScreenBeforeEveryFrame) {

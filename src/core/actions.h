@@ -94,10 +94,14 @@ struct CommandFinished {
   bool ok = false;
   std::string message;
 };
+// A service was added at run time (ServiceDiscovered): give it an adapter and probe it.
+struct WatchService {
+  std::string service;
+};
 using Action =
     std::variant<EmitEvent, CallUnload, SetFastSampling, UnloadFinished, Lifecycle, LeaseChanged,
                  SpawnService, SignalService, CheckHealth, RecordCrash, CommandFinished,
-                 RememberLoadPeak>;
+                 RememberLoadPeak, WatchService>;
 
 // An event to emit now ("comfyui now holds 16.3 GiB on GPU 0"), stamped with the wall time.
 inline EmitEvent make_event(const Now& now, std::string type, std::optional<unsigned> gpu,

@@ -20,7 +20,7 @@ class World {
   explicit World(std::vector<ServiceConfig> services, unsigned gpus = 2) : gpus_(gpus) {
     Config c;
     c.gpu.baseline = 0;
-    c.services = std::move(services);
+    c.services.assign(services.begin(), services.end());
     arbiter_ = std::make_unique<Arbiter>(c);
   }
 

@@ -59,7 +59,8 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
           [&](const HealthChecked& e) {
             supervision_.on_health_checked(e, w, now, actions, intents);
           },
-          [&](const RequestsInFlight& e) { services_.on_requests(e, now); }},
+          [&](const RequestsInFlight& e) { services_.on_requests(e, now); },
+          [&](const ServiceDiscovered& e) { add_discovered(e.config, now, actions); }},
       event);
   route(intents, now, actions);
   // Admission after anything that may change what fits (a heartbeat changes nothing).
@@ -74,6 +75,30 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
     actions.push_back(SetFastSampling{want_fast});
   }
   return actions;
+}
+
+void Arbiter::add_discovered(ServiceConfig cfg, const Now& now, std::vector<Action>& actions) {
+  if (cfg.name.empty() || config_.find_service(cfg.name)) return;  // the shell names it anew
+  // One server, one service: a configured (or already discovered) one at its url covers it.
+  for (const auto& svc : config_.services)
+    if (!cfg.url.empty() && svc.url == cfg.url) return;
+  cfg.discovered = true;
+  // Left alone: never evicted for a lease (nor unloaded, stopped or started: ServicePolicy).
+  if (!config_.daemon.discover_unload) cfg.pinned = true;
+  config_.services.push_back(std::move(cfg));
+  const ServiceConfig& svc = config_.services.back();
+  ledger_.services_changed();
+  services_.add(svc);
+  std::string match = !svc.match.container.empty()         ? "container " + svc.match.container
+                      : !svc.match.compose_service.empty() ? "compose service " + svc.match.compose_service
+                      : !svc.match.unit.empty()            ? "unit " + svc.match.unit
+                                                           : "its port";
+  actions.push_back(make_event(
+      now, "service.discovered", std::nullopt, svc.name,
+      fmt::format("discovered {} ({}) at {}, matched by {}; found by {}{}", svc.name, svc.kind,
+                  svc.url, match, svc.discovered_by,
+                  config_.daemon.discover_unload ? "" : "; left alone (discover_unload = false)")));
+  actions.push_back(WatchService{svc.name});
 }
 
 void Arbiter::on_sample(const SampleTaken& s, const Now& now, std::vector<Action>& actions,

@@ -92,6 +92,8 @@ class Arbiter {
   void route(Intents& intents, const Now& now, std::vector<Action>& actions);
   void on_sample(const SampleTaken& s, const Now& now, std::vector<Action>& actions,
                  Intents& intents);
+  // ServiceDiscovered: a service joins the config (and every part) at run time.
+  void add_discovered(ServiceConfig cfg, const Now& now, std::vector<Action>& actions);
 
   Config config_;
   Ledger ledger_;

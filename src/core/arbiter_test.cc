@@ -240,3 +240,102 @@ TEST(ArbiterIntents, AnIneffectiveUnloadOfAServiceVramdRunsRestartsItThroughSupe
 
 }  // namespace
 }  // namespace vramd
+
+namespace vramd {
+namespace {
+
+// A GPU process listening on `port` with `bytes` on GPU 0 (and nothing else on the host).
+SampleTaken one_server(int pid, int port, Bytes bytes) {
+  SampleTaken s;
+  GpuSample g;
+  g.index = 0;
+  g.total = 24 * GiB;
+  g.used = 400 * MiB + bytes;
+  g.processes.push_back({pid, bytes, ""});
+  s.gpus.gpus.push_back(g);
+  s.gpus.backend = "test";
+  ProcessInfo p;
+  p.pid = pid;
+  p.ppid = 1;
+  p.comm = "python3";
+  p.cmdline = "python3 main.py";
+  s.host.processes.push_back(p);
+  s.host.listeners = {{port, pid}};
+  return s;
+}
+
+ServiceConfig found_comfy(const std::string& name, int port) {
+  ServiceConfig c;
+  c.name = name;
+  c.kind = "comfyui";
+  c.url = fmt::format("http://127.0.0.1:{}", port);
+  c.discovered_by = "GET /system_stats: system and devices";
+  return c;
+}
+
+TEST(ArbiterDiscovery, ADiscoveredServiceIsNamedProbedAndLeftAlone) {
+  Config c;
+  c.gpu.baseline = 400 * MiB;
+  Arbiter arbiter(c);
+  Now now{MonoTime(Duration(5'000'000)), TimePoint(Duration(1'700'000'000'000))};
+  auto at = [&](int s) {
+    return Now{now.mono + std::chrono::seconds(s), now.wall + std::chrono::seconds(s)};
+  };
+  arbiter.handle(one_server(40, 8188, 16 * GiB), at(0));
+  ASSERT_EQ(arbiter.status().gpus[0].holdings[0].owner.kind, OwnerKind::process);
+
+  auto actions = arbiter.handle(ServiceDiscovered{found_comfy("comfyui", 8188)}, at(1));
+  bool watch = false, event = false;
+  for (const auto& a : actions) {
+    if (auto* w = std::get_if<WatchService>(&a)) watch = w->service == "comfyui";
+    if (auto* e = std::get_if<EmitEvent>(&a))
+      event = e->event.type == "service.discovered" &&
+              e->event.message.find("left alone") != std::string::npos;
+  }
+  EXPECT_TRUE(watch);
+  EXPECT_TRUE(event);
+  // Its port names its bytes from the next sample on.
+  EXPECT_EQ(arbiter.scan_request().ports, std::vector<int>{8188});
+  arbiter.handle(one_server(40, 8188, 16 * GiB), at(2));
+  const Holding& h = arbiter.status().gpus[0].holdings[0];
+  EXPECT_EQ(h.owner, (Owner{OwnerKind::service, "comfyui"}));
+  ServiceProbe probe;
+  probe.reachable = true;
+  probe.busy = false;
+  arbiter.handle(ProbeDone{"comfyui", probe}, at(3));
+  const ServiceStatus* st = arbiter.service("comfyui");
+  ASSERT_NE(st, nullptr);
+  EXPECT_TRUE(st->discovered);
+  EXPECT_EQ(st->bytes, 16 * GiB);
+  EXPECT_FALSE(st->can_unload);
+  EXPECT_EQ(st->control, Control::none);
+
+  // Found again (same url, or a second pass): one service still.
+  EXPECT_TRUE(arbiter.handle(ServiceDiscovered{found_comfy("comfyui-2", 8188)}, at(4)).empty());
+  EXPECT_EQ(arbiter.services().size(), 1u);
+
+  // An unload is refused; a lease that needs its room waits and names it.
+  bool refused = false;
+  for (const auto& a : arbiter.handle(UnloadRequested{"comfyui", "test", 7, false}, at(5)))
+    if (auto* f = std::get_if<UnloadFinished>(&a))
+      refused = f->refused && f->verdict.message.find("discovered") != std::string::npos;
+  EXPECT_TRUE(refused);
+  LeaseRequest r;
+  r.vram = 12 * GiB;
+  r.gpu = 0;
+  int unload_calls = 0;
+  for (int s = 6; s < 100; ++s) {  // well past min_idle
+    std::vector<Action> out = arbiter.handle(one_server(40, 8188, 16 * GiB), at(s));
+    if (s == 6) out = arbiter.handle(LeaseRequested{arbiter.next_lease_id(), r}, at(s));
+    for (const auto& a : out) unload_calls += std::holds_alternative<CallUnload>(a);
+  }
+  EXPECT_EQ(unload_calls, 0);
+  ASSERT_EQ(arbiter.leases().size(), 1u);
+  EXPECT_EQ(arbiter.leases()[0].state, LeaseState::queued);
+  EXPECT_NE(arbiter.leases()[0].reason.text.find("comfyui holds 16.0 GiB, discovered, left alone"),
+            std::string::npos)
+      << arbiter.leases()[0].reason.text;
+}
+
+}  // namespace
+}  // namespace vramd

@@ -151,6 +151,7 @@ const std::vector<std::string> kShutdownActions = {"leave", "stop"};
 const std::vector<std::string> kDaemonKeys = {
     "listen",     "state_dir",     "sample_interval", "token",
     "token_file", "docker_socket", "probe_interval",  "events_retention", "lease_heartbeat",
+    "discover",   "discover_unload", "discover_interval",
     "store",      "store_url_file", "host",          "host_timeout"};
 const std::vector<std::string> kGpuKeys = {"backend", "baseline", "residual_tolerance", "reserve"};
 const std::vector<std::string> kBackends = {"auto", "nvml", "nvidia-smi"};
@@ -449,6 +450,18 @@ class ConfigParser {
         }
       } else if (k == "lease_heartbeat") {
         if (auto d = positive_duration(node, field)) out.lease_heartbeat = *d;
+      } else if (k == "discover") {
+        if (auto b = bool_value(node, field)) out.discover = *b;
+      } else if (k == "discover_unload") {
+        if (auto b = bool_value(node, field)) out.discover_unload = *b;
+      } else if (k == "discover_interval") {
+        if (auto d = duration_value(node, field)) {
+          if (*d < std::chrono::seconds(1)) {
+            error(node.source().begin, field + ": must be at least 1s, got " + describe(node));
+          } else {
+            out.discover_interval = *d;
+          }
+        }
       } else if (!parse_daemon_store_key(k, node, field, out, store, store_url_file)) {
         unknown_key(key, "[daemon]", kDaemonKeys);
       }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -94,6 +95,10 @@ struct ServiceConfig {
   std::string unload_body;
   std::string health_url;
   ServiceProxyConfig proxy;  // proxy (issue 12)
+  // Found at run time by `[daemon] discover` (never in a file): shown as such, and left alone
+  // (never unloaded, evicted, stopped or started) unless `discover_unload`.
+  bool discovered = false;
+  std::string discovered_by;  // the fingerprint's evidence: "GET /system_stats: system and devices"
 };
 
 struct DaemonConfig {
@@ -107,6 +112,12 @@ struct DaemonConfig {
   std::int64_t events_retention = 10000;              // events kept in the store
   // A lease without a holder pid ends when no request about it came for this long.
   Duration lease_heartbeat = std::chrono::seconds(30);
+  // Finds GPU services at run time (`vramd discover`'s scan) and adds them as `discovered`.
+  // nullopt: on when the config names no service.
+  std::optional<bool> discover;
+  bool discover_unload = false;  // discovered services may be unloaded, evicted, stopped
+  Duration discover_interval = std::chrono::seconds(15);
+  bool discovers(bool has_services) const { return discover.value_or(!has_services); }
   // Several hosts (issue 17): the store, this host's name, when another host counts as lost.
   std::string store;           // empty: SQLite in state_dir; else a postgresql:// URL
   std::string store_url_file;  // a file whose first line is that URL (it may hold a password)
@@ -138,7 +149,9 @@ struct Config {
   std::string path;  // where it was read from; empty for built-in defaults
   DaemonConfig daemon;
   GpuConfig gpu;
-  std::vector<ServiceConfig> services;  // in file order
+  // In file order, then those discovered at run time. A deque: adding one keeps every pointer
+  // and reference to the others valid (the shell holds them across awaits).
+  std::deque<ServiceConfig> services;
   std::vector<CrashRuleConfig> crash_rules;
   ProxyConfig proxy;  // proxy (issue 12)
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <variant>
 
+#include "core/config.h"
 #include "core/lease.h"
 #include "core/model.h"
 #include "core/service_model.h"
@@ -104,9 +105,14 @@ struct RequestsInFlight {
   std::string service;
   int in_flight = 0;
 };
+// The shell's discovery scan (`[daemon] discover`) found a GPU service that no configured service
+// covers: its kind (by fingerprint), url and match, with `discovered` set.
+struct ServiceDiscovered {
+  ServiceConfig config;
+};
 using Event = std::variant<SampleTaken, ProbeDone, UnloadRequested, UnloadCallDone, LifecycleDone,
                            Tick, LeaseRequested, LeaseReleased, LeaseHeartbeat, HolderExited,
                            ServiceCommand, ChildStarted, ChildExited, HealthChecked,
-                           RequestsInFlight>;
+                           RequestsInFlight, ServiceDiscovered>;
 
 }  // namespace vramd

@@ -28,6 +28,7 @@ std::string blocker_state(const ServiceStatus& st, const ServiceConfig* cfg, boo
   if (evicting)
     return idle ? fmt::format("idle {}: unloading", format_age(now - *idle)) : "unloading";
   if (st.state == ServiceState::unloading) return "unloading";
+  if (cfg && cfg->discovered && cfg->pinned) return "discovered, left alone";
   if (cfg && cfg->pinned) return "pinned";
   if (st.requests_in_flight > 0)
     return fmt::format("busy ({} request{} in flight)", st.requests_in_flight,

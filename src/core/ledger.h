@@ -41,6 +41,8 @@ class Ledger {
  public:
   // REQUIRES: `config` outlives the ledger (the Arbiter owns both).
   explicit Ledger(const Config& config);
+  // The config's services changed (one was discovered): match rules are read again.
+  void services_changed() { resolver_ = OwnerResolver(config_.services); }
 
   // What the host scan must gather for owner resolution.
   HostScanRequest scan_request() const;

@@ -48,7 +48,7 @@ bool is_mps_server(const ProcessInfo& p) {
   return argv0 == "nvidia-cuda-mps-server";
 }
 
-OwnerResolver::OwnerResolver(const std::vector<ServiceConfig>& services) {
+OwnerResolver::OwnerResolver(const std::deque<ServiceConfig>& services) {
   for (const auto& s : services) {
     Rule r;
     r.service = s.name;

@@ -29,7 +29,7 @@ struct ResolvedOwner {
 class OwnerResolver {
  public:
   // REQUIRES: every cmdline regex in `services` compiles (config parsing checks it).
-  explicit OwnerResolver(const std::vector<ServiceConfig>& services);
+  explicit OwnerResolver(const std::deque<ServiceConfig>& services);
 
   // The TCP ports whose listener names a service (services without a `match`).
   std::vector<int> ports_wanted() const;

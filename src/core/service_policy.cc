@@ -32,27 +32,36 @@ std::optional<MonoTime> idle_since(const ServiceStatus& st) {
 }
 
 ServicePolicy::ServicePolicy(const Config& config) : config_(config) {
-  for (const auto& svc : config_.services) {
-    ServiceStatus st;
-    st.name = svc.name;
-    st.kind = svc.kind;
-    st.url = svc.url;
-    st.unload_after_idle = svc.unload_after_idle;
-    const ServiceKind* kind = find_service_kind(svc.kind);
-    st.reload_cost = kind ? kind->reload_cost : Duration(std::chrono::seconds(30));
-    // What its adapter answers not_supported to (docs/adapters.md).
-    st.can_unload = kind && kind->has_unload;
-    if (svc.kind == "generic_http") st.can_unload = !svc.unload_url.empty();
-    if (svc.kind == "localai") st.can_unload = !svc.models.empty();
-    if (svc.kind == "llamacpp") st.can_unload = svc.router.value_or(true);  // plain: stop it
-    if (!svc.start.empty())
-      st.control = Control::managed;
-    else if (!svc.match.container.empty())
-      st.control = Control::container;
-    else if (!svc.match.unit.empty())
-      st.control = Control::unit;
-    services_[svc.name] = std::move(st);
+  for (const auto& svc : config_.services) add(svc);
+}
+
+void ServicePolicy::add(const ServiceConfig& svc) {
+  ServiceStatus st;
+  st.name = svc.name;
+  st.kind = svc.kind;
+  st.url = svc.url;
+  st.unload_after_idle = svc.unload_after_idle;
+  const ServiceKind* kind = find_service_kind(svc.kind);
+  st.reload_cost = kind ? kind->reload_cost : Duration(std::chrono::seconds(30));
+  // What its adapter answers not_supported to (docs/adapters.md).
+  st.can_unload = kind && kind->has_unload;
+  if (svc.kind == "generic_http") st.can_unload = !svc.unload_url.empty();
+  if (svc.kind == "localai") st.can_unload = !svc.models.empty();
+  if (svc.kind == "llamacpp") st.can_unload = svc.router.value_or(true);  // plain: stop it
+  if (!svc.start.empty())
+    st.control = Control::managed;
+  else if (!svc.match.container.empty())
+    st.control = Control::container;
+  else if (!svc.match.unit.empty())
+    st.control = Control::unit;
+  st.discovered = svc.discovered;
+  st.discovered_by = svc.discovered_by;
+  // A discovered service is left alone unless discover_unload: no unload, no lifecycle.
+  if (svc.discovered && !config_.daemon.discover_unload) {
+    st.can_unload = false;
+    st.control = Control::none;
   }
+  services_[svc.name] = std::move(st);
 }
 
 const ServiceStatus* ServicePolicy::find(const std::string& name) const {
@@ -276,6 +285,11 @@ void ServicePolicy::on_unload_requested(const UnloadRequested& e, const Now& now
   auto it = services_.find(e.service);
   if (it == services_.end()) return refuse(fmt::format("no service named '{}'", e.service));
   ServiceStatus& st = it->second;
+  if (st.discovered && !config_.daemon.discover_unload)
+    return refuse(fmt::format(
+        "{} was discovered, not configured: vramd leaves it alone (add it to the config, or set "
+        "[daemon] discover_unload = true)",
+        e.service));
   if (unloading(e.service)) return refuse(fmt::format("{} is already being unloaded", e.service));
   if (!e.force && (st.busy.value_or(false) || st.requests_in_flight > 0))
     return refuse(fmt::format("{} is busy{}: not unloading (use force to override)", e.service,

@@ -25,6 +25,8 @@ class ServicePolicy {
  public:
   // REQUIRES: `config` outlives it (the Arbiter owns both).
   explicit ServicePolicy(const Config& config);
+  // A service added at run time (ServiceDiscovered). REQUIRES: `svc` is in the config now.
+  void add(const ServiceConfig& svc);
 
   void on_probe(const ProbeDone& e, const Now& now, std::vector<Action>& actions);
   void on_requests(const RequestsInFlight& e, const Now& now);

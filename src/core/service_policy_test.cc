@@ -15,7 +15,7 @@ class World {
   explicit World(std::vector<ServiceConfig> services) {
     Config c;
     c.gpu.baseline = 400 * MiB;
-    c.services = std::move(services);
+    c.services.assign(services.begin(), services.end());
     arbiter_ = std::make_unique<Arbiter>(c);
   }
 

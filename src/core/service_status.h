@@ -129,6 +129,9 @@ struct ServiceStatus {
   std::map<std::string, Bytes> load_peaks;  // model ("" none named) -> most held (LoadPeak)
   std::optional<Bytes> last_load_bytes;      // what its last load held once it settled
   std::optional<ManagedState> managed;  // services with `start` (filled from supervision)
+  // Found by `[daemon] discover`, not configured: `discovered_by` is the fingerprint's evidence.
+  bool discovered = false;
+  std::string discovered_by;
 };
 
 // Idle since last activity while reachable and not busy; nullopt otherwise.

@@ -17,7 +17,7 @@ class World {
   explicit World(std::vector<ServiceConfig> services) {
     Config c;
     c.gpu.baseline = 0;
-    c.services = std::move(services);
+    c.services.assign(services.begin(), services.end());
     arbiter_ = std::make_unique<Arbiter>(c);
   }
   std::vector<Action> feed(const Event& e) {

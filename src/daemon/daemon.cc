@@ -111,6 +111,7 @@ Status Daemon::start() {
   asio::co_spawn(io_, sample_loop(), asio::detached);
   asio::co_spawn(io_, tick_loop(), asio::detached);
   for (const auto& svc : cfg.services) asio::co_spawn(io_, probe_loop(svc.name), asio::detached);
+  if (cfg.daemon.discovers(!cfg.services.empty())) asio::co_spawn(io_, discover_loop(), asio::detached);
   runner_->adopt(cfg.services);
   sd_notify("READY=1\nSTATUS=sampling GPUs; API on " + cfg.daemon.listen);  // Type=notify
   if (auto interval = sd_watchdog_interval()) asio::co_spawn(io_, watchdog_loop(*interval), asio::detached);
@@ -202,6 +203,8 @@ void Daemon::apply(std::vector<Action> actions) {
         if (const ServiceConfig* cfg = arbiter_.config().find_service(name))
           runner_->spawn(*cfg, std::move(ours));
       });
+    } else if (auto* w = std::get_if<WatchService>(&a)) {
+      watch_service(w->service);
     } else if (auto* sig = std::get_if<SignalService>(&a)) {
       runner_->signal(sig->pid, sig->signal);
     } else if (auto* ch = std::get_if<CheckHealth>(&a)) {
@@ -342,8 +345,9 @@ asio::awaitable<void> Daemon::sample_loop() {
   auto next = std::chrono::steady_clock::now();
   while (!stopping_) {
     // The blocking reads run on the worker; the Arbiter is only touched back on this loop.
-    auto read = [this]() -> asio::awaitable<SampleTaken> {
-      co_return take_sample(*reader_, *scanner_, scan_request_);
+    // The request is copied: a discovered service changes it on this loop (watch_service).
+    auto read = [this, request = scan_request_]() -> asio::awaitable<SampleTaken> {
+      co_return take_sample(*reader_, *scanner_, request);
     };
     auto op = asio::co_spawn(sampler_, std::move(read), use_awaitable);
     sample_soon_ = false;  // this one is taken after whatever asked for it

@@ -146,6 +146,10 @@ class Daemon : public DaemonControl, public ProxyHooks {
       std::string service, std::string model, WakePlan plan,
       std::chrono::steady_clock::time_point deadline, WakeProgress progress);
   boost::asio::awaitable<void> release_when_loaded(uint64_t lease, std::string service, Bytes room);
+  // Discovery at run time (daemon_discover.cc).
+  boost::asio::awaitable<void> discover_loop();
+  boost::asio::awaitable<void> discover_once();
+  void watch_service(const std::string& name);  // an adapter and a probe loop for a new service
   // Supervision (daemon_children.cc).
   void check_health(const std::string& service);
   void record_crash(RecordCrash crash);
@@ -210,6 +214,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   EventStream stream_;
   std::unique_ptr<Proxy> proxy_;       // the request path, when configured
   std::map<std::string, int> in_flight_;  // requests through the proxy, per service
+  std::map<int, int> discover_tries_;     // GPU pid -> discovery passes that looked at it
   int64_t next_stream_id_ = 1;
   bool fast_sampling_ = false;
   bool sample_soon_ = false;  // take the next sample without waiting

@@ -24,10 +24,11 @@ namespace asio = boost::asio;
 
 namespace {
 
-// A service the request path reaches: one of a kind with an HTTP API, and its url.
+// A service the request path reaches: one of a kind with an HTTP API, and its url. Not one found
+// by discovery: the proxy's routes are set at start, and a discovered service is only watched.
 bool proxied(const ServiceConfig& svc) {
   const ServiceKind* kind = find_service_kind(svc.kind);
-  return kind && kind->needs_url && !svc.url.empty();
+  return kind && kind->needs_url && !svc.url.empty() && !svc.discovered;
 }
 
 }  // namespace
@@ -304,8 +305,11 @@ nlohmann::json Daemon::request_path() const {
 
 std::vector<ModelEntry> Daemon::models() {
   std::vector<ModelEntry> out;
-  for (const auto& st : arbiter_.services())
+  for (const auto& st : arbiter_.services()) {
+    const ServiceConfig* cfg = arbiter_.config().find_service(st.name);
+    if (!cfg || !proxied(*cfg)) continue;  // the front door routes only to what it reaches
     for (const auto& m : st.models) out.push_back({m, st.name});
+  }
   return out;
 }
 

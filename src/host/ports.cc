@@ -248,4 +248,20 @@ std::vector<std::pair<int, int>> find_listeners(const std::string& root,
   return match_listeners(root, ports, proc_tcp_listeners(root), candidates);
 }
 
+std::map<int, std::vector<int>> listening_ports_of(const std::string& root,
+                                                   const std::vector<int>& candidates) {
+  std::optional<std::vector<TcpListener>> netlink =
+      root == "/proc" ? netlink_tcp_listeners() : std::nullopt;
+  std::vector<TcpListener> sockets = netlink ? *netlink : proc_tcp_listeners(root);
+  std::vector<int> ports;
+  for (const auto& l : sockets) ports.push_back(l.port);
+  std::sort(ports.begin(), ports.end());
+  ports.erase(std::unique(ports.begin(), ports.end()), ports.end());
+  std::map<int, std::vector<int>> out;
+  if (candidates.empty()) return out;
+  for (const auto& [port, pid] : match_listeners(root, ports, sockets, &candidates))
+    out[pid].push_back(port);
+  return out;
+}
+
 }  // namespace vramd

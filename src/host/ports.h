@@ -56,4 +56,9 @@ std::vector<std::pair<int, int>> find_listeners(const std::string& root,
                                                 const std::vector<int>& ports,
                                                 const std::vector<int>* candidates = nullptr);
 
+// pid -> every TCP port it listens on (sorted), for the `candidates` only: the kernel's LISTEN
+// sockets over netlink, else ROOT/net/tcp{,6}. What discovery probes.
+std::map<int, std::vector<int>> listening_ports_of(const std::string& root,
+                                                   const std::vector<int>& candidates);
+
 }  // namespace vramd

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <array>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -16,13 +17,17 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
+#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http.hpp>
 #include <fstream>
+#include <span>
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
+#include "proxy/conn.h"
 #include "proxy/limiter.h"
 #include "proxy/router.h"
+#include "proxy/wire.h"
 
 namespace vramd {
 
@@ -34,7 +39,8 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using asio::use_awaitable;
 using Clock = std::chrono::steady_clock;
-using Client = beast::tcp_stream;
+using Client = proxy_detail::Conn;
+using proxy_detail::ConnPtr;
 
 constexpr std::size_t kHeaderLimit = 64 * 1024;
 constexpr std::size_t kIdleUpstreams = 64;  // keep-alive connections kept per service
@@ -75,32 +81,6 @@ bool has_token(std::string_view value, std::string_view token) {
     at = comma + 1;
   }
   return false;
-}
-
-// Removes the hop-by-hop fields (RFC 9110 7.6.1): Connection, the fields it names, and the
-// ones defined as such. Transfer-Encoding goes too: each side frames the body itself.
-void strip_hop_by_hop(http::fields& f) {
-  std::vector<std::string> named;
-  auto range = f.equal_range(http::field::connection);
-  for (auto it = range.first; it != range.second; ++it) {
-    std::string_view v = it->value();
-    size_t at = 0;
-    while (at < v.size()) {
-      size_t comma = v.find(',', at);
-      std::string_view part = v.substr(at, comma == std::string_view::npos ? comma : comma - at);
-      while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
-      while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
-      if (!part.empty()) named.emplace_back(part);
-      if (comma == std::string_view::npos) break;
-      at = comma + 1;
-    }
-  }
-  for (const auto& n : named) f.erase(n);
-  for (const char* n :
-       {"Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer", "Transfer-Encoding",
-        "Upgrade", "Proxy-Authorization", "Proxy-Authenticate"}) {
-    f.erase(n);
-  }
 }
 
 bool is_upgrade(const http::fields& f) {
@@ -145,12 +125,35 @@ bool same_socket(const HostPort& a, const HostPort& b) {
   return a.host == b.host || (local(a.host) && local(b.host));
 }
 
+// Parses what `b` holds already. False when the parser needs more bytes (then read_some);
+// true when it made progress or failed (ec). Beast's async_read_some parses the buffer first
+// too, but completes through a posted handler even when no read was needed: a round trip
+// through the scheduler for the head of nearly every request and the body of most answers.
+template <bool isRequest>
+bool parse_buffered(http::basic_parser<isRequest>& p, beast::flat_buffer& b,
+                    beast::error_code& ec) {
+  if (b.size() == 0) return false;
+  std::size_t used = p.put(b.data(), ec);
+  b.consume(used);
+  if (ec != http::error::need_more) return true;
+  ec = {};
+  return false;
+}
+
+// What a client connection's requests reuse, one after another: allocated once per connection,
+// not per request (a 16 KiB buffer in the coroutine frame was a malloc a request).
+struct Scratch {
+  std::string head;         // a head being written
+  beast::flat_buffer ubuf;  // what the service sent, not parsed yet
+  std::array<char, kChunk> body;  // one piece of a body
+};
+
 struct Upstream {
   Upstream(ProxyServiceOptions o) : opt(std::move(o)), limit(opt.max_concurrent, opt.max_queue) {}
   ProxyServiceOptions opt;
   HttpUrl url;
   std::vector<tcp::endpoint> endpoints;
-  std::vector<Client> idle;  // keep-alive connections to the service
+  std::vector<ConnPtr> idle;  // keep-alive connections to the service
   ConcurrencyLimit limit;
   std::unique_ptr<tcp::acceptor> acceptor;
   int port = 0;
@@ -269,6 +272,43 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     }
   }
 
+  // http::async_read_some for when parse_buffered found too little: reads, then parses, until
+  // the parser has made progress. End of stream as Beast reads it: the end of a message that
+  // runs to the close, else http::error::end_of_stream.
+  template <bool isRequest>
+  static asio::awaitable<beast::error_code> read_some(Client& s, beast::flat_buffer& b,
+                                                      http::basic_parser<isRequest>& p) {
+    beast::error_code ec;
+    for (;;) {
+      std::size_t size = beast::read_size(b, 65536);
+      if (size == 0) co_return http::error::buffer_overflow;
+      // At least a body piece's worth: read_size alone stays at the buffer's capacity, 512
+      // bytes after a small head, a read call per 512 bytes of a large body.
+      size = std::max(size, std::min(kChunk, b.max_size() - b.size()));
+      std::size_t n =
+          co_await s.async_read_some(b.prepare(size), asio::redirect_error(use_awaitable, ec));
+      b.commit(n);
+      if (ec == asio::error::eof) {
+        if (!p.got_some()) co_return http::error::end_of_stream;
+        ec = {};
+        p.put_eof(ec);
+        co_return ec;
+      }
+      if (ec) co_return ec;
+      if (parse_buffered(p, b, ec)) co_return ec;
+    }
+  }
+
+  // http::async_read_header, a read only when what is buffered holds no whole head.
+  template <bool isRequest>
+  static asio::awaitable<beast::error_code> read_header(Client& s, beast::flat_buffer& b,
+                                                        http::basic_parser<isRequest>& p) {
+    beast::error_code ec;
+    while (!ec && !p.is_header_done())
+      if (!parse_buffered(p, b, ec)) ec = co_await read_some(s, b, p);
+    co_return ec;
+  }
+
   asio::awaitable<bool> respond(Client& c, unsigned status, const std::string& body, bool keep,
                                 unsigned version, const Extra& extra = kNoExtra) {
     http::response<http::string_body> res{static_cast<http::status>(status), version};
@@ -288,8 +328,10 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     no_delay(socket);
     beast::error_code ec;
     std::string peer = socket.remote_endpoint(ec).address().to_string();
-    Client client(std::move(socket));
+    ConnPtr owner(std::make_shared<Client>(std::move(socket)));
+    Client& client = *owner;
     beast::flat_buffer cbuf;
+    auto scratch = std::make_unique<Scratch>();
     for (bool first = true;; first = false) {
       if (!first && cbuf.size() == 0) {
         client.expires_after(kKeepAliveIdle);
@@ -302,8 +344,9 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       parser.header_limit(kHeaderLimit);
       parser.body_limit(std::numeric_limits<std::uint64_t>::max());
       client.expires_after(kHeaderTimeout);
-      co_await http::async_read_header(client, cbuf, parser,
-                                       asio::redirect_error(use_awaitable, ec));
+      ec = {};
+      while (!ec && !parser.is_header_done())
+        if (!parse_buffered(parser, cbuf, ec)) ec = co_await read_some(client, cbuf, parser);
       if (ec) {
         std::string body;
         unsigned status = 0;
@@ -319,7 +362,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       }
       bool keep = false;
       try {
-        keep = co_await handle(client, cbuf, parser, peer, fixed);
+        keep = co_await handle(client, cbuf, parser, peer, fixed, *scratch);
       } catch (const std::exception& e) {
         spdlog::error("proxy: {}", e.what());
       }
@@ -330,7 +373,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
 
   asio::awaitable<bool> handle(Client& c, beast::flat_buffer& cbuf,
                                http::request_parser<http::buffer_body>& parser,
-                               const std::string& peer, Upstream* fixed) {
+                               const std::string& peer, Upstream* fixed, Scratch& sc) {
     auto& req = parser.get();
     const unsigned version = req.version();
     const bool no_body = parser.is_done();
@@ -344,7 +387,8 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     const bool wants_sse =
         req[http::field::accept].find("text/event-stream") != std::string_view::npos;
     if (fixed) {
-      bool keep = co_await exchange(c, cbuf, req, &parser, *fixed, kNoModel, wants_sse, peer);
+      bool keep =
+          co_await exchange(c, cbuf, req, &parser, *fixed, kNoModel, wants_sse, peer, sc);
       co_return keep;
     }
 
@@ -425,7 +469,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       }
     }
     bool again =
-        co_await exchange(c, cbuf, sreq, nullptr, *svc, route->model, wants_sse || stream, peer);
+        co_await exchange(c, cbuf, sreq, nullptr, *svc, route->model, wants_sse || stream, peer, sc);
     co_return again;
   }
 
@@ -433,15 +477,18 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
   // headers, the service's key in place of the client's.
   template <class Body>
   void prepare(http::request<Body>& req, Upstream& svc, const std::string& peer, bool upgrade) {
-    std::string upgrade_value(req[http::field::upgrade]);
+    std::string upgrade_value;
+    if (upgrade) upgrade_value = req[http::field::upgrade];
     bool chunked = req.chunked();
     strip_hop_by_hop(req);
     req.version(11);
     if (!svc.url.path.empty()) req.target(svc.url.path + std::string(req.target()));
     if (req.count(http::field::host) == 0)
       req.set(http::field::host, fmt::format("{}:{}", svc.url.host, svc.url.port));
-    std::string xff(req["X-Forwarded-For"]);
-    req.set("X-Forwarded-For", xff.empty() ? peer : xff + ", " + peer);
+    if (auto xff = req.find("X-Forwarded-For"); xff == req.end() || xff->value().empty())
+      req.set("X-Forwarded-For", peer);
+    else
+      req.set("X-Forwarded-For", std::string(xff->value()) + ", " + peer);
     req.set("X-Forwarded-Proto", "http");
     if (!options.api_keys.empty()) req.erase(http::field::authorization);
     if (!svc.opt.api_key.empty()) req.set(http::field::authorization, "Bearer " + svc.opt.api_key);
@@ -457,30 +504,35 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
   // `check`: peek at a kept-alive connection before reusing it (a syscall per request). A request
   // that can be sent again skips it: a connection the service closed fails the write or the
   // read, and the request goes once more on a fresh one.
-  asio::awaitable<bool> connect(Upstream& svc, std::optional<Client>& out, bool& reused,
-                                std::string& error, bool check) {
+  // A kept-alive connection from the pool, if one is there (no coroutine: most requests).
+  static bool take_idle(Upstream& svc, ConnPtr& out, bool check) {
     while (!svc.idle.empty()) {
-      Client s = std::move(svc.idle.back());
+      ConnPtr s = std::move(svc.idle.back());
       svc.idle.pop_back();
-      if (!check || alive(s)) {
-        out.emplace(std::move(s));
-        reused = true;
-        co_return true;
+      if (!check || alive(*s)) {
+        out = std::move(s);
+        return true;
       }
     }
-    reused = false;
-    Client s(co_await asio::this_coro::executor);
+    return false;
+  }
+
+  // A new connection to the service.
+  asio::awaitable<bool> connect(Upstream& svc, ConnPtr& out, std::string& error) {
+    ConnPtr s(std::make_shared<Client>(co_await asio::this_coro::executor));
     beast::error_code ec;
-    s.expires_after(svc.opt.connect_timeout);
-    co_await s.async_connect(svc.endpoints, asio::redirect_error(use_awaitable, ec));
+    s->expires_after(svc.opt.connect_timeout);
+    co_await asio::async_connect(s->socket(), svc.endpoints,
+                                 asio::redirect_error(use_awaitable, ec));
+    ec = s->map(ec);
     if (ec) {
       error = ec == beast::error::timeout
                   ? "connect: timed out after " + format_duration(svc.opt.connect_timeout)
                   : "connect: " + ec.message();
       co_return false;
     }
-    no_delay(s.socket());
-    out.emplace(std::move(s));
+    no_delay(s->socket());
+    out = std::move(s);
     co_return true;
   }
 
@@ -611,7 +663,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
   asio::awaitable<bool> exchange(Client& c, beast::flat_buffer& cbuf, http::request<Body>& req,
                                  http::request_parser<http::buffer_body>* stream_parser,
                                  Upstream& svc, const std::string& model, bool wants_sse,
-                                 const std::string& peer) {
+                                 const std::string& peer, Scratch& sc) {
     const unsigned version = req.version();
     bool client_keep = req.keep_alive();
     const bool is_head = req.method() == http::verb::head;
@@ -640,7 +692,8 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     prepare(req, svc, peer, upgrade);
 
     Slot slot{svc.limit, false, closed};
-    if (!co_await svc.limit.acquire()) {
+    // No limit (most services): no coroutine to enter.
+    if (svc.limit.max_concurrent() > 0 && !co_await svc.limit.acquire()) {
       std::vector<std::pair<std::string, std::string>> extra = {{"Retry-After", "1"}};
       std::string message = fmt::format(
           "{} has {} requests in flight and {} waiting (max_concurrent {}, max_queue {})", name,
@@ -685,8 +738,8 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       }
     }
 
-    std::optional<Client> up;
-    beast::flat_buffer ubuf;
+    ConnPtr up;
+    beast::flat_buffer& ubuf = sc.ubuf;
     std::optional<http::response_parser<http::buffer_body>> rp;
     auto fresh_parser = [&] {
       rp.emplace();
@@ -694,13 +747,13 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       rp->header_limit(kHeaderLimit);
       if (is_head) rp->skip(true);
     };
-    std::array<char, kChunk> buffer;
-    char* buf = buffer.data();
+    char* buf = sc.body.data();
     for (int attempt = 0;; ++attempt) {
       std::string error;
       bool reused = false;
       up.reset();
-      if (!co_await connect(svc, up, reused, error, !replayable || attempt > 0)) {
+      reused = take_idle(svc, up, !replayable || attempt > 0);
+      if (!reused && !co_await connect(svc, up, error)) {
         metrics.upstream_error(name);
         bool keep = co_await respond_upstream_error(c, status, sse_open, 502, name, error,
                                                     client_keep && replayable, version);
@@ -710,7 +763,13 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       up->expires_after(svc.opt.first_byte_timeout);
       if constexpr (std::is_same_v<Body, http::string_body>) {
         req.prepare_payload();
-        co_await http::async_write(*up, req, asio::redirect_error(use_awaitable, ec));
+        request_head(sc.head, req);
+        std::array<asio::const_buffer, 2> out{asio::buffer(sc.head), asio::buffer(req.body())};
+        co_await asio::async_write(*up, out, asio::redirect_error(use_awaitable, ec));
+      } else if (stream_parser->is_done()) {  // no body: the head alone
+        request_head(sc.head, req);
+        co_await asio::async_write(*up, asio::buffer(sc.head),
+                                   asio::redirect_error(use_awaitable, ec));
       } else {
         ec = co_await send_streamed(c, cbuf, *stream_parser, *up, svc, buf);
       }
@@ -718,11 +777,11 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
         fresh_parser();
         ubuf.clear();
         up->expires_after(svc.opt.first_byte_timeout);
-        co_await http::async_read_header(*up, ubuf, *rp, asio::redirect_error(use_awaitable, ec));
+        ec = co_await read_header(*up, ubuf, *rp);
         // A 100 Continue the service sent anyway: the final answer follows.
         while (!ec && rp->get().result() == http::status::continue_) {
           fresh_parser();
-          co_await http::async_read_header(*up, ubuf, *rp, asio::redirect_error(use_awaitable, ec));
+          ec = co_await read_header(*up, ubuf, *rp);
         }
       }
       if (!ec) break;
@@ -762,22 +821,22 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       }
     } else {
       strip_hop_by_hop(res);
+      bool chunked = false;
       if (body_expected && !res.has_content_length()) {
         if (version >= 11)
-          res.chunked(true);
+          res.chunked(chunked = true);
         else
           client_keep = false;  // HTTP/1.0: the end of the body is the end of the connection
       }
       res.keep_alive(client_keep);
-      http::response_serializer<http::buffer_body> sr{res};
-      // The body's first bytes came with the head (most answers): the head goes out with them,
-      // one write. Else the head goes now, so that a stream whose first event is late is not
-      // held back.
-      if (!body_expected || ubuf.size() == 0) {
+      response_head(sc.head, res);
+      if (!body_expected) {
         c.expires_after(kClientWriteTimeout);
-        co_await http::async_write_header(c, sr, asio::redirect_error(use_awaitable, ec));
+        co_await asio::async_write(c, asio::buffer(sc.head),
+                                   asio::redirect_error(use_awaitable, ec));
+      } else {
+        ec = co_await relay_body(c, *up, ubuf, *rp, sc.head, chunked, svc, buf);
       }
-      if (!ec && body_expected) ec = co_await relay_body(c, *up, ubuf, *rp, sr, svc, buf);
     }
     if (ec) {
       if (ec == beast::error::timeout) metrics.upstream_error(name);
@@ -785,7 +844,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     }
     if (up_keep && rp->is_done() && svc.idle.size() < kIdleUpstreams) {
       up->expires_never();
-      svc.idle.push_back(std::move(*up));
+      svc.idle.push_back(std::move(up));
     }
     co_return client_keep;
   }
@@ -844,38 +903,59 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     co_return ec;
   }
 
-  // The response body, each piece written to the client as soon as it is read.
+  // The response body, each piece written to the client as soon as it is read (never held
+  // back to fill a buffer: an SSE event goes out alone), as chunks when `chunked`. The head
+  // goes out with the body's first bytes when they came with it (most answers: one write);
+  // else at once, so that a stream whose first event is late is not held back.
   asio::awaitable<beast::error_code> relay_body(Client& c, Client& up, beast::flat_buffer& ubuf,
                                                 http::response_parser<http::buffer_body>& p,
-                                                http::response_serializer<http::buffer_body>& sr,
+                                                const std::string& head, bool chunked,
                                                 Upstream& svc, char* buf) {
     beast::error_code ec;
-    do {
+    bool head_sent = false;
+    if (ubuf.size() == 0 && !p.is_done()) {
+      c.expires_after(kClientWriteTimeout);
+      co_await asio::async_write(c, asio::buffer(head), asio::redirect_error(use_awaitable, ec));
+      if (ec) co_return ec;
+      head_sent = true;
+    }
+    for (;;) {
+      std::size_t n = 0;
       if (!p.is_done()) {
         p.get().body().data = buf;
         p.get().body().size = kChunk;
-        up.expires_after(svc.opt.first_byte_timeout);
-        co_await http::async_read_some(up, ubuf, p, asio::redirect_error(use_awaitable, ec));
+        if (!parse_buffered(p, ubuf, ec)) {
+          up.expires_after(svc.opt.first_byte_timeout);
+          ec = co_await read_some(up, ubuf, p);
+        }
         if (ec == http::error::need_buffer) ec = {};
         if (ec == http::error::end_of_stream && p.is_done()) ec = {};
         if (ec) co_return ec;
-        p.get().body().size = kChunk - p.get().body().size;
-        // No bytes (a chunk header alone): no data, or the serializer would write an empty
-        // chunk, which ends a chunked body.
-        p.get().body().data = p.get().body().size ? buf : nullptr;
-        p.get().body().more = !p.is_done();
-      } else {
-        p.get().body().data = nullptr;
-        p.get().body().size = 0;
-        p.get().body().more = false;
+        n = kChunk - p.get().body().size;
       }
-      if (sr.is_done()) break;
-      c.expires_after(kClientWriteTimeout);
-      co_await http::async_write(c, sr, asio::redirect_error(use_awaitable, ec));
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) co_return ec;
-    } while (!p.is_done() || !sr.is_done());
-    co_return ec;
+      const bool last = p.is_done();
+      std::array<asio::const_buffer, 5> out;
+      std::size_t k = 0;
+      char size_line[24];
+      if (!head_sent) out[k++] = asio::buffer(head);
+      if (n > 0) {
+        if (chunked) {
+          auto r = fmt::format_to_n(size_line, sizeof size_line, "{:x}\r\n", n);
+          out[k++] = asio::buffer(size_line, r.size);
+        }
+        out[k++] = asio::buffer(buf, n);
+        if (chunked) out[k++] = asio::buffer("\r\n", 2);
+      }
+      if (last && chunked) out[k++] = asio::buffer("0\r\n\r\n", 5);
+      if (k > 0) {
+        c.expires_after(kClientWriteTimeout);
+        co_await asio::async_write(c, std::span<const asio::const_buffer>(out.data(), k),
+                                   asio::redirect_error(use_awaitable, ec));
+        if (ec) co_return ec;
+        head_sent = true;
+      }
+      if (last) co_return ec;
+    }
   }
 
   // The response body as chunks of an already open chunked response.

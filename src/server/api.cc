@@ -54,6 +54,7 @@ boost::asio::awaitable<HttpResponse> Api::free_idle() {
   for (const auto& s : daemon_.arbiter().services()) {
     if (!s.idle_since || s.bytes < kWorthUnloading) continue;
     if (s.backoff_until && now < *s.backoff_until) continue;
+    if (s.discovered && !s.can_unload) continue;  // discovered and left alone (discover_unload)
     ids.push_back(daemon_.request_unload(s.name, false));
   }
   json out = json::array();

@@ -150,6 +150,9 @@ json to_json(const ServiceStatus& s, const Now& now) {
           // What a wake or start is admitted for (core/wake.h): learned per model.
           {"load_peaks", s.load_peaks.empty() ? json::object() : json(s.load_peaks)},
           {"last_load_bytes", opt(s.last_load_bytes)},
+          // Found by `[daemon] discover`, not configured (and left alone unless discover_unload).
+          {"discovered", s.discovered},
+          {"discovered_by", s.discovered ? json(s.discovered_by) : json(nullptr)},
           {"process", s.managed ? json{{"state", to_string(s.managed->state)},
                                        {"pid", opt(s.managed->pid)},
                                        {"adopted", s.managed->adopted},

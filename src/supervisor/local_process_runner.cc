@@ -68,7 +68,7 @@ class LocalProcessRunner final : public ProcessRunner {
     });
   }
 
-  void adopt(const std::vector<ServiceConfig>& services) override {
+  void adopt(const std::deque<ServiceConfig>& services) override {
     for (const auto& svc : services) {
       if (svc.start.empty()) continue;
       auto live = read_live_pid_file(pid_file(svc.name));
@@ -88,7 +88,7 @@ class LocalProcessRunner final : public ProcessRunner {
     if (::kill(-pid, signal) != 0) ::kill(pid, signal);
   }
 
-  void rotate_logs(const std::vector<ServiceConfig>& services) override {
+  void rotate_logs(const std::deque<ServiceConfig>& services) override {
     std::vector<std::string> logs;
     for (const auto& svc : services)
       if (!svc.start.empty()) logs.push_back(log_path(svc.name));

@@ -32,11 +32,11 @@ class ProcessRunner {
   virtual void spawn(const ServiceConfig& svc, std::vector<int> ours) = 0;
   // Children an earlier vramd started that still run (pid file, same start time): watched and
   // reported as adopted.
-  virtual void adopt(const std::vector<ServiceConfig>& services) = 0;
+  virtual void adopt(const std::deque<ServiceConfig>& services) = 0;
   // The signal to the child's whole process group (it is a session leader).
   virtual void signal(int pid, int signal) = 0;
   // Copy-truncate rotation of every managed service's log (at 10 MiB).
-  virtual void rotate_logs(const std::vector<ServiceConfig>& services) = 0;
+  virtual void rotate_logs(const std::deque<ServiceConfig>& services) = 0;
   virtual std::string log_path(const std::string& service) const = 0;
   // Stops watching (vramd stops; the children go on unless on_shutdown = "stop").
   virtual void close() = 0;

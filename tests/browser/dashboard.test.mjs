@@ -192,6 +192,12 @@ async function main() {
 
     for (const name of ['comfyui', 'ollama', 'whisper'])
       check(await page.locator(`.service[data-service="${name}"]`).count() === 1, `service card for ${name}`);
+    // speaches is in no config: the demo's [daemon] discover finds it (every 5 s) and says so.
+    await page.waitForSelector('.service[data-service="speaches"]', { timeout: 20000 }).catch(() => {});
+    const speachesText = (await page.locator('.service[data-service="speaches"]').count()) === 1
+      ? await page.locator('.service[data-service="speaches"]').innerText() : '';
+    check(/discovered/.test(speachesText) && /1\.0 GiB/.test(speachesText),
+          `the discovered speaches has a card that says so, with its 1.0 GiB (${speachesText.replace(/\s+/g, ' ').slice(0, 120)})`);
     if (tokenEnforced) {
       check(await page.locator('#token-form').isHidden(), 'the token form goes away with the right token');
       check(await page.evaluate(() => localStorage.getItem('vramd.token')) === TOKEN, 'the token is kept in localStorage');

@@ -13,7 +13,7 @@ add_library(vramd_fuzz_lib STATIC
   src/gpu/nvidia_smi.cc
   src/host/cgroup.cc src/host/docker.cc src/host/ports.cc src/host/proc_table.cc
   src/services/parsers.cc src/services/prometheus.cc src/services/fingerprint.cc
-  src/server/target.cc src/sim/trace.cc)
+  src/server/target.cc src/sim/trace.cc src/proxy/wire.cc)
 target_include_directories(vramd_fuzz_lib PUBLIC src)
 target_compile_options(vramd_fuzz_lib PUBLIC ${VRAMD_FUZZ_FLAGS} -fsanitize=fuzzer-no-link)
 target_link_options(vramd_fuzz_lib PUBLIC -fsanitize=address,undefined)

@@ -2,6 +2,7 @@
 // answers, a GPU process that serves nothing is listed as unknown, and the config it writes is
 // one that `vramd serve` runs as it is.
 #include <fstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -20,7 +21,9 @@ using testing::Child;
 using testing::DaemonFixture;
 using testing::eventually;
 using testing::FakeService;
+using testing::events_of;
 using testing::get;
+using testing::holding;
 using testing::run_cli;
 using testing::slurp;
 
@@ -74,6 +77,83 @@ TEST(DiscoverE2E, FindsEachServerByItsAnswersAndWritesAConfigThatServes) {
   EXPECT_EQ(again.code, 2);
   EXPECT_NE(again.err.find("exists"), std::string::npos) << again.err;
   EXPECT_EQ(slurp(path), before);
+}
+
+// `[daemon] discover` (on by default when the config names no service): the daemon finds the
+// servers that hold GPU memory by itself, names their bytes, probes them, and leaves them alone:
+// no unload, no eviction for a lease, until they are in the config or discover_unload is set.
+TEST(DiscoverE2E, TheDaemonFindsServicesByItselfAndLeavesThemAlone) {
+  DaemonFixture f;
+  f.daemon_toml = "discover_interval = \"1s\"\nlease_heartbeat = \"60s\"\n";
+  FakeService comfy(f, "comfyui", {"--model-bytes", "16GiB"});
+  f.start("");  // no services at all
+  json svc;
+  ASSERT_TRUE(eventually([&] {
+    svc = get(f, "/v1/services/comfyui");
+    return svc.value("state", "") == "up" && svc.value("bytes", Bytes{0}) == 16 * GiB &&
+           !svc["idle_since"].is_null();
+  })) << get(f, "/v1/services").dump(2) << f.log();
+  EXPECT_TRUE(svc["discovered"].get<bool>());
+  EXPECT_EQ(svc["kind"], "comfyui");
+  EXPECT_EQ(svc["url"], comfy.url());
+  EXPECT_NE(svc["discovered_by"].get<std::string>().find("/system_stats"), std::string::npos);
+  EXPECT_FALSE(svc["can_unload"].get<bool>());
+  EXPECT_TRUE(svc["can_restart"].is_null());
+  json status = f.status();
+  const json* h = holding(status, "comfyui");
+  ASSERT_NE(h, nullptr) << status.dump(2);
+  EXPECT_EQ((*h)["owner_kind"], "service");
+  auto found = events_of(f, "service.discovered");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_NE(found[0]["message"].get<std::string>().find("left alone"), std::string::npos);
+
+  // An unload is refused with the reason, and the server is never called.
+  auto r = http_request({f.url}, "POST", "/v1/services/comfyui/unload", "", 10000);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_GE(r->status, 400u) << r->body;
+  EXPECT_NE(r->body.find("discovered, not configured"), std::string::npos) << r->body;
+  EXPECT_EQ(comfy.state()["unload_calls"], 0);
+  // A lease that needs its room waits, and says why: comfyui is not evicted.
+  auto l = http_request({f.url}, "POST", "/v1/leases",
+                        json{{"vram", "12GiB"}, {"gpu", 0}, {"label", "flux"}}.dump(), 10000);
+  ASSERT_TRUE(l.ok());
+  json lease = json::parse(l->body, nullptr, false);
+  ASSERT_EQ(lease.value("state", ""), "queued") << l->body;
+  json waiting;
+  ASSERT_TRUE(eventually([&] {
+    waiting = get(f, fmt::format("/v1/leases/{}", lease["id"].get<uint64_t>()));
+    return waiting["reason"].is_object();
+  })) << waiting.dump(2);
+  std::string why = waiting["reason"]["text"];
+  EXPECT_NE(why.find("comfyui holds 16.0 GiB"), std::string::npos) << why;
+  EXPECT_NE(why.find("discovered, left alone"), std::string::npos) << why;
+  EXPECT_EQ(waiting["state"], "queued");
+  EXPECT_EQ(comfy.state()["unload_calls"], 0);
+  // The table says so too.
+  auto listing = run_cli({"services", "--url", f.url}, f.env(), f.dir);
+  EXPECT_NE(listing.out.find("discovered by GET /system_stats"), std::string::npos) << listing.out << listing.err;
+  // Still one service after more passes (it is not discovered again).
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_EQ(events_of(f, "service.discovered").size(), 1u);
+  EXPECT_EQ(get(f, "/v1/services")["services"].size(), 1u);
+}
+
+// With discover_unload = true a discovered service is vramd's to free: a lease evicts it.
+TEST(DiscoverE2E, DiscoverUnloadLetsALeaseEvictADiscoveredService) {
+  DaemonFixture f;
+  f.daemon_toml = "discover = true\ndiscover_interval = \"1s\"\ndiscover_unload = true\n";
+  FakeService comfy(f, "comfyui", {"--model-bytes", "16GiB"});
+  f.start("");
+  ASSERT_TRUE(eventually([&] {
+    json svc = get(f, "/v1/services/comfyui");
+    return svc.value("bytes", Bytes{0}) == 16 * GiB && !svc["idle_since"].is_null();
+  })) << get(f, "/v1/services").dump(2) << f.log();
+  EXPECT_TRUE(get(f, "/v1/services/comfyui")["can_unload"].get<bool>());
+  auto r = http_request({f.url}, "POST", "/v1/services/comfyui/unload", "", 40000);
+  ASSERT_TRUE(r.ok()) << r.error();
+  ASSERT_EQ(r->status, 200u) << r->body;
+  EXPECT_EQ(json::parse(r->body)["outcome"], "freed") << r->body;
+  EXPECT_EQ(comfy.state()["unload_calls"], 1);
 }
 
 TEST(DiscoverE2E, NoGpuProcessSaysSoAndBadArgumentsAreUsageErrors) {

@@ -98,9 +98,9 @@ class FaultyProcessRunner : public ProcessRunner {
     inner_->set_sink(std::move(sink));
   }
   void spawn(const ServiceConfig& svc, std::vector<int> ours) override;
-  void adopt(const std::vector<ServiceConfig>& services) override { inner_->adopt(services); }
+  void adopt(const std::deque<ServiceConfig>& services) override { inner_->adopt(services); }
   void signal(int pid, int signal) override { inner_->signal(pid, signal); }
-  void rotate_logs(const std::vector<ServiceConfig>& services) override {
+  void rotate_logs(const std::deque<ServiceConfig>& services) override {
     inner_->rotate_logs(services);
   }
   std::string log_path(const std::string& service) const override {
