@@ -30,6 +30,7 @@ struct StatusOptions {
   bool watch = false;       // refresh until interrupted (or `count` refreshes)
   double interval_s = 2.0;  // --interval, between refreshes
   int count = 0;            // --count: stop after this many refreshes; 0: never
+  bool all_hosts = false;   // --all-hosts: every host's last status (GET /v1/hosts)
 };
 // Without a daemon, takes one sample here (not with --watch: it keeps trying the daemon).
 int cmd_status(const CommonOptions& opts, const StatusOptions& status);

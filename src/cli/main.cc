@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
   status->add_option("--count", status_opts.count, "stop after this many refreshes (like top -n)")
       ->check(CLI::PositiveNumber)
       ->needs(watch);
+  status
+      ->add_flag("--all-hosts", status_opts.all_hosts,
+                 "every host's last status, from the shared PostgreSQL store (GET /v1/hosts)")
+      ->excludes(watch);
 
   auto* services =
       app.add_subcommand("services", "configured services: state, busy, idle, memory, last unload");

@@ -147,6 +147,30 @@ int cmd_serve(const CommonOptions& opts) {
   return kExitOk;
 }
 
+// `vramd status --all-hosts`: each host's last snapshot, as the shared store has it.
+int all_hosts_status(DaemonClient& client, const StatusOptions& o) {
+  DaemonCall c = client.request("GET", "/v1/hosts", "", 5000);
+  if (!c.ok()) {
+    print_call_error(c);
+    return c.reached() ? c.code : kExitUnreachable;
+  }
+  if (o.json) {
+    std::cout << c.body.dump(2) << "\n";
+    return kExitOk;
+  }
+  for (const auto& h : c.body.value("hosts", nlohmann::json::array())) {
+    std::cout << fmt::format("== {} ({}, heartbeat {} ago) ==\n", h.value("host", "?"),
+                             h.value("state", "?"),
+                             format_duration(Duration(h.value("age_ms", int64_t{0}))));
+    if (h.contains("status") && h["status"].is_object())
+      print_status(std::cout, h["status"], system_now());
+    else
+      std::cout << "  no status written yet\n";
+    std::cout << "\n";
+  }
+  return kExitOk;
+}
+
 int cmd_status(const CommonOptions& opts, const StatusOptions& o) {
   auto config = load_cli_config(opts);
   if (!config) {
@@ -155,6 +179,7 @@ int cmd_status(const CommonOptions& opts, const StatusOptions& o) {
   }
   DaemonClient client = DaemonClient::from_config(opts, *config);
   if (o.watch) return watch_status(client, o);
+  if (o.all_hosts) return all_hosts_status(client, o);
   nlohmann::json status;
   DaemonCall c = client.request("GET", "/v1/status", "", 5000);
   if (c.ok()) {

@@ -151,7 +151,8 @@ const std::vector<std::string> kShutdownActions = {"leave", "stop"};
 const std::vector<std::string> kDaemonKeys = {
     "listen",     "state_dir",     "sample_interval", "token",
     "token_file", "docker_socket", "probe_interval",  "events_retention", "lease_heartbeat",
-    "discover",   "discover_unload", "discover_interval"};
+    "discover",   "discover_unload", "discover_interval",
+    "store",      "store_url_file", "host",          "host_timeout"};
 const std::vector<std::string> kGpuKeys = {"backend", "baseline", "residual_tolerance", "reserve"};
 const std::vector<std::string> kBackends = {"auto", "nvml", "nvidia-smi"};
 const std::vector<std::string> kServiceKeys = {
@@ -350,10 +351,50 @@ class ConfigParser {
     return std::nullopt;
   }
 
+  // The keys of several hosts (issue 17); false when `k` is none of them.
+  bool parse_daemon_store_key(const std::string& k, const toml::node& node, const std::string& field,
+                              DaemonConfig& out, const toml::node*& store,
+                              const toml::node*& store_url_file) {
+    if (k == "store") {
+      store = &node;
+      if (auto s = string_value(node, field, /*allow_empty=*/false)) {
+        if (s->rfind("postgresql://", 0) != 0 && s->rfind("postgres://", 0) != 0)
+          error(node.source().begin,
+                field + ": a postgresql:// URL (leave it out for SQLite in state_dir), got \"" + *s +
+                    "\"");
+        else
+          out.store = *s;
+      }
+    } else if (k == "store_url_file") {
+      store_url_file = &node;
+      if (auto s = string_value(node, field, /*allow_empty=*/false)) out.store_url_file = *s;
+    } else if (k == "host") {
+      if (auto s = string_value(node, field, /*allow_empty=*/false)) {
+        // It keys rows and is shown everywhere: a name, not a sentence.
+        bool ok = s->size() <= 64 && std::all_of(s->begin(), s->end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+        });
+        if (!ok || *s == "any")
+          error(node.source().begin,
+                field + ": letters, digits, '-', '_' and '.' (at most 64, not \"any\"), got \"" +
+                    *s + "\"");
+        else
+          out.host = *s;
+      }
+    } else if (k == "host_timeout") {
+      if (auto d = positive_duration(node, field)) out.host_timeout = *d;
+    } else {
+      return false;
+    }
+    return true;
+  }
+
   void parse_daemon(const toml::table& t, DaemonConfig& out) {
     const toml::node* listen = nullptr;
     const toml::node* token = nullptr;
     const toml::node* token_file = nullptr;
+    const toml::node* store = nullptr;
+    const toml::node* store_url_file = nullptr;
     for (auto&& [key, node] : t) {
       std::string k(key.str());
       std::string field = "daemon." + k;
@@ -421,9 +462,14 @@ class ConfigParser {
             out.discover_interval = *d;
           }
         }
-      } else {
+      } else if (!parse_daemon_store_key(k, node, field, out, store, store_url_file)) {
         unknown_key(key, "[daemon]", kDaemonKeys);
       }
+    }
+    if (store && store_url_file) {
+      const toml::node* later =
+          store->source().begin.line > store_url_file->source().begin.line ? store : store_url_file;
+      error(later->source().begin, "daemon: set store or store_url_file, not both");
     }
     if (token && token_file) {
       const toml::node* later =

@@ -118,6 +118,11 @@ struct DaemonConfig {
   bool discover_unload = false;  // discovered services may be unloaded, evicted, stopped
   Duration discover_interval = std::chrono::seconds(15);
   bool discovers(bool has_services) const { return discover.value_or(!has_services); }
+  // Several hosts (issue 17): the store, this host's name, when another host counts as lost.
+  std::string store;           // empty: SQLite in state_dir; else a postgresql:// URL
+  std::string store_url_file;  // a file whose first line is that URL (it may hold a password)
+  std::string host;            // empty: the machine's hostname (the daemon reads it)
+  Duration host_timeout = std::chrono::seconds(30);
 };
 
 // daemon.sample_interval may not be shorter than this.

@@ -560,3 +560,37 @@ TEST(Config, UnknownAdapterKeySuggests) {
 
 }  // namespace
 }  // namespace vramd
+
+namespace vramd {
+namespace {
+
+// Several hosts (issue 17): the store, the host's name, the host timeout.
+TEST(Config, TheStoreAndTheHostParseAndBadValuesSayWhere) {
+  Result<Config> c = parse_config(
+      "[daemon]\nstore = \"postgresql://vramd@db:5432/vramd\"\nhost = \"gpu-1.lab\"\n"
+      "host_timeout = \"45s\"\n",
+      "vramd.toml");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->daemon.store, "postgresql://vramd@db:5432/vramd");
+  EXPECT_EQ(c->daemon.host, "gpu-1.lab");
+  EXPECT_EQ(c->daemon.host_timeout, std::chrono::seconds(45));
+  Result<Config> d = parse_config("", "vramd.toml");
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->daemon.store.empty());  // SQLite in state_dir
+  EXPECT_TRUE(d->daemon.host.empty());   // the daemon reads the hostname
+  EXPECT_EQ(d->daemon.host_timeout, std::chrono::seconds(30));
+
+  EXPECT_EQ(error_of("[daemon]\nstore = \"mysql://x\"\n"),
+            "vramd.toml:2:9: daemon.store: a postgresql:// URL (leave it out for SQLite in "
+            "state_dir), got \"mysql://x\"");
+  EXPECT_EQ(error_of("[daemon]\nstore = \"postgresql://a/b\"\nstore_url_file = \"/etc/u\"\n"),
+            "vramd.toml:3:18: daemon: set store or store_url_file, not both");
+  EXPECT_EQ(error_of("[daemon]\nhost = \"any\"\n"),
+            "vramd.toml:2:8: daemon.host: letters, digits, '-', '_' and '.' (at most 64, not "
+            "\"any\"), got \"any\"");
+  EXPECT_NE(error_of("[daemon]\nhost = \"gpu 1\"\n"), "(ok)");
+  EXPECT_NE(error_of("[daemon]\nhost_timeout = \"0s\"\n"), "(ok)");
+}
+
+}  // namespace
+}  // namespace vramd

@@ -81,12 +81,7 @@ Status Daemon::start() {
   std::filesystem::create_directories(cfg.daemon.state_dir, ec);
   if (ec)
     return make_error(fmt::format("cannot create state_dir {}: {}", cfg.daemon.state_dir, ec.message()));
-  auto stores = open_stores(cfg.daemon.state_dir, cfg.daemon.events_retention);
-  if (!stores) return make_error(stores.error());
-  store_ = stores->events;
-  lease_store_ = stores->leases;
-  crash_store_ = stores->crashes;
-  peak_store_ = stores->peaks;
+  if (auto s = open_store(); !s) return s;
   if (auto max = store_->max_id(); max) next_stream_id_ = *max + 1;
   if (auto s = restore_leases(); !s) return s;
   if (auto peaks = peak_store_->all(); peaks) {
@@ -112,6 +107,7 @@ Status Daemon::start() {
     proxy_ = std::make_unique<Proxy>(io_, std::move(options), *this);
     if (auto s = proxy_->start(); !s) return s;
   }
+  start_host_beats();
   asio::co_spawn(io_, sample_loop(), asio::detached);
   asio::co_spawn(io_, tick_loop(), asio::detached);
   for (const auto& svc : cfg.services) asio::co_spawn(io_, probe_loop(svc.name), asio::detached);
@@ -123,6 +119,24 @@ Status Daemon::start() {
   return Ok{};
 }
 
+Status Daemon::open_store() {
+  const auto& cfg = arbiter_.config();
+  host_ = cfg.daemon.host;
+  if (host_.empty()) {
+    char name[256] = {};
+    host_ = ::gethostname(name, sizeof name - 1) == 0 && name[0] ? name : "localhost";
+  }
+  auto stores = open_configured_stores(cfg.daemon, host_);
+  if (!stores) return make_error(stores.error());
+  store_ = stores->events;
+  lease_store_ = stores->leases;
+  crash_store_ = stores->crashes;
+  peak_store_ = stores->peaks;
+  host_store_ = stores->hosts;
+  stream_.set_host(host_);
+  return Ok{};
+}
+
 void Daemon::stop() {
   if (stopping_) return;
   stopping_ = true;
@@ -130,6 +144,7 @@ void Daemon::stop() {
   sample_timer_.cancel();
   tick_timer_.cancel();
   stall_timer_.cancel();
+  if (host_timer_) host_timer_->cancel();
   for (auto& t : probe_timers_) t.cancel();
   for (auto& [id, w] : waiters_) w->timer.cancel();
   stream_.close();

@@ -32,6 +32,7 @@
 #include "store/crash_store.h"
 #include "store/lease_store.h"
 #include "store/peak_store.h"
+#include "store/stores.h"
 #include "supervisor/container_watch.h"
 #include "supervisor/lifecycle.h"
 #include "supervisor/process_runner.h"
@@ -182,6 +183,21 @@ class Daemon : public DaemonControl, public ProxyHooks {
   std::shared_ptr<LeaseStore> lease_store_;
   std::shared_ptr<CrashStore> crash_store_;
   std::shared_ptr<PeakStore> peak_store_;
+  // Several hosts (issue 17): this daemon's host name, and the hosts table (PostgreSQL only).
+  std::string host_;
+  std::shared_ptr<HostStore> host_store_;
+  Status open_store();
+  std::unique_ptr<boost::asio::steady_timer> host_timer_;
+  nlohmann::json status_snapshot() const;  // /v1/status's JSON, with host and faults
+  nlohmann::json host_snapshot() const;    // that, with services and leases (the hosts table)
+  void start_host_beats();
+  boost::asio::awaitable<void> host_loop();
+
+ public:
+  std::string host() const override { return host_; }
+  boost::asio::awaitable<Result<nlohmann::json>> hosts() override;
+
+ private:
   std::map<uint64_t, std::unique_ptr<Waiter<CommandFinished>>> command_waiters_;
   MetricsCounters metrics_;
   uint64_t next_command_ = 1;

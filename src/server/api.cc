@@ -102,6 +102,7 @@ boost::asio::awaitable<HttpResponse> Api::events(const HttpRequest& req, HttpStr
   for (const auto& e : *events) {
     json j = to_json(e.event);
     j["id"] = e.id;
+    if (std::string host = daemon_.host(); !host.empty()) j["host"] = host;
     if (!e.data.is_null()) j["data"] = e.data;
     out.push_back(std::move(j));
   }
@@ -155,7 +156,7 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     if (get) {
       json out = json::array();
       Now now = daemon_.now();
-      for (const auto& l : arbiter.leases()) out.push_back(to_json(l, arbiter, now));
+      for (const auto& l : arbiter.leases()) out.push_back(lease_json(l, now));
       co_return json_reply(200, json{{"leases", out}});
     }
     if (req.method() != http::verb::post)
@@ -246,7 +247,7 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
       co_return error(503, "store",
                       fmt::format("lease #{} could not be written: {}", *id, store_error()));
     }
-    co_return json_reply(201, to_json(*l, daemon_.arbiter(), daemon_.now()));
+    co_return json_reply(201, lease_json(*l, daemon_.now()));
   }
 
   // /v1/leases/ID[/heartbeat]
@@ -302,7 +303,13 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
   }
   const Lease* l = daemon_.arbiter().lease(id);
   if (!l) co_return error(404, "not_found", fmt::format("no lease #{}", id));
-  co_return json_reply(200, to_json(*l, daemon_.arbiter(), daemon_.now()));
+  co_return json_reply(200, lease_json(*l, daemon_.now()));
+}
+
+json Api::lease_json(const Lease& l, const Now& now) const {
+  json j = to_json(l, daemon_.arbiter(), now);
+  if (std::string host = daemon_.host(); !host.empty()) j["host"] = host;
+  return j;
 }
 
 boost::asio::awaitable<HttpResponse> Api::jobs(const HttpRequest& req) {
@@ -508,12 +515,19 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
     if (!get) co_return only("GET");
     Now now = daemon_.now();
     json out = to_json(arbiter.status(), now);
+    if (std::string host = daemon_.host(); !host.empty()) out["host"] = host;
     json faults = json::array();
     for (const auto& f : daemon_.faults())
       faults.push_back(
           {{"backend", f.backend}, {"error", f.error}, {"since", format_rfc3339(f.since)}});
     out["faults"] = std::move(faults);
     co_return json_reply(200, out);
+  }
+  if (t.path == "/v1/hosts") {
+    if (!get) co_return only("GET");
+    auto hosts = co_await daemon_.hosts();
+    if (!hosts) co_return error(503, "store", hosts.error());
+    co_return json_reply(200, *hosts);
   }
   if (t.path == "/v1/services") {
     if (!get) co_return only("GET");
@@ -605,7 +619,7 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
     HttpResponse res{http::status::ok, req.version()};
     res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
     res.set(http::field::cache_control, "no-store");
-    res.body() = render_metrics(arbiter, daemon_.metrics(), daemon_.now()) + daemon_.extra_metrics();
+    res.body() = render_metrics(arbiter, daemon_.metrics(), daemon_.now(), daemon_.host()) + daemon_.extra_metrics();
     res.prepare_payload();
     co_return res;
   }

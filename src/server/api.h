@@ -35,6 +35,12 @@ class DaemonControl {
   // GET /v1/proxy: the request path (front door, models, per-service proxies and their
   // counters); {"enabled": false} when none is configured.
   virtual nlohmann::json request_path() const { return {{"enabled", false}}; }
+  // This daemon's host name ([daemon] host, else the machine's), shown in statuses, leases and
+  // events; and GET /v1/hosts: every host's heartbeat and last status (issue 17).
+  virtual std::string host() const { return ""; }
+  virtual boost::asio::awaitable<Result<nlohmann::json>> hosts() {
+    co_return make_error("this daemon has no view of other hosts");
+  }
   // Asks for an unload; the id is then awaited with wait_unload (the verdict may come at once).
   virtual uint64_t request_unload(const std::string& service, bool force) = 0;
   virtual boost::asio::awaitable<UnloadFinished> wait_unload(uint64_t request_id) = 0;
@@ -91,6 +97,8 @@ class Api {
   boost::asio::awaitable<HttpResponse> events(const HttpRequest& req, HttpStream& stream);
   boost::asio::awaitable<HttpResponse> leases(const HttpRequest& req, HttpStream& stream);
   boost::asio::awaitable<HttpResponse> jobs(const HttpRequest& req);
+  // A lease as the API shows it: the Arbiter's view and this daemon's host.
+  nlohmann::json lease_json(const Lease& l, const Now& now) const;
   boost::asio::awaitable<HttpResponse> lifecycle(const std::string& service, const std::string& action,
                                                  const Target& t);
   boost::asio::awaitable<HttpResponse> logs(const std::string& service, const Target& t);

@@ -12,9 +12,11 @@ namespace vramd {
 
 namespace asio = boost::asio;
 
-std::string sse_frame(int64_t id, const EventRecord& e, const nlohmann::json& data) {
+std::string sse_frame(int64_t id, const EventRecord& e, const nlohmann::json& data,
+                      const std::string& host) {
   nlohmann::json frame = to_json(e);
   frame["id"] = id;
+  if (!host.empty()) frame["host"] = host;
   if (!data.is_null()) frame["data"] = data;
   return fmt::format("id: {}\nevent: {}\ndata: {}\n\n", id, e.type,
                      frame.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
@@ -22,7 +24,7 @@ std::string sse_frame(int64_t id, const EventRecord& e, const nlohmann::json& da
 
 void EventStream::publish(int64_t id, const EventRecord& e, const nlohmann::json& data) {
   if (subscribers_.empty()) return;
-  std::string frame = sse_frame(id, e, data);
+  std::string frame = sse_frame(id, e, data, host_);
   for (auto& s : subscribers_) {
     if (s->queue.size() >= kQueueLimit)
       s->overflowed = true;
@@ -49,7 +51,7 @@ asio::awaitable<void> EventStream::serve(HttpStream& stream, int64_t after_id, R
     if (events) {
       for (const auto& e : *events) {
         sent_up_to = std::max(sent_up_to, e.id);
-        if (!(ok = co_await stream.write(sse_frame(e.id, e.event, e.data)))) break;
+        if (!(ok = co_await stream.write(sse_frame(e.id, e.event, e.data, host_)))) break;
       }
     }
   }

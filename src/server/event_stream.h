@@ -25,7 +25,9 @@
 namespace vramd {
 
 // One SSE frame: "id: N\nevent: TYPE\ndata: {...}\n\n"; `data` (an unload's figures) when not null.
-std::string sse_frame(int64_t id, const EventRecord& e, const nlohmann::json& data);
+// `host`: the daemon's host name, in every frame when not empty.
+std::string sse_frame(int64_t id, const EventRecord& e, const nlohmann::json& data,
+                      const std::string& host = "");
 
 class EventStream {
  public:
@@ -36,6 +38,8 @@ class EventStream {
   static constexpr size_t kQueueLimit = 1000;
 
   explicit EventStream(boost::asio::io_context& io) : io_(io) {}
+  // The host named in every frame (several hosts, issue 17).
+  void set_host(std::string host) { host_ = std::move(host); }
 
   // Hands one event to every subscriber.
   void publish(int64_t id, const EventRecord& e, const nlohmann::json& data);
@@ -47,6 +51,7 @@ class EventStream {
   size_t subscribers() const { return subscribers_.size(); }
 
  private:
+  std::string host_;
   struct Subscriber {
     explicit Subscriber(boost::asio::io_context& io) : wake(io) {}
     boost::asio::steady_timer wake;

@@ -96,12 +96,16 @@ void MetricsCounters::crash(const std::string& service, const std::string& signa
   ++crashes[{service, signature}];
 }
 
-std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& c, const Now& now) {
+std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& c, const Now& now,
+                           const std::string& host) {
   Out o;
   const StatusSnapshot& status = arbiter.status();
 
-  o.family("vramd_build_info", "gauge", "vramd's version; always 1.");
-  o.sample("vramd_build_info", label("version", VRAMD_VERSION_STRING), 1);
+  o.family("vramd_build_info", "gauge", "vramd's version and host name; always 1.");
+  o.sample("vramd_build_info",
+           host.empty() ? label("version", VRAMD_VERSION_STRING)
+                        : labels("version", VRAMD_VERSION_STRING, "host", host),
+           1);
 
   o.family("vramd_gpu_memory_total_bytes", "gauge", "GPU memory in all, as the driver reports it.");
   for (const auto& g : status.gpus)

@@ -37,7 +37,9 @@ class MetricsCounters {
 };
 
 // The whole exposition: HELP and TYPE lines, then samples.
-std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& counters, const Now& now);
+// `host`: the daemon's [daemon] host, a label of vramd_build_info when not empty.
+std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& counters, const Now& now,
+                           const std::string& host = "");
 
 // Label value escaping of the text format: backslash, double quote and newline.
 std::string escape_label(std::string_view value);

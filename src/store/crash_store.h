@@ -1,4 +1,4 @@
-// Crashes of managed services in SQLite (state_dir/vramd.db): when, how it ended, the log's tail,
+// Crashes of managed services in the store (SQLite state_dir/vramd.db, or PostgreSQL): when, how it ended, the log's tail,
 // who held the GPU then, and the diagnosis. Blocking: called from the daemon's store thread.
 #pragma once
 
@@ -9,10 +9,6 @@
 
 #include "core/result.h"
 #include "core/units.h"
-
-namespace SQLite {
-class Database;
-}
 
 namespace vramd {
 
@@ -30,17 +26,19 @@ struct CrashRecord {
   std::vector<std::pair<std::string, Bytes>> gpu_holders;
 };
 
+// The stored form of a crash's details (what both stores keep beside service and time).
+std::string crash_data_json(const CrashRecord& c);
+// Fills `c` from crash_data_json's text; false when it is not such a text (the row is skipped).
+bool crash_data_from_json(const std::string& text, CrashRecord& c);
+
 class CrashStore {
  public:
+  // The SQLite one.
   static Result<std::unique_ptr<CrashStore>> open(const std::string& path);
-  ~CrashStore();
-  Result<int64_t> add(const CrashRecord& c);
+  virtual ~CrashStore() = default;
+  virtual Result<int64_t> add(const CrashRecord& c) = 0;
   // Newest first; one service's when `service` is not empty.
-  Result<std::vector<CrashRecord>> list(const std::string& service, size_t limit) const;
-
- private:
-  explicit CrashStore(std::unique_ptr<SQLite::Database> db);
-  std::unique_ptr<SQLite::Database> db_;
+  virtual Result<std::vector<CrashRecord>> list(const std::string& service, size_t limit) const = 0;
 };
 
 }  // namespace vramd

@@ -5,10 +5,25 @@
 
 namespace vramd {
 
-EventStore::EventStore(std::unique_ptr<SQLite::Database> db, int64_t retention)
-    : db_(std::move(db)), retention_(retention) {}
+namespace {
 
-EventStore::~EventStore() = default;
+class SqliteEventStore final : public EventStore {
+ public:
+  SqliteEventStore(std::unique_ptr<SQLite::Database> db, int64_t retention)
+      : db_(std::move(db)), retention_(retention) {}
+  Result<int64_t> append(const EventRecord& event, const nlohmann::json& data, int64_t id) override;
+  Result<int64_t> max_id() const override;
+  Result<std::vector<StoredEvent>> list(int64_t after_id, std::optional<TimePoint> since,
+                                        size_t limit) const override;
+  Result<int64_t> count() const override;
+
+ private:
+  std::unique_ptr<SQLite::Database> db_;
+  int64_t retention_;
+  int64_t appends_ = 0;
+};
+
+}  // namespace
 
 Result<std::unique_ptr<EventStore>> EventStore::open(const std::string& path, int64_t retention) {
   try {
@@ -27,13 +42,13 @@ Result<std::unique_ptr<EventStore>> EventStore::open(const std::string& path, in
         " message TEXT NOT NULL,"
         " data TEXT)");
     db->exec("CREATE INDEX IF NOT EXISTS events_at ON events(at_ms)");
-    return std::unique_ptr<EventStore>(new EventStore(std::move(db), retention));
+    return std::unique_ptr<EventStore>(new SqliteEventStore(std::move(db), retention));
   } catch (const std::exception& e) {
     return make_error(fmt::format("cannot open event store {}: {}", path, e.what()));
   }
 }
 
-Result<int64_t> EventStore::append(const EventRecord& e, const nlohmann::json& data, int64_t id_in) {
+Result<int64_t> SqliteEventStore::append(const EventRecord& e, const nlohmann::json& data, int64_t id_in) {
   try {
     SQLite::Statement insert(*db_,
                              "INSERT INTO events (at_ms, type, gpu, subject, message, data, id) "
@@ -62,8 +77,8 @@ Result<int64_t> EventStore::append(const EventRecord& e, const nlohmann::json& d
   }
 }
 
-Result<std::vector<StoredEvent>> EventStore::list(int64_t after_id, std::optional<TimePoint> since,
-                                                  size_t limit) const {
+Result<std::vector<StoredEvent>> SqliteEventStore::list(int64_t after_id, std::optional<TimePoint> since,
+                                                        size_t limit) const {
   try {
     SQLite::Statement q(*db_,
                         "SELECT id, at_ms, type, gpu, subject, message, data FROM events "
@@ -92,7 +107,7 @@ Result<std::vector<StoredEvent>> EventStore::list(int64_t after_id, std::optiona
   }
 }
 
-Result<int64_t> EventStore::max_id() const {
+Result<int64_t> SqliteEventStore::max_id() const {
   try {
     SQLite::Statement q(*db_, "SELECT COALESCE(MAX(id), 0) FROM events");
     q.executeStep();
@@ -102,7 +117,7 @@ Result<int64_t> EventStore::max_id() const {
   }
 }
 
-Result<int64_t> EventStore::count() const {
+Result<int64_t> SqliteEventStore::count() const {
   try {
     SQLite::Statement q(*db_, "SELECT COUNT(*) FROM events WHERE id > (SELECT COALESCE(MAX(id), 0) FROM events) - ?");
     q.bind(1, retention_);

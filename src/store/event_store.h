@@ -1,5 +1,6 @@
-// Events kept in SQLite (state_dir/vramd.db, WAL) with a retention limit. Blocking: the daemon
-// calls it from its store thread, never from the event loop.
+// Events kept in the store with a retention limit: SQLite (state_dir/vramd.db, WAL) by default,
+// PostgreSQL (store/postgres_store.h) when [daemon] store names one. Blocking: the daemon calls it
+// from its store thread, never from the event loop.
 #pragma once
 
 #include <memory>
@@ -12,10 +13,6 @@
 #include "core/arbiter.h"
 #include "core/result.h"
 
-namespace SQLite {
-class Database;
-}
-
 namespace vramd {
 
 struct StoredEvent {
@@ -24,27 +21,22 @@ struct StoredEvent {
   nlohmann::json data;  // structured details (an unload verdict, ...); null when none
 };
 
+// One host's events (with PostgreSQL, each host numbers and reads its own).
 class EventStore {
  public:
-  // Opens or creates the database. `retention`: events kept; older ones are deleted.
+  // Opens or creates the SQLite database. `retention`: events kept; older ones are deleted.
   static Result<std::unique_ptr<EventStore>> open(const std::string& path, int64_t retention);
-  ~EventStore();
+  virtual ~EventStore() = default;
 
   // `id`: 0 lets the store number it; the daemon numbers events itself (from max_id() on) so
   // that its live stream and the store agree on ids.
-  Result<int64_t> append(const EventRecord& event, const nlohmann::json& data = nullptr,
-                         int64_t id = 0);
-  Result<int64_t> max_id() const;
+  virtual Result<int64_t> append(const EventRecord& event, const nlohmann::json& data = nullptr,
+                                 int64_t id = 0) = 0;
+  virtual Result<int64_t> max_id() const = 0;
   // Events after `after_id` (0: from the oldest kept) and at or after `since`, oldest first.
-  Result<std::vector<StoredEvent>> list(int64_t after_id, std::optional<TimePoint> since,
-                                        size_t limit) const;
-  Result<int64_t> count() const;
-
- private:
-  EventStore(std::unique_ptr<SQLite::Database> db, int64_t retention);
-  std::unique_ptr<SQLite::Database> db_;
-  int64_t retention_;
-  int64_t appends_ = 0;
+  virtual Result<std::vector<StoredEvent>> list(int64_t after_id, std::optional<TimePoint> since,
+                                                size_t limit) const = 0;
+  virtual Result<int64_t> count() const = 0;
 };
 
 }  // namespace vramd

@@ -89,8 +89,41 @@ Result<Lease> lease_from_json(const std::string& text, const Now& now) {
   }
 }
 
-LeaseStore::LeaseStore(std::unique_ptr<SQLite::Database> db) : db_(std::move(db)) {}
-LeaseStore::~LeaseStore() = default;
+JobRecord job_record(const Lease& l, const Now& now) {
+  JobRecord j;
+  MonoTime end = l.ended_at.value_or(l.requested_at);
+  j.id = l.id;
+  j.label = l.request.label;
+  j.command = l.request.command;
+  j.holder = l.request.holder;
+  j.state = l.state;
+  j.gpu = l.gpu;
+  j.vram = l.request.vram;
+  j.requested_at = from_ms(ms(now, l.requested_at));  // to the millisecond, as stored
+  j.wait = std::chrono::duration_cast<std::chrono::milliseconds>(l.granted_at.value_or(end) - l.requested_at);
+  if (l.granted_at) j.run = std::chrono::duration_cast<std::chrono::milliseconds>(end - *l.granted_at);
+  j.peak_vram = l.peak_vram;
+  j.exit_status = l.exit_status;
+  j.end_reason = l.end_reason;
+  return j;
+}
+
+namespace {
+
+class SqliteLeaseStore final : public LeaseStore {
+ public:
+  explicit SqliteLeaseStore(std::unique_ptr<SQLite::Database> db) : db_(std::move(db)) {}
+  Status save(const Lease& lease, const Now& now) override;
+  Result<std::vector<Lease>> active(const Now& now) const override;
+  Result<uint64_t> max_id() const override;
+  Result<std::vector<JobRecord>> jobs(const std::string& label, size_t limit) const override;
+  Result<std::optional<JobRecord>> job(uint64_t id) const override;
+
+ private:
+  std::unique_ptr<SQLite::Database> db_;
+};
+
+}  // namespace
 
 Result<std::unique_ptr<LeaseStore>> LeaseStore::open(const std::string& path) {
   try {
@@ -106,13 +139,13 @@ Result<std::unique_ptr<LeaseStore>> LeaseStore::open(const std::string& path) {
         " wait_ms INTEGER NOT NULL, run_ms INTEGER, peak_vram INTEGER NOT NULL,"
         " exit_status INTEGER, end_reason TEXT NOT NULL)");
     db->exec("CREATE INDEX IF NOT EXISTS jobs_label ON jobs(label, id)");
-    return std::unique_ptr<LeaseStore>(new LeaseStore(std::move(db)));
+    return std::unique_ptr<LeaseStore>(new SqliteLeaseStore(std::move(db)));
   } catch (const std::exception& e) {
     return make_error(fmt::format("cannot open lease store {}: {}", path, e.what()));
   }
 }
 
-Status LeaseStore::save(const Lease& l, const Now& now) {
+Status SqliteLeaseStore::save(const Lease& l, const Now& now) {
   try {
     SQLite::Transaction tx(*db_);
     if (is_active(l.state)) {
@@ -128,23 +161,23 @@ Status LeaseStore::save(const Lease& l, const Now& now) {
                           "INSERT OR REPLACE INTO jobs (id, label, command, holder, state, gpu, vram,"
                           " requested_ms, wait_ms, run_ms, peak_vram, exit_status, end_reason)"
                           " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-      MonoTime end = l.ended_at.value_or(l.requested_at);
-      q.bind(1, static_cast<int64_t>(l.id));
-      q.bind(2, l.request.label);
-      q.bind(3, l.request.command);
-      q.bind(4, l.request.holder);
-      q.bind(5, to_string(l.state));
-      if (l.gpu) q.bind(6, static_cast<int64_t>(*l.gpu));
+      JobRecord j = job_record(l, now);
+      q.bind(1, static_cast<int64_t>(j.id));
+      q.bind(2, j.label);
+      q.bind(3, j.command);
+      q.bind(4, j.holder);
+      q.bind(5, to_string(j.state));
+      if (j.gpu) q.bind(6, static_cast<int64_t>(*j.gpu));
       else q.bind(6);
-      q.bind(7, static_cast<int64_t>(l.request.vram));
-      q.bind(8, ms(now, l.requested_at));
-      q.bind(9, (l.granted_at.value_or(end) - l.requested_at).count());
-      if (l.granted_at) q.bind(10, (end - *l.granted_at).count());
+      q.bind(7, static_cast<int64_t>(j.vram));
+      q.bind(8, ms(j.requested_at));
+      q.bind(9, static_cast<int64_t>(j.wait.count()));
+      if (j.run) q.bind(10, static_cast<int64_t>(j.run->count()));
       else q.bind(10);
-      q.bind(11, static_cast<int64_t>(l.peak_vram));
-      if (l.exit_status) q.bind(12, *l.exit_status);
+      q.bind(11, static_cast<int64_t>(j.peak_vram));
+      if (j.exit_status) q.bind(12, *j.exit_status);
       else q.bind(12);
-      q.bind(13, l.end_reason);
+      q.bind(13, j.end_reason);
       q.exec();
     }
     tx.commit();
@@ -154,7 +187,7 @@ Status LeaseStore::save(const Lease& l, const Now& now) {
   }
 }
 
-Result<std::vector<Lease>> LeaseStore::active(const Now& now) const {
+Result<std::vector<Lease>> SqliteLeaseStore::active(const Now& now) const {
   try {
     std::vector<Lease> out;
     SQLite::Statement q(*db_, "SELECT data FROM leases ORDER BY id");
@@ -169,7 +202,7 @@ Result<std::vector<Lease>> LeaseStore::active(const Now& now) const {
   }
 }
 
-Result<uint64_t> LeaseStore::max_id() const {
+Result<uint64_t> SqliteLeaseStore::max_id() const {
   try {
     SQLite::Statement q(*db_,
                         "SELECT MAX(COALESCE((SELECT MAX(id) FROM leases), 0),"
@@ -203,7 +236,7 @@ JobRecord job_from_row(SQLite::Statement& q) {
 }
 }  // namespace
 
-Result<std::vector<JobRecord>> LeaseStore::jobs(const std::string& label, size_t limit) const {
+Result<std::vector<JobRecord>> SqliteLeaseStore::jobs(const std::string& label, size_t limit) const {
   try {
     SQLite::Statement q(*db_,
                         "SELECT id, label, command, holder, state, gpu, vram, requested_ms, wait_ms,"
@@ -223,7 +256,7 @@ Result<std::vector<JobRecord>> LeaseStore::jobs(const std::string& label, size_t
   }
 }
 
-Result<std::optional<JobRecord>> LeaseStore::job(uint64_t id) const {
+Result<std::optional<JobRecord>> SqliteLeaseStore::job(uint64_t id) const {
   try {
     SQLite::Statement q(*db_,
                         "SELECT id, label, command, holder, state, gpu, vram, requested_ms, wait_ms,"

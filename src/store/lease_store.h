@@ -1,4 +1,5 @@
-// Leases and job history in SQLite (state_dir/vramd.db, beside the events). Active leases are
+// Leases and job history in the store (SQLite state_dir/vramd.db beside the events, or
+// PostgreSQL). Active leases are
 // kept so the queue survives a restart, kill -9 included; an ended lease becomes a job record.
 // Blocking: the daemon calls it from its store thread.
 #pragma once
@@ -11,10 +12,6 @@
 #include "core/clock.h"
 #include "core/lease.h"
 #include "core/result.h"
-
-namespace SQLite {
-class Database;
-}
 
 namespace vramd {
 
@@ -35,26 +32,26 @@ struct JobRecord {
 
 class LeaseStore {
  public:
+  // The SQLite one.
   static Result<std::unique_ptr<LeaseStore>> open(const std::string& path);
-  ~LeaseStore();
+  virtual ~LeaseStore() = default;
 
   // An active lease is written as it is; an ended one leaves the active table for the jobs table,
   // in one transaction.
   // `now`: the clocks at the moment, to store the lease's (monotonic) times as wall times.
-  Status save(const Lease& lease, const Now& now);
+  virtual Status save(const Lease& lease, const Now& now) = 0;
   // The active leases, their times turned back into monotonic ones by `now`.
-  Result<std::vector<Lease>> active(const Now& now) const;
+  virtual Result<std::vector<Lease>> active(const Now& now) const = 0;
   // The highest lease id ever stored (active or ended); 0 when none.
-  Result<uint64_t> max_id() const;
+  virtual Result<uint64_t> max_id() const = 0;
   // Jobs, newest first; only those with `label` when it is not empty.
-  Result<std::vector<JobRecord>> jobs(const std::string& label, size_t limit) const;
+  virtual Result<std::vector<JobRecord>> jobs(const std::string& label, size_t limit) const = 0;
   // The job record of one ended lease; nullopt when none has that id.
-  Result<std::optional<JobRecord>> job(uint64_t id) const;
-
- private:
-  explicit LeaseStore(std::unique_ptr<SQLite::Database> db);
-  std::unique_ptr<SQLite::Database> db_;
+  virtual Result<std::optional<JobRecord>> job(uint64_t id) const = 0;
 };
+
+// The job record an ended lease becomes (times to the millisecond, as stored).
+JobRecord job_record(const Lease& l, const Now& now);
 
 // Persistence form of a lease (also used by tests).
 std::string lease_to_json(const Lease& l, const Now& now);

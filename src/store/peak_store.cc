@@ -5,8 +5,19 @@
 
 namespace vramd {
 
-PeakStore::PeakStore(std::unique_ptr<SQLite::Database> db) : db_(std::move(db)) {}
-PeakStore::~PeakStore() = default;
+namespace {
+
+class SqlitePeakStore final : public PeakStore {
+ public:
+  explicit SqlitePeakStore(std::unique_ptr<SQLite::Database> db) : db_(std::move(db)) {}
+  Status save(const LoadPeak& peak, TimePoint at) override;
+  Result<std::vector<LoadPeak>> all() const override;
+
+ private:
+  std::unique_ptr<SQLite::Database> db_;
+};
+
+}  // namespace
 
 Result<std::unique_ptr<PeakStore>> PeakStore::open(const std::string& path) {
   try {
@@ -17,13 +28,13 @@ Result<std::unique_ptr<PeakStore>> PeakStore::open(const std::string& path) {
         "CREATE TABLE IF NOT EXISTS load_peaks ("
         " service TEXT NOT NULL, model TEXT NOT NULL, bytes INTEGER NOT NULL,"
         " at_ms INTEGER NOT NULL, PRIMARY KEY (service, model))");
-    return std::unique_ptr<PeakStore>(new PeakStore(std::move(db)));
+    return std::unique_ptr<PeakStore>(new SqlitePeakStore(std::move(db)));
   } catch (const std::exception& e) {
     return make_error(fmt::format("cannot open load peak store {}: {}", path, e.what()));
   }
 }
 
-Status PeakStore::save(const LoadPeak& peak, TimePoint at) {
+Status SqlitePeakStore::save(const LoadPeak& peak, TimePoint at) {
   try {
     SQLite::Statement q(*db_,
                         "INSERT INTO load_peaks (service, model, bytes, at_ms) VALUES (?, ?, ?, ?)"
@@ -42,7 +53,7 @@ Status PeakStore::save(const LoadPeak& peak, TimePoint at) {
   }
 }
 
-Result<std::vector<LoadPeak>> PeakStore::all() const {
+Result<std::vector<LoadPeak>> SqlitePeakStore::all() const {
   try {
     SQLite::Statement q(*db_, "SELECT service, model, bytes FROM load_peaks ORDER BY service, model");
     std::vector<LoadPeak> out;

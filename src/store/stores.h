@@ -1,10 +1,12 @@
-// The daemon's stores, all in one SQLite file (state_dir/vramd.db): events, leases and jobs,
-// crashes, load peaks. One place opens them.
+// The daemon's stores: events, leases and jobs, crashes, load peaks. By default all in one SQLite
+// file (state_dir/vramd.db); with [daemon] store = "postgresql://..." all in PostgreSQL
+// (store/postgres_store.h), shared by several hosts. One place opens them.
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "core/config.h"
 #include "core/result.h"
 #include "store/crash_store.h"
 #include "store/event_store.h"
@@ -13,15 +15,31 @@
 
 namespace vramd {
 
+class HostStore;
+
 struct Stores {
   std::shared_ptr<EventStore> events;
   std::shared_ptr<LeaseStore> leases;
   std::shared_ptr<CrashStore> crashes;
   std::shared_ptr<PeakStore> peaks;
+  std::shared_ptr<HostStore> hosts;  // PostgreSQL only: heartbeats and status snapshots; else null
 };
 
+// The SQLite schema version this binary writes and knows (PRAGMA user_version).
+inline constexpr int kSqliteSchemaVersion = 1;
+
 // Opens (creating when new) the stores in `state_dir`/vramd.db; `events_retention` events kept.
+// A database whose schema is newer than this binary knows is refused.
 // REQUIRES: `state_dir` exists.
 Result<Stores> open_stores(const std::string& state_dir, int64_t events_retention);
+
+// The stores [daemon] names: SQLite in state_dir unless `store` (or `store_url_file`) names a
+// PostgreSQL database, whose rows this daemon keys by `host`.
+// REQUIRES: `d.state_dir` exists.
+Result<Stores> open_configured_stores(const DaemonConfig& d, const std::string& host);
+
+// The PostgreSQL URL [daemon] names (`store`, or the first line of `store_url_file`); empty for
+// SQLite.
+Result<std::string> store_url(const DaemonConfig& d);
 
 }  // namespace vramd

@@ -1,0 +1,620 @@
+#include "store/postgres_store.h"
+
+#include <libpq-fe.h>
+
+#ifdef VRAMD_LIBPQ_DLOPEN
+#include <dlfcn.h>
+#endif
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <regex>
+#include <stdexcept>
+
+namespace vramd {
+
+namespace {
+
+#ifdef VRAMD_LIBPQ_DLOPEN
+// `make dist` links nothing but glibc: libpq is loaded when a PostgreSQL store is opened, from
+// the system's libpq5 (Debian: apt install libpq5).
+struct LibPq {
+  decltype(&::PQconnectdbParams) PQconnectdbParams = nullptr;
+  decltype(&::PQstatus) PQstatus = nullptr;
+  decltype(&::PQfinish) PQfinish = nullptr;
+  decltype(&::PQerrorMessage) PQerrorMessage = nullptr;
+  decltype(&::PQsetNoticeProcessor) PQsetNoticeProcessor = nullptr;
+  decltype(&::PQexecParams) PQexecParams = nullptr;
+  decltype(&::PQexec) PQexec = nullptr;
+  decltype(&::PQresultStatus) PQresultStatus = nullptr;
+  decltype(&::PQresultErrorMessage) PQresultErrorMessage = nullptr;
+  decltype(&::PQclear) PQclear = nullptr;
+  decltype(&::PQntuples) PQntuples = nullptr;
+  decltype(&::PQgetisnull) PQgetisnull = nullptr;
+  decltype(&::PQgetvalue) PQgetvalue = nullptr;
+  decltype(&::PQtransactionStatus) PQtransactionStatus = nullptr;
+};
+
+const LibPq* libpq() {
+  static const LibPq* api = [] () -> const LibPq* {
+    void* h = dlopen("libpq.so.5", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return nullptr;
+    static LibPq l;
+    l.PQconnectdbParams = reinterpret_cast<decltype(l.PQconnectdbParams)>(dlsym(h, "PQconnectdbParams"));
+    if (!l.PQconnectdbParams) return nullptr;
+    l.PQstatus = reinterpret_cast<decltype(l.PQstatus)>(dlsym(h, "PQstatus"));
+    if (!l.PQstatus) return nullptr;
+    l.PQfinish = reinterpret_cast<decltype(l.PQfinish)>(dlsym(h, "PQfinish"));
+    if (!l.PQfinish) return nullptr;
+    l.PQerrorMessage = reinterpret_cast<decltype(l.PQerrorMessage)>(dlsym(h, "PQerrorMessage"));
+    if (!l.PQerrorMessage) return nullptr;
+    l.PQsetNoticeProcessor = reinterpret_cast<decltype(l.PQsetNoticeProcessor)>(dlsym(h, "PQsetNoticeProcessor"));
+    if (!l.PQsetNoticeProcessor) return nullptr;
+    l.PQexecParams = reinterpret_cast<decltype(l.PQexecParams)>(dlsym(h, "PQexecParams"));
+    if (!l.PQexecParams) return nullptr;
+    l.PQexec = reinterpret_cast<decltype(l.PQexec)>(dlsym(h, "PQexec"));
+    if (!l.PQexec) return nullptr;
+    l.PQresultStatus = reinterpret_cast<decltype(l.PQresultStatus)>(dlsym(h, "PQresultStatus"));
+    if (!l.PQresultStatus) return nullptr;
+    l.PQresultErrorMessage = reinterpret_cast<decltype(l.PQresultErrorMessage)>(dlsym(h, "PQresultErrorMessage"));
+    if (!l.PQresultErrorMessage) return nullptr;
+    l.PQclear = reinterpret_cast<decltype(l.PQclear)>(dlsym(h, "PQclear"));
+    if (!l.PQclear) return nullptr;
+    l.PQntuples = reinterpret_cast<decltype(l.PQntuples)>(dlsym(h, "PQntuples"));
+    if (!l.PQntuples) return nullptr;
+    l.PQgetisnull = reinterpret_cast<decltype(l.PQgetisnull)>(dlsym(h, "PQgetisnull"));
+    if (!l.PQgetisnull) return nullptr;
+    l.PQgetvalue = reinterpret_cast<decltype(l.PQgetvalue)>(dlsym(h, "PQgetvalue"));
+    if (!l.PQgetvalue) return nullptr;
+    l.PQtransactionStatus = reinterpret_cast<decltype(l.PQtransactionStatus)>(dlsym(h, "PQtransactionStatus"));
+    if (!l.PQtransactionStatus) return nullptr;
+    return &l;
+  }();
+  return api;
+}
+#define PQ(fn) (libpq()->fn)
+#else
+#define PQ(fn) ::fn
+#endif
+
+// A failed call: its message is the store's error.
+struct PgError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+int64_t ms_of(TimePoint t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+// One parameter of a query, in libpq's text form; nullopt is SQL NULL.
+struct Param {
+  std::optional<std::string> text;
+  Param(std::nullopt_t) {}  // NOLINT
+  Param(const std::string& s) : text(s) {}  // NOLINT
+  Param(const char* s) : text(s) {}  // NOLINT
+  Param(int64_t v) : text(std::to_string(v)) {}  // NOLINT
+  Param(uint64_t v) : text(std::to_string(v)) {}  // NOLINT
+  Param(int v) : text(std::to_string(v)) {}  // NOLINT
+  template <typename T>
+  Param(const std::optional<T>& v) {  // NOLINT
+    if (v) text = std::to_string(*v);
+  }
+};
+
+// A query's result; cleared when it goes.
+class PgResult {
+ public:
+  explicit PgResult(PGresult* r) : r_(r) {}
+  PgResult(PgResult&& o) noexcept : r_(std::exchange(o.r_, nullptr)) {}
+  PgResult(const PgResult&) = delete;
+  ~PgResult() {
+    if (r_) PQ(PQclear)(r_);
+  }
+  int rows() const { return PQ(PQntuples)(r_); }
+  bool null(int row, int col) const { return PQ(PQgetisnull)(r_, row, col); }
+  std::string text(int row, int col) const { return PQ(PQgetvalue)(r_, row, col); }
+  int64_t integer(int row, int col) const {
+    if (null(row, col)) return 0;
+    return std::stoll(PQ(PQgetvalue)(r_, row, col));
+  }
+
+ private:
+  PGresult* r_;
+};
+
+}  // namespace
+
+std::string redact_url(const std::string& url) {
+  // postgresql://user:secret@host/db and password=secret in key=value strings.
+  static const std::regex uri_pw(R"(^(postgres(?:ql)?://[^:/@]*:)[^@]*@)");
+  static const std::regex kv_pw(R"((password\s*=\s*)('[^']*'|\S+))");
+  std::string out = std::regex_replace(url, uri_pw, "$1***@");
+  return std::regex_replace(out, kv_pw, "$1***");
+}
+
+class PgConnection {
+ public:
+  explicit PgConnection(std::string url) : url_(std::move(url)) {}
+  ~PgConnection() {
+    if (conn_) PQ(PQfinish)(conn_);
+  }
+
+  // Connects when not connected (or the connection broke). Throws PgError.
+  void ensure() {
+#ifdef VRAMD_LIBPQ_DLOPEN
+    if (!libpq())
+      throw PgError("a PostgreSQL store needs libpq (libpq.so.5; Debian: apt install libpq5)");
+#endif
+    if (conn_ && PQ(PQstatus)(conn_) == CONNECTION_OK) return;
+    if (conn_) PQ(PQfinish)(conn_);
+    // A server that does not answer is an error in seconds, never a stuck store thread: a
+    // connect timeout, TCP keepalives, and a statement timeout on every query.
+    const char* keys[] = {"dbname", "connect_timeout", "keepalives_idle", "keepalives_interval",
+                          "keepalives_count", "application_name", nullptr};
+    const char* values[] = {url_.c_str(), "5", "10", "5", "3", "vramd", nullptr};
+    conn_ = PQ(PQconnectdbParams)(keys, values, /*expand_dbname=*/1);
+    if (!conn_ || PQ(PQstatus)(conn_) != CONNECTION_OK) {
+      std::string why = conn_ ? PQ(PQerrorMessage)(conn_) : "out of memory";
+      while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+      if (conn_) PQ(PQfinish)(conn_);
+      conn_ = nullptr;
+      throw PgError(fmt::format("cannot connect to PostgreSQL: {}", why));
+    }
+    PQ(PQsetNoticeProcessor)(conn_, [](void*, const char*) {}, nullptr);  // "already exists" notices
+    exec_raw("SET statement_timeout = '10s'");
+    // Events, heartbeats, crashes and peaks promise nothing to a client: their commits do not
+    // wait for the WAL to reach the disk (a crash of the server may lose the last few, never
+    // corrupt). A lease's write is acknowledged to its client: it commits synchronously (below).
+    exec_raw("SET synchronous_commit = off");
+  }
+
+  // Runs one statement with parameters ($1, $2, ...). Throws PgError.
+  PgResult exec(const std::string& sql, const std::vector<Param>& params = {}) {
+    ensure();
+    std::vector<const char*> values;
+    values.reserve(params.size());
+    for (const auto& p : params) values.push_back(p.text ? p.text->c_str() : nullptr);
+    PGresult* r = PQ(PQexecParams)(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr,
+                               values.data(), nullptr, nullptr, 0);
+    return check(r);
+  }
+
+  // Runs several statements without parameters (a migration). Throws PgError.
+  void exec_script(const std::string& sql) {
+    ensure();
+    exec_raw(sql);
+  }
+
+  const std::string& url() const { return url_; }
+
+ private:
+  PgResult exec_raw(const std::string& sql) { return check(PQ(PQexec)(conn_, sql.c_str())); }
+
+  PgResult check(PGresult* r) {
+    ExecStatusType st = r ? PQ(PQresultStatus)(r) : PGRES_FATAL_ERROR;
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return PgResult(r);
+    std::string why = r ? PQ(PQresultErrorMessage)(r) : PQ(PQerrorMessage)(conn_);
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    if (r) PQ(PQclear)(r);
+    // A connection that broke mid-call is opened again on the next one.
+    if (PQ(PQstatus)(conn_) != CONNECTION_OK) {
+      PQ(PQfinish)(conn_);
+      conn_ = nullptr;
+    } else if (PQ(PQtransactionStatus)(conn_) == PQTRANS_INERROR) {
+      PQ(PQclear)(PQ(PQexec)(conn_, "ROLLBACK"));
+    }
+    throw PgError(why.empty() ? "PostgreSQL failed without a message" : why);
+  }
+
+  std::string url_;
+  PGconn* conn_ = nullptr;
+};
+
+namespace {
+
+// A transaction: committed by commit(), rolled back when left without it.
+class PgTransaction {
+ public:
+  explicit PgTransaction(PgConnection& c) : c_(c) { c_.exec("BEGIN"); }
+  ~PgTransaction() {
+    if (done_) return;
+    try {
+      c_.exec("ROLLBACK");
+    } catch (const std::exception&) {
+      // The connection is gone: so is the transaction.
+    }
+  }
+  void commit() {
+    c_.exec("COMMIT");
+    done_ = true;
+  }
+
+ private:
+  PgConnection& c_;
+  bool done_ = false;
+};
+
+// The schema, one migration per version; never edit a released one, add the next.
+const std::vector<std::string> kMigrations = {
+    // 1: the four stores, every row keyed by the host that wrote it.
+    "CREATE TABLE events ("
+    " host TEXT NOT NULL, id BIGINT NOT NULL, at_ms BIGINT NOT NULL, type TEXT NOT NULL,"
+    " gpu INTEGER, subject TEXT NOT NULL, message TEXT NOT NULL, data TEXT,"
+    " PRIMARY KEY (host, id));"
+    "CREATE INDEX events_at ON events (host, at_ms);"
+    "CREATE TABLE leases ("
+    " host TEXT NOT NULL, id BIGINT NOT NULL, state TEXT NOT NULL, data TEXT NOT NULL,"
+    " PRIMARY KEY (host, id));"
+    "CREATE TABLE jobs ("
+    " host TEXT NOT NULL, id BIGINT NOT NULL, label TEXT NOT NULL, command TEXT NOT NULL,"
+    " holder TEXT NOT NULL, state TEXT NOT NULL, gpu INTEGER, vram BIGINT NOT NULL,"
+    " requested_ms BIGINT NOT NULL, wait_ms BIGINT NOT NULL, run_ms BIGINT,"
+    " peak_vram BIGINT NOT NULL, exit_status INTEGER, end_reason TEXT NOT NULL,"
+    " PRIMARY KEY (host, id));"
+    "CREATE INDEX jobs_label ON jobs (host, label, id);"
+    "CREATE TABLE crashes ("
+    " id BIGSERIAL PRIMARY KEY, host TEXT NOT NULL, service TEXT NOT NULL,"
+    " at_ms BIGINT NOT NULL, data TEXT NOT NULL);"
+    "CREATE INDEX crashes_service ON crashes (host, service, id);"
+    "CREATE TABLE load_peaks ("
+    " host TEXT NOT NULL, service TEXT NOT NULL, model TEXT NOT NULL, bytes BIGINT NOT NULL,"
+    " at_ms BIGINT NOT NULL, PRIMARY KEY (host, service, model));",
+    // 2: each host's heartbeat and last status snapshot (one view of every host).
+    "CREATE TABLE hosts ("
+    " host TEXT PRIMARY KEY, heartbeat TIMESTAMPTZ NOT NULL, status TEXT NOT NULL DEFAULT '');",
+};
+static_assert(kPostgresSchemaVersion == 2);
+
+// Brings the schema to kPostgresSchemaVersion, one transaction under an advisory lock so that
+// hosts starting together migrate once. Throws PgError.
+void migrate(PgConnection& c) {
+  PgTransaction tx(c);
+  c.exec("SELECT pg_advisory_xact_lock(7100)");  // 7100: vramd's port, as good a key as any
+  c.exec("CREATE TABLE IF NOT EXISTS vramd_schema (version INTEGER NOT NULL)");
+  PgResult r = c.exec("SELECT COALESCE(MAX(version), 0) FROM vramd_schema");
+  int64_t have = r.integer(0, 0);
+  if (have > kPostgresSchemaVersion)
+    throw PgError(fmt::format(
+        "the database's schema is version {}, newer than this vramd knows ({}): a newer vramd "
+        "wrote it; run that version (or newer) here too",
+        have, kPostgresSchemaVersion));
+  for (int64_t v = have + 1; v <= kPostgresSchemaVersion; ++v) {
+    c.exec_script(kMigrations[static_cast<size_t>(v - 1)]);
+    c.exec("INSERT INTO vramd_schema (version) VALUES ($1)", {v});
+  }
+  tx.commit();
+}
+
+template <typename F>
+auto guarded(const std::string& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return make_error(fmt::format("{}: {}", what, e.what()));
+  }
+}
+
+class PgEventStore final : public EventStore {
+ public:
+  PgEventStore(std::shared_ptr<PgConnection> c, std::string host, int64_t retention)
+      : c_(std::move(c)), host_(std::move(host)), retention_(retention) {}
+
+  Result<int64_t> append(const EventRecord& e, const nlohmann::json& data, int64_t id) override {
+    return guarded("cannot store event", [&]() -> Result<int64_t> {
+      if (id <= 0) id = next_id();
+      c_->exec(
+          "INSERT INTO events (host, id, at_ms, type, gpu, subject, message, data)"
+          " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+          " ON CONFLICT (host, id) DO UPDATE SET at_ms = excluded.at_ms, type = excluded.type,"
+          " gpu = excluded.gpu, subject = excluded.subject, message = excluded.message,"
+          " data = excluded.data",
+          {host_, id, static_cast<int64_t>(e.at.time_since_epoch().count()), e.type, e.gpu,
+           e.subject, e.message,
+           data.is_null() ? Param(std::nullopt) : Param(data.dump(-1, ' ', false,
+                                                                  nlohmann::json::error_handler_t::replace))});
+      if (++appends_ % 64 == 1)
+        c_->exec("DELETE FROM events WHERE host = $1 AND id <= $2", {host_, id - retention_});
+      return id;
+    });
+  }
+
+  Result<int64_t> max_id() const override {
+    return guarded("cannot read events", [&]() -> Result<int64_t> { return next_id() - 1; });
+  }
+
+  Result<std::vector<StoredEvent>> list(int64_t after_id, std::optional<TimePoint> since,
+                                        size_t limit) const override {
+    return guarded("cannot read events", [&]() -> Result<std::vector<StoredEvent>> {
+      PgResult r = c_->exec(
+          "SELECT id, at_ms, type, gpu, subject, message, data FROM events"
+          " WHERE host = $1 AND id > $2 AND at_ms >= $3"
+          " AND id > (SELECT COALESCE(MAX(id), 0) FROM events WHERE host = $1) - $4"
+          " ORDER BY id LIMIT $5",
+          {host_, after_id,
+           since ? static_cast<int64_t>(since->time_since_epoch().count()) : INT64_MIN,
+           retention_, static_cast<int64_t>(limit)});
+      std::vector<StoredEvent> out;
+      for (int i = 0; i < r.rows(); ++i) {
+        StoredEvent s;
+        s.id = r.integer(i, 0);
+        s.event.at = TimePoint(Duration(r.integer(i, 1)));
+        s.event.type = r.text(i, 2);
+        if (!r.null(i, 3)) s.event.gpu = static_cast<unsigned>(r.integer(i, 3));
+        s.event.subject = r.text(i, 4);
+        s.event.message = r.text(i, 5);
+        if (!r.null(i, 6)) s.data = nlohmann::json::parse(r.text(i, 6), nullptr, false);
+        out.push_back(std::move(s));
+      }
+      return out;
+    });
+  }
+
+  Result<int64_t> count() const override {
+    return guarded("cannot count events", [&]() -> Result<int64_t> {
+      PgResult r = c_->exec(
+          "SELECT COUNT(*) FROM events WHERE host = $1"
+          " AND id > (SELECT COALESCE(MAX(id), 0) FROM events WHERE host = $1) - $2",
+          {host_, retention_});
+      return r.integer(0, 0);
+    });
+  }
+
+ private:
+  int64_t next_id() const {
+    PgResult r = c_->exec("SELECT COALESCE(MAX(id), 0) + 1 FROM events WHERE host = $1", {host_});
+    return r.integer(0, 0);
+  }
+
+  std::shared_ptr<PgConnection> c_;
+  std::string host_;
+  int64_t retention_;
+  int64_t appends_ = 0;
+};
+
+constexpr const char* kJobColumns =
+    "id, label, command, holder, state, gpu, vram, requested_ms, wait_ms, run_ms, peak_vram,"
+    " exit_status, end_reason";
+
+JobRecord job_from_row(const PgResult& r, int i) {
+  JobRecord j;
+  j.id = static_cast<uint64_t>(r.integer(i, 0));
+  j.label = r.text(i, 1);
+  j.command = r.text(i, 2);
+  j.holder = r.text(i, 3);
+  j.state = parse_lease_state(r.text(i, 4)).value_or(LeaseState::released);
+  if (!r.null(i, 5)) j.gpu = static_cast<unsigned>(r.integer(i, 5));
+  j.vram = static_cast<Bytes>(r.integer(i, 6));
+  j.requested_at = TimePoint(std::chrono::milliseconds(r.integer(i, 7)));
+  j.wait = std::chrono::milliseconds(r.integer(i, 8));
+  if (!r.null(i, 9)) j.run = std::chrono::milliseconds(r.integer(i, 9));
+  j.peak_vram = static_cast<Bytes>(r.integer(i, 10));
+  if (!r.null(i, 11)) j.exit_status = static_cast<int>(r.integer(i, 11));
+  j.end_reason = r.text(i, 12);
+  return j;
+}
+
+class PgLeaseStore final : public LeaseStore {
+ public:
+  PgLeaseStore(std::shared_ptr<PgConnection> c, std::string host)
+      : c_(std::move(c)), host_(std::move(host)) {}
+
+  Status save(const Lease& l, const Now& now) override {
+    return guarded(fmt::format("cannot store lease {}", l.id), [&]() -> Status {
+      int64_t id = static_cast<int64_t>(l.id);
+      PgTransaction tx(*c_);
+      c_->exec("SET LOCAL synchronous_commit = on");  // on disk before the client hears of it
+      if (is_active(l.state)) {
+        c_->exec(
+            "INSERT INTO leases (host, id, state, data) VALUES ($1, $2, $3, $4)"
+            " ON CONFLICT (host, id) DO UPDATE SET state = excluded.state, data = excluded.data",
+            {host_, id, std::string(to_string(l.state)), lease_to_json(l, now)});
+        tx.commit();
+        return Ok{};
+      }
+      JobRecord j = job_record(l, now);
+      c_->exec("DELETE FROM leases WHERE host = $1 AND id = $2", {host_, id});
+      c_->exec(
+          "INSERT INTO jobs (host, id, label, command, holder, state, gpu, vram, requested_ms,"
+          " wait_ms, run_ms, peak_vram, exit_status, end_reason)"
+          " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+          " ON CONFLICT (host, id) DO UPDATE SET label = excluded.label,"
+          " command = excluded.command, holder = excluded.holder, state = excluded.state,"
+          " gpu = excluded.gpu, vram = excluded.vram, requested_ms = excluded.requested_ms,"
+          " wait_ms = excluded.wait_ms, run_ms = excluded.run_ms,"
+          " peak_vram = excluded.peak_vram, exit_status = excluded.exit_status,"
+          " end_reason = excluded.end_reason",
+          {host_, id, j.label, j.command, j.holder, std::string(to_string(j.state)), j.gpu,
+           static_cast<int64_t>(j.vram), ms_of(j.requested_at),
+           static_cast<int64_t>(j.wait.count()),
+           j.run ? Param(static_cast<int64_t>(j.run->count())) : Param(std::nullopt),
+           static_cast<int64_t>(j.peak_vram), j.exit_status, j.end_reason});
+      tx.commit();
+      return Ok{};
+    });
+  }
+
+  Result<std::vector<Lease>> active(const Now& now) const override {
+    return guarded("cannot read leases", [&]() -> Result<std::vector<Lease>> {
+      PgResult r = c_->exec("SELECT data FROM leases WHERE host = $1 ORDER BY id", {host_});
+      std::vector<Lease> out;
+      for (int i = 0; i < r.rows(); ++i) {
+        auto l = lease_from_json(r.text(i, 0), now);
+        if (!l) return make_error(l.error());
+        out.push_back(std::move(*l));
+      }
+      return out;
+    });
+  }
+
+  Result<uint64_t> max_id() const override {
+    return guarded("cannot read leases", [&]() -> Result<uint64_t> {
+      PgResult r = c_->exec(
+          "SELECT GREATEST(COALESCE((SELECT MAX(id) FROM leases WHERE host = $1), 0),"
+          " COALESCE((SELECT MAX(id) FROM jobs WHERE host = $1), 0))",
+          {host_});
+      return static_cast<uint64_t>(r.integer(0, 0));
+    });
+  }
+
+  Result<std::vector<JobRecord>> jobs(const std::string& label, size_t limit) const override {
+    return guarded("cannot read jobs", [&]() -> Result<std::vector<JobRecord>> {
+      PgResult r = c_->exec(fmt::format("SELECT {} FROM jobs WHERE host = $1 AND ($2 = '' OR"
+                                        " label = $2) ORDER BY id DESC LIMIT $3",
+                                        kJobColumns),
+                            {host_, label, static_cast<int64_t>(limit)});
+      std::vector<JobRecord> out;
+      for (int i = 0; i < r.rows(); ++i) out.push_back(job_from_row(r, i));
+      return out;
+    });
+  }
+
+  Result<std::optional<JobRecord>> job(uint64_t id) const override {
+    return guarded(fmt::format("cannot read job {}", id), [&]() -> Result<std::optional<JobRecord>> {
+      PgResult r = c_->exec(
+          fmt::format("SELECT {} FROM jobs WHERE host = $1 AND id = $2", kJobColumns),
+          {host_, static_cast<int64_t>(id)});
+      if (r.rows() == 0) return std::optional<JobRecord>();
+      return std::optional<JobRecord>(job_from_row(r, 0));
+    });
+  }
+
+ private:
+  std::shared_ptr<PgConnection> c_;
+  std::string host_;
+};
+
+class PgCrashStore final : public CrashStore {
+ public:
+  PgCrashStore(std::shared_ptr<PgConnection> c, std::string host)
+      : c_(std::move(c)), host_(std::move(host)) {}
+
+  Result<int64_t> add(const CrashRecord& c) override {
+    return guarded("cannot store crash", [&]() -> Result<int64_t> {
+      PgTransaction tx(*c_);
+      PgResult r = c_->exec(
+          "INSERT INTO crashes (host, service, at_ms, data) VALUES ($1, $2, $3, $4) RETURNING id",
+          {host_, c.service, static_cast<int64_t>(c.at.time_since_epoch().count()),
+           crash_data_json(c)});
+      // Keep the newest 1,000 per service.
+      c_->exec(
+          "DELETE FROM crashes WHERE host = $1 AND service = $2 AND id NOT IN (SELECT id FROM"
+          " crashes WHERE host = $1 AND service = $2 ORDER BY id DESC LIMIT 1000)",
+          {host_, c.service});
+      tx.commit();
+      return r.integer(0, 0);
+    });
+  }
+
+  Result<std::vector<CrashRecord>> list(const std::string& service, size_t limit) const override {
+    return guarded("cannot read crashes", [&]() -> Result<std::vector<CrashRecord>> {
+      PgResult r = c_->exec(
+          "SELECT id, service, at_ms, data FROM crashes WHERE host = $1 AND ($2 = '' OR"
+          " service = $2) ORDER BY id DESC LIMIT $3",
+          {host_, service, static_cast<int64_t>(limit)});
+      std::vector<CrashRecord> out;
+      for (int i = 0; i < r.rows(); ++i) {
+        CrashRecord c;
+        c.id = r.integer(i, 0);
+        c.service = r.text(i, 1);
+        c.at = TimePoint(Duration(r.integer(i, 2)));
+        if (!crash_data_from_json(r.text(i, 3), c)) continue;
+        out.push_back(std::move(c));
+      }
+      return out;
+    });
+  }
+
+ private:
+  std::shared_ptr<PgConnection> c_;
+  std::string host_;
+};
+
+class PgPeakStore final : public PeakStore {
+ public:
+  PgPeakStore(std::shared_ptr<PgConnection> c, std::string host)
+      : c_(std::move(c)), host_(std::move(host)) {}
+
+  Status save(const LoadPeak& peak, TimePoint at) override {
+    return guarded(fmt::format("cannot store the load peak of {}", peak.service), [&]() -> Status {
+      c_->exec(
+          "INSERT INTO load_peaks (host, service, model, bytes, at_ms) VALUES ($1, $2, $3, $4, $5)"
+          " ON CONFLICT (host, service, model) DO UPDATE SET"
+          " bytes = GREATEST(load_peaks.bytes, excluded.bytes), at_ms = excluded.at_ms",
+          {host_, peak.service, peak.model, static_cast<int64_t>(peak.bytes), ms_of(at)});
+      return Ok{};
+    });
+  }
+
+  Result<std::vector<LoadPeak>> all() const override {
+    return guarded("cannot read load peaks", [&]() -> Result<std::vector<LoadPeak>> {
+      PgResult r = c_->exec(
+          "SELECT service, model, bytes FROM load_peaks WHERE host = $1 ORDER BY service, model",
+          {host_});
+      std::vector<LoadPeak> out;
+      for (int i = 0; i < r.rows(); ++i) {
+        int64_t bytes = r.integer(i, 2);
+        if (bytes <= 0) continue;  // never written so; a damaged row is no peak
+        out.push_back({r.text(i, 0), r.text(i, 1), static_cast<Bytes>(bytes)});
+      }
+      return out;
+    });
+  }
+
+ private:
+  std::shared_ptr<PgConnection> c_;
+  std::string host_;
+};
+
+}  // namespace
+
+HostStore::HostStore(std::shared_ptr<PgConnection> conn, std::string host)
+    : conn_(std::move(conn)), host_(std::move(host)) {}
+
+Status HostStore::beat(const std::string& status_json) {
+  return guarded("cannot write the host's heartbeat", [&]() -> Status {
+    if (status_json.empty())
+      conn_->exec(
+          "INSERT INTO hosts (host, heartbeat) VALUES ($1, now())"
+          " ON CONFLICT (host) DO UPDATE SET heartbeat = now()",
+          {host_});
+    else
+      conn_->exec(
+          "INSERT INTO hosts (host, heartbeat, status) VALUES ($1, now(), $2)"
+          " ON CONFLICT (host) DO UPDATE SET heartbeat = now(), status = excluded.status",
+          {host_, status_json});
+    return Ok{};
+  });
+}
+
+Result<std::vector<HostRow>> HostStore::all() const {
+  return guarded("cannot read hosts", [&]() -> Result<std::vector<HostRow>> {
+    PgResult r = conn_->exec(
+        "SELECT host, (EXTRACT(EPOCH FROM heartbeat) * 1000)::BIGINT,"
+        " (EXTRACT(EPOCH FROM now() - heartbeat) * 1000)::BIGINT, status FROM hosts ORDER BY host");
+    std::vector<HostRow> out;
+    for (int i = 0; i < r.rows(); ++i)
+      out.push_back({r.text(i, 0), TimePoint(std::chrono::milliseconds(r.integer(i, 1))),
+                     Duration(r.integer(i, 2)), r.text(i, 3)});
+    return out;
+  });
+}
+
+Result<Stores> open_postgres_stores(const std::string& url, const std::string& host,
+                                    int64_t events_retention) {
+  auto conn = std::make_shared<PgConnection>(url);
+  try {
+    migrate(*conn);
+  } catch (const std::exception& e) {
+    return make_error(fmt::format("cannot open the store at {}: {}", redact_url(url), e.what()));
+  }
+  Stores out;
+  out.events = std::make_shared<PgEventStore>(conn, host, events_retention);
+  out.leases = std::make_shared<PgLeaseStore>(conn, host);
+  out.crashes = std::make_shared<PgCrashStore>(conn, host);
+  out.peaks = std::make_shared<PgPeakStore>(conn, host);
+  out.hosts = std::make_shared<HostStore>(conn, host);
+  return out;
+}
+
+}  // namespace vramd

@@ -1,0 +1,380 @@
+// The store's contract, run against both backends: SQLite (a file in a temporary state dir) and
+// PostgreSQL (a fresh database on the test binary's private server, integration/postgres_server.h).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+
+#include <SQLiteCpp/SQLiteCpp.h>
+#include <fmt/format.h>
+
+#include "integration/postgres_server.h"
+#include "integration/test_util.h"
+#include "store/postgres_store.h"
+#include "store/stores.h"
+
+namespace vramd {
+namespace {
+
+using testing::PostgresServer;
+
+// One backend: opens (and reopens) the stores over the same data.
+class Backend {
+ public:
+  explicit Backend(std::string kind) : kind_(std::move(kind)) {
+    if (kind_ == "postgresql") {
+      pg_ = PostgresServer::get();
+      if (pg_) db_ = pg_->create_database("contract");
+    }
+  }
+  bool available() const { return kind_ == "sqlite" || pg_; }
+  Result<Stores> open(int64_t retention = 100, const std::string& host = "gpu1") const {
+    if (kind_ == "sqlite") return open_stores(dir_.path(), retention);
+    return open_postgres_stores(pg_->url(db_), host, retention);
+  }
+  // Makes the stored schema claim a version newer than this binary knows.
+  void bump_schema_version() const {
+    if (kind_ == "sqlite") {
+      SQLite::Database db(dir_.file("vramd.db"), SQLite::OPEN_READWRITE);
+      db.exec("PRAGMA user_version = 99");
+    } else {
+      pg_->psql(db_, "INSERT INTO vramd_schema (version) VALUES (99)");
+    }
+  }
+  PostgresServer* pg() const { return pg_; }
+  const std::string& db() const { return db_; }
+
+ private:
+  std::string kind_;
+  testing::TempDir dir_;
+  PostgresServer* pg_ = nullptr;
+  std::string db_;
+};
+
+class StoreContract : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    backend_ = std::make_unique<Backend>(GetParam());
+    if (!backend_->available()) GTEST_SKIP() << PostgresServer::skip_reason();
+  }
+  Stores open(int64_t retention = 100) {
+    auto s = backend_->open(retention);
+    EXPECT_TRUE(s.ok()) << s.error();
+    return s.ok() ? std::move(*s) : Stores{};
+  }
+  std::unique_ptr<Backend> backend_;
+};
+
+EventRecord ev(int64_t ms, std::string type, std::string message) {
+  return {TimePoint(Duration(ms)), std::move(type), 0u, "comfyui", std::move(message)};
+}
+
+Lease lease(uint64_t id, LeaseState state, const Now& now) {
+  Lease l;
+  l.id = id;
+  l.seq = id;
+  l.state = state;
+  l.requested_at = now.mono - std::chrono::seconds(10);
+  l.request.vram = 8 * GiB;
+  l.request.label = id % 2 ? "train" : "infer";
+  l.request.holder = "python";
+  l.request.command = "python train.py";
+  l.request.priority = static_cast<int>(id);
+  l.request.wait_timeout = std::chrono::minutes(5);
+  if (state == LeaseState::granted) {
+    l.gpu = 0;
+    l.granted_at = now.mono - std::chrono::seconds(4);
+  }
+  return l;
+}
+
+TEST_P(StoreContract, EventsAppendAndListInOrderWithData) {
+  Stores s = open();
+  ASSERT_TRUE(s.events);
+  auto id1 = s.events->append(ev(1000, "unload.freed", "16.3 GiB → 370 MiB"),
+                              {{"outcome", "freed"}, {"before_bytes", 17502000000}}, 0);
+  auto id2 = s.events->append(ev(2000, "gpu.lost", "GPU 0 lost"), nullptr, 0);
+  ASSERT_TRUE(id1.ok() && id2.ok()) << (id1.ok() ? id2.error() : id1.error());
+  EXPECT_LT(*id1, *id2);
+  EXPECT_EQ(*s.events->max_id(), *id2);
+  auto all = s.events->list(0, std::nullopt, 10);
+  ASSERT_TRUE(all.ok()) << all.error();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].event.type, "unload.freed");
+  EXPECT_EQ((*all)[0].event.message, "16.3 GiB → 370 MiB");
+  EXPECT_EQ((*all)[0].data["before_bytes"], 17502000000);
+  EXPECT_EQ((*all)[0].event.gpu, 0u);
+  EXPECT_EQ((*all)[0].event.at, TimePoint(Duration(1000)));
+  EXPECT_TRUE((*all)[1].data.is_null());
+  EXPECT_EQ(s.events->list(*id1, std::nullopt, 10)->size(), 1u);
+  auto since = s.events->list(0, TimePoint(Duration(1500)), 10);
+  ASSERT_EQ(since->size(), 1u);
+  EXPECT_EQ((*since)[0].event.type, "gpu.lost");
+  // The daemon numbers its own events (its stream and the store agree on ids).
+  auto id9 = s.events->append(ev(3000, "t", "nine"), nullptr, 9);
+  ASSERT_TRUE(id9.ok()) << id9.error();
+  EXPECT_EQ(*id9, 9);
+  EXPECT_EQ(*s.events->max_id(), 9);
+}
+
+TEST_P(StoreContract, EventsSurviveReopenAndKeepOnlyTheRetention) {
+  {
+    Stores s = open(50);
+    ASSERT_TRUE(s.events);
+    for (int i = 0; i < 300; ++i)
+      ASSERT_TRUE(s.events->append(ev(i, "t", std::to_string(i)), nullptr, 0).ok());
+  }
+  Stores s = open(50);
+  ASSERT_TRUE(s.events);
+  EXPECT_EQ(*s.events->count(), 50);
+  auto all = s.events->list(0, std::nullopt, 1000);
+  ASSERT_EQ(all->size(), 50u);
+  EXPECT_EQ(all->front().event.message, "250");
+  EXPECT_EQ(all->back().event.message, "299");
+}
+
+TEST_P(StoreContract, ActiveLeasesSurviveReopenAndAnEndedOneBecomesAJob) {
+  Now now(MonoTime(std::chrono::hours(5)), TimePoint(std::chrono::hours(400000)));
+  {
+    Stores s = open();
+    ASSERT_TRUE(s.leases);
+    EXPECT_EQ(*s.leases->max_id(), 0u);
+    ASSERT_TRUE(s.leases->save(lease(1, LeaseState::queued, now), now).ok());
+    ASSERT_TRUE(s.leases->save(lease(2, LeaseState::granted, now), now).ok());
+    Lease three = lease(3, LeaseState::queued, now);
+    ASSERT_TRUE(s.leases->save(three, now).ok());
+    three.state = LeaseState::granted;  // written again: one row, the newest state
+    three.gpu = 0;
+    three.granted_at = now.mono - std::chrono::seconds(1);
+    ASSERT_TRUE(s.leases->save(three, now).ok());
+  }
+  // Reopened an hour later (by both clocks): times come back as the same wall times.
+  Now later = now + std::chrono::hours(1);
+  Stores s = open();
+  auto active = s.leases->active(later);
+  ASSERT_TRUE(active.ok()) << active.error();
+  ASSERT_EQ(active->size(), 3u);
+  EXPECT_EQ((*active)[0].id, 1u);
+  EXPECT_EQ((*active)[0].state, LeaseState::queued);
+  EXPECT_EQ((*active)[0].request.vram, 8 * GiB);
+  EXPECT_EQ((*active)[0].request.wait_timeout, std::chrono::minutes(5));
+  EXPECT_EQ((*active)[0].requested_at, now.mono - std::chrono::seconds(10));
+  EXPECT_EQ((*active)[1].state, LeaseState::granted);
+  EXPECT_EQ((*active)[1].gpu, 0u);
+  EXPECT_EQ((*active)[2].state, LeaseState::granted);
+  EXPECT_EQ(*s.leases->max_id(), 3u);
+
+  Lease ended = (*active)[1];
+  ended.state = LeaseState::released;
+  ended.ended_at = now.mono;
+  ended.exit_status = 3;
+  ended.peak_vram = 7 * GiB;
+  ended.end_reason = "released";
+  ASSERT_TRUE(s.leases->save(ended, later).ok());
+  EXPECT_EQ(s.leases->active(later)->size(), 2u);
+  EXPECT_EQ(*s.leases->max_id(), 3u);  // an ended lease's id is still taken
+  auto job = s.leases->job(2);
+  ASSERT_TRUE(job.ok()) << job.error();
+  ASSERT_TRUE(job->has_value());
+  EXPECT_EQ((*job)->label, "infer");
+  EXPECT_EQ((*job)->command, "python train.py");
+  EXPECT_EQ((*job)->state, LeaseState::released);
+  EXPECT_EQ((*job)->gpu, 0u);
+  EXPECT_EQ((*job)->wait, std::chrono::seconds(6));
+  EXPECT_EQ((*job)->run, std::chrono::seconds(4));
+  EXPECT_EQ((*job)->peak_vram, 7 * GiB);
+  EXPECT_EQ((*job)->exit_status, 3);
+  EXPECT_EQ((*job)->end_reason, "released");
+  EXPECT_FALSE(s.leases->job(99)->has_value());
+
+  Lease cancelled = (*active)[0];  // never granted: its wait runs to the end, no run
+  cancelled.state = LeaseState::cancelled;
+  cancelled.ended_at = now.mono;
+  ASSERT_TRUE(s.leases->save(cancelled, later).ok());
+  auto jobs = s.leases->jobs("", 10);
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].id, 2u);  // newest first
+  EXPECT_EQ((*jobs)[1].id, 1u);
+  EXPECT_FALSE((*jobs)[1].run.has_value());
+  EXPECT_EQ((*jobs)[1].wait, std::chrono::seconds(10));
+  ASSERT_EQ(s.leases->jobs("train", 10)->size(), 1u);
+  EXPECT_EQ(s.leases->jobs("train", 10)->front().id, 1u);
+  EXPECT_EQ(s.leases->jobs("", 1)->size(), 1u);
+}
+
+TEST_P(StoreContract, CrashesNewestFirstPerService) {
+  Stores s = open();
+  ASSERT_TRUE(s.crashes);
+  CrashRecord a;
+  a.service = "comfyui";
+  a.at = TimePoint(Duration(5000));
+  a.pid = 42;
+  a.exit_code = 1;
+  a.title = "CUDA out of memory";
+  a.log_tail = {"line 1", "torch.OutOfMemoryError"};
+  a.gpu_holders = {{"ollama", 12 * GiB}};
+  CrashRecord b = a;
+  b.service = "ollama";
+  b.signal = 9;
+  b.exit_code.reset();
+  auto ida = s.crashes->add(a);
+  auto idb = s.crashes->add(b);
+  ASSERT_TRUE(ida.ok() && idb.ok());
+  EXPECT_LT(*ida, *idb);
+  auto all = s.crashes->list("", 10);
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].service, "ollama");
+  EXPECT_EQ((*all)[0].signal, 9);
+  EXPECT_FALSE((*all)[0].exit_code.has_value());
+  auto mine = s.crashes->list("comfyui", 10);
+  ASSERT_EQ(mine->size(), 1u);
+  EXPECT_EQ((*mine)[0].pid, 42);
+  EXPECT_EQ((*mine)[0].at, TimePoint(Duration(5000)));
+  EXPECT_EQ((*mine)[0].log_tail.back(), "torch.OutOfMemoryError");
+  ASSERT_EQ((*mine)[0].gpu_holders.size(), 1u);
+  EXPECT_EQ((*mine)[0].gpu_holders[0].second, 12 * GiB);
+}
+
+TEST_P(StoreContract, LoadPeaksKeepTheLargerAndSurviveReopen) {
+  {
+    Stores s = open();
+    ASSERT_TRUE(s.peaks);
+    ASSERT_TRUE(s.peaks->save({"ollama", "llama3:8b", 6 * GiB}, TimePoint(Duration(1))).ok());
+    ASSERT_TRUE(s.peaks->save({"ollama", "llama3:8b", 5 * GiB}, TimePoint(Duration(2))).ok());
+    ASSERT_TRUE(s.peaks->save({"comfyui", "", 9 * GiB}, TimePoint(Duration(3))).ok());
+  }
+  Stores s = open();
+  auto all = s.peaks->all();
+  ASSERT_TRUE(all.ok()) << all.error();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].service, "comfyui");
+  EXPECT_EQ((*all)[1].model, "llama3:8b");
+  EXPECT_EQ((*all)[1].bytes, 6 * GiB);
+}
+
+TEST_P(StoreContract, ASchemaNewerThanThisBinaryIsRefusedWithAClearMessage) {
+  { ASSERT_TRUE(open().events); }
+  backend_->bump_schema_version();
+  auto s = backend_->open();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().find("version 99, newer than this vramd knows"), std::string::npos)
+      << s.error();
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoreContract, ::testing::Values("sqlite", "postgresql"),
+                         [](const auto& info) { return info.param; });
+
+// What only the shared PostgreSQL store does.
+class PostgresStore : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pg_ = PostgresServer::get();
+    if (!pg_) GTEST_SKIP() << PostgresServer::skip_reason();
+    db_ = pg_->create_database("pgstore");
+  }
+  Stores open(const std::string& host) {
+    auto s = open_postgres_stores(pg_->url(db_), host, 100);
+    EXPECT_TRUE(s.ok()) << s.error();
+    return s.ok() ? std::move(*s) : Stores{};
+  }
+  PostgresServer* pg_ = nullptr;
+  std::string db_;
+};
+
+TEST_F(PostgresStore, TwoHostsShareOneDatabaseEachWithItsOwnRows) {
+  Now now(MonoTime(std::chrono::hours(5)), TimePoint(std::chrono::hours(400000)));
+  Stores a = open("gpu1");
+  Stores b = open("gpu2");
+  ASSERT_TRUE(a.events && b.events);
+  ASSERT_TRUE(a.events->append(ev(1, "t", "from gpu1"), nullptr, 1).ok());
+  ASSERT_TRUE(b.events->append(ev(2, "t", "from gpu2"), nullptr, 1).ok());  // same id, other host
+  ASSERT_EQ(a.events->list(0, std::nullopt, 10)->size(), 1u);
+  EXPECT_EQ(a.events->list(0, std::nullopt, 10)->front().event.message, "from gpu1");
+  EXPECT_EQ(b.events->list(0, std::nullopt, 10)->front().event.message, "from gpu2");
+  ASSERT_TRUE(a.leases->save(lease(1, LeaseState::queued, now), now).ok());
+  EXPECT_EQ(a.leases->active(now)->size(), 1u);
+  EXPECT_EQ(b.leases->active(now)->size(), 0u);
+  EXPECT_EQ(pg_->psql(db_, "SELECT host || ':' || id FROM leases"), "gpu1:1");
+}
+
+TEST_F(PostgresStore, HostsHeartbeatAndTheirLastStatusIsReadByAll) {
+  Stores a = open("gpu1");
+  Stores b = open("gpu2");
+  ASSERT_TRUE(a.hosts && b.hosts);
+  ASSERT_TRUE(a.hosts->beat(R"({"host":"gpu1"})").ok());
+  ASSERT_TRUE(b.hosts->beat(R"({"host":"gpu2"})").ok());
+  ASSERT_TRUE(b.hosts->beat("").ok());  // a heartbeat alone keeps the last status
+  auto all = a.hosts->all();
+  ASSERT_TRUE(all.ok()) << all.error();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].host, "gpu1");
+  EXPECT_EQ((*all)[1].status, R"({"host":"gpu2"})");
+  EXPECT_GE((*all)[1].age.count(), 0);
+}
+
+TEST_F(PostgresStore, AnOlderSchemaIsMigratedAtOpen) {
+  { ASSERT_TRUE(open("gpu1").hosts); }
+  // A database as version 1 left it: no hosts table.
+  pg_->psql(db_, "DROP TABLE hosts; DELETE FROM vramd_schema WHERE version = 2");
+  Stores s = open("gpu1");
+  ASSERT_TRUE(s.hosts);
+  EXPECT_TRUE(s.hosts->beat("{}").ok());
+  EXPECT_EQ(pg_->psql(db_, "SELECT string_agg(version::text, ',' ORDER BY version) FROM vramd_schema"),
+            "1,2");
+}
+
+TEST_F(PostgresStore, AServerRestartFailsACallAndTheNextOneConnectsAgain) {
+  Now now(MonoTime(std::chrono::hours(5)), TimePoint(std::chrono::hours(400000)));
+  Stores s = open("gpu1");
+  ASSERT_TRUE(s.leases->save(lease(1, LeaseState::queued, now), now).ok());
+  ASSERT_TRUE(pg_->stop());
+  Status down = s.leases->save(lease(2, LeaseState::queued, now), now);
+  EXPECT_FALSE(down.ok());  // an error, at once: the daemon retries it and acknowledges nothing
+  ASSERT_TRUE(pg_->start());
+  bool saved = false;
+  for (int i = 0; i < 3 && !saved; ++i) saved = s.leases->save(lease(2, LeaseState::queued, now), now).ok();
+  EXPECT_TRUE(saved);
+  EXPECT_EQ(s.leases->active(now)->size(), 2u);
+}
+
+TEST_F(PostgresStore, AnUnreachableServerIsAClearErrorWithoutThePassword) {
+  int port = testing::free_port();  // nothing listens there
+  auto s = open_postgres_stores(fmt::format("postgresql://vramd:s3cret@127.0.0.1:{}/x", port),
+                                "gpu1", 100);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().find("cannot connect to PostgreSQL"), std::string::npos) << s.error();
+  EXPECT_NE(s.error().find("vramd:***@127.0.0.1"), std::string::npos) << s.error();
+  EXPECT_EQ(s.error().find("s3cret"), std::string::npos) << s.error();
+}
+
+TEST(RedactUrl, HidesPasswordsInBothForms) {
+  EXPECT_EQ(redact_url("postgresql://u:pw@h:5432/db"), "postgresql://u:***@h:5432/db");
+  EXPECT_EQ(redact_url("postgresql://u@h/db"), "postgresql://u@h/db");
+  EXPECT_EQ(redact_url("host=h password=pw dbname=x"), "host=h password=*** dbname=x");
+}
+
+}  // namespace
+}  // namespace vramd
+
+namespace vramd {
+namespace {
+
+TEST(StoreUrl, ComesFromStoreOrTheFirstLineOfStoreUrlFile) {
+  testing::TempDir dir;
+  DaemonConfig d;
+  EXPECT_EQ(*store_url(d), "");  // SQLite
+  d.store = "postgresql://a@b/c";
+  EXPECT_EQ(*store_url(d), "postgresql://a@b/c");
+  d.store.clear();
+  d.store_url_file = dir.file("url");
+  EXPECT_FALSE(store_url(d).ok());  // missing
+  std::ofstream(dir.file("url")) << "postgresql://vramd:pw@db/vramd  \nignored\n";
+  EXPECT_EQ(*store_url(d), "postgresql://vramd:pw@db/vramd");
+  std::ofstream(dir.file("url")) << "mysql://x\n";
+  auto bad = store_url(d);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("must hold a postgresql:// URL"), std::string::npos) << bad.error();
+}
+
+}  // namespace
+}  // namespace vramd
