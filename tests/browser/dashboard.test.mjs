@@ -193,7 +193,9 @@ async function main() {
     for (const name of ['comfyui', 'ollama', 'whisper'])
       check(await page.locator(`.service[data-service="${name}"]`).count() === 1, `service card for ${name}`);
     // speaches is in no config: the demo's [daemon] discover finds it (every 5 s) and says so.
-    await page.waitForSelector('.service[data-service="speaches"]', { timeout: 20000 }).catch(() => {});
+    // Its card can come a sample before its bytes do (its port is read from the next sample on).
+    await page.waitForFunction(() => /1\.0 GiB/.test((document.querySelector('.service[data-service="speaches"]') || {}).innerText || ''),
+                               null, { timeout: 20000 }).catch(() => {});
     const speachesText = (await page.locator('.service[data-service="speaches"]').count()) === 1
       ? await page.locator('.service[data-service="speaches"]').innerText() : '';
     check(/discovered/.test(speachesText) && /1\.0 GiB/.test(speachesText),
