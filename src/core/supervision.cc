@@ -14,6 +14,32 @@ namespace vramd {
 
 using namespace supervision_detail;
 
+bool supervision_detail::count_health_check(ManagedState& m, const HealthChecked& e,
+                                            const ServiceConfig& cfg, const Now& now,
+                                            std::vector<Action>& actions) {
+  m.next_health = now.mono + cfg.health_interval;
+  if (e.ok) {
+    if (m.health_failures > 0)
+      actions.push_back(make_event(now, "service.healthy", std::nullopt, e.service,
+                                   fmt::format("{} answers its health check again", e.service)));
+    m.health_failures = 0;
+    return false;
+  }
+  if (++m.health_failures == 1)
+    actions.push_back(
+        make_event(now, "service.unhealthy", std::nullopt, e.service,
+                   fmt::format("{} failed a health check: {}", e.service, e.message)));
+  return m.health_failures >= cfg.health_failures;
+}
+
+bool supervision_detail::restart_over_limit(ManagedState& m, const ServiceConfig& cfg,
+                                            const Now& now) {
+  while (!m.restarts.empty() && now.mono - m.restarts.front() > cfg.restart_window)
+    m.restarts.pop_front();
+  m.restarts.push_back(now.mono);
+  return static_cast<int>(m.restarts.size()) > cfg.max_restarts;
+}
+
 std::string supervision_detail::exit_text(std::optional<int> code, std::optional<int> sig) {
   if (sig) {
     const char* name = sigabbrev_np(*sig);
@@ -363,10 +389,7 @@ void Supervision::on_child_exited(const ChildExited& e, const World& world, cons
     finish_waiters(m, std::nullopt, false, fmt::format("{} {}", e.service, why), actions);
     return;
   }
-  while (!m.restarts.empty() && now.mono - m.restarts.front() > cfg->restart_window)
-    m.restarts.pop_front();
-  m.restarts.push_back(now.mono);
-  if (static_cast<int>(m.restarts.size()) > cfg->max_restarts) {
+  if (restart_over_limit(m, *cfg, now)) {
     m.state = ManagedPhase::failed;
     m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
                            format_duration(cfg->restart_window), why);
@@ -417,19 +440,7 @@ void Supervision::on_health_checked(const HealthChecked& e, const World& world, 
     return;
   }
   if (m.state != ManagedPhase::running) return;
-  m.next_health = now.mono + cfg->health_interval;
-  if (e.ok) {
-    if (m.health_failures > 0)
-      actions.push_back(make_event(now, "service.healthy", std::nullopt, e.service,
-                                   fmt::format("{} answers its health check again", e.service)));
-    m.health_failures = 0;
-    return;
-  }
-  if (++m.health_failures == 1)
-    actions.push_back(
-        make_event(now, "service.unhealthy", std::nullopt, e.service,
-                   fmt::format("{} failed a health check: {}", e.service, e.message)));
-  if (m.health_failures >= cfg->health_failures && m.pid) {
+  if (count_health_check(m, e, *cfg, now, actions) && m.pid) {
     std::string why =
         fmt::format("failed {} health checks in a row (last: {})", m.health_failures, e.message);
     actions.push_back(make_event(now, "service.restart", std::nullopt, e.service,

@@ -193,10 +193,7 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
     m.reason = how;
     return;
   }
-  while (!m.restarts.empty() && now.mono - m.restarts.front() > cfg->restart_window)
-    m.restarts.pop_front();
-  m.restarts.push_back(now.mono);
-  if (static_cast<int>(m.restarts.size()) > cfg->max_restarts) {
+  if (restart_over_limit(m, *cfg, now)) {
     m.state = ManagedPhase::failed;
     m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
                            format_duration(cfg->restart_window), how);
@@ -238,28 +235,13 @@ void Supervision::container_health(const HealthChecked& e, ContainerState& c, co
     return;
   }
   if (m.state != ManagedPhase::running) return;
-  m.next_health = now.mono + cfg->health_interval;
-  if (e.ok) {
-    if (m.health_failures > 0)
-      actions.push_back(make_event(now, "service.healthy", std::nullopt, e.service,
-                                   fmt::format("{} answers its health check again", e.service)));
-    m.health_failures = 0;
-    return;
-  }
-  if (++m.health_failures == 1)
-    actions.push_back(
-        make_event(now, "service.unhealthy", std::nullopt, e.service,
-                   fmt::format("{} failed a health check: {}", e.service, e.message)));
-  if (m.health_failures < cfg->health_failures) return;
+  if (!count_health_check(m, e, *cfg, now, actions)) return;
   std::string why =
       fmt::format("failed {} health checks in a row (last: {})", m.health_failures, e.message);
   // A failure whatever its exit: recorded now, the restart counted against max_restarts.
   actions.push_back(RecordCrash{e.service, 0, std::nullopt, std::nullopt, now.wall, why,
                                 world.ledger.holders(kHeld), cfg->match.container, false});
-  while (!m.restarts.empty() && now.mono - m.restarts.front() > cfg->restart_window)
-    m.restarts.pop_front();
-  m.restarts.push_back(now.mono);
-  if (static_cast<int>(m.restarts.size()) > cfg->max_restarts) {
+  if (restart_over_limit(m, *cfg, now)) {
     m.state = ManagedPhase::failed;
     m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
                            format_duration(cfg->restart_window), why);

@@ -4,8 +4,13 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "core/actions.h"
 #include "core/clock.h"
+#include "core/config.h"
+#include "core/events.h"
+#include "core/service_status.h"
 #include "core/units.h"
 
 namespace vramd::supervision_detail {
@@ -16,6 +21,16 @@ inline constexpr Duration kMaxBackoff = std::chrono::minutes(5);
 inline constexpr Duration kStopVerifyTimeout = std::chrono::seconds(10);
 inline constexpr Duration kHealthyResetsBackoff = std::chrono::minutes(1);
 inline constexpr Bytes kHeld = 64 * MiB;  // less than this left on the GPU counts as gone
+
+// A health check's answer while running (a process or a container alike): the next check is
+// scheduled and failures in a row counted, with an event at the first failure and at recovery.
+// True when `health_failures` in a row are reached: the caller restarts it its own way.
+bool count_health_check(ManagedState& m, const HealthChecked& e, const ServiceConfig& cfg,
+                        const Now& now, std::vector<Action>& actions);
+
+// Counts a restart now in its restart_window; true when that makes more than max_restarts
+// (the caller marks it failed).
+bool restart_over_limit(ManagedState& m, const ServiceConfig& cfg, const Now& now);
 
 // "exited with status 1", "killed by SIGKILL".
 std::string exit_text(std::optional<int> code, std::optional<int> sig);
