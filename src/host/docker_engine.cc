@@ -244,28 +244,46 @@ std::optional<uint64_t> parse_docker_timestamp(std::string_view t) {
   return static_cast<uint64_t>(secs) * 1'000'000'000ull + frac;
 }
 
-Result<std::vector<StampedLine>> container_log_since(const std::string& socket_path,
-                                                     const std::string& container, size_t tail,
-                                                     uint64_t after_ns,
-                                                     std::chrono::milliseconds timeout) {
+namespace {
+
+// GET /containers/ID/logs?stdout=1&stderr=1QUERY, its lines out of the stream headers (none
+// when the container has a TTY: its inspect tells).
+Result<std::vector<std::string>> fetch_log_lines(const std::string& socket_path,
+                                                 const std::string& container,
+                                                 const std::string& query,
+                                                 std::chrono::milliseconds timeout) {
   auto inspected = inspect_container(socket_path, container, timeout);
   if (!inspected) return make_error(inspected.error());
   if (!*inspected) return make_error("no container " + container);
-  std::string target = fmt::format("/v1.41/containers/{}/logs?stdout=1&stderr=1&timestamps=1",
-                                   escape(container));
-  if (after_ns > 0) {
-    uint64_t since = after_ns + 1;  // `since` includes its own moment
-    target += fmt::format("&since={}.{:09}", since / 1'000'000'000ull, since % 1'000'000'000ull);
-  } else {
-    target += fmt::format("&tail={}", tail);
-  }
-  auto r = http_request_unix(socket_path, "GET", target, timeout);
+  auto r = http_request_unix(
+      socket_path, "GET",
+      fmt::format("/v1.41/containers/{}/logs?stdout=1&stderr=1{}", escape(container), query),
+      timeout);
   if (!r) return make_error(r.error());
   if (r->status != 200) return make_error(fmt::format("logs {}: HTTP {}", container, r->status));
   std::vector<std::string> lines;
   DockerLogDemux demux((*inspected)->tty);
   if (auto s = demux.feed(r->body, lines); !s) return make_error(s.error());
   if (auto s = demux.finish(lines); !s) return make_error(s.error());
+  return lines;
+}
+
+}  // namespace
+
+Result<std::vector<StampedLine>> container_log_since(const std::string& socket_path,
+                                                     const std::string& container, size_t tail,
+                                                     uint64_t after_ns,
+                                                     std::chrono::milliseconds timeout) {
+  std::string query = "&timestamps=1";
+  if (after_ns > 0) {
+    uint64_t since = after_ns + 1;  // `since` includes its own moment
+    query += fmt::format("&since={}.{:09}", since / 1'000'000'000ull, since % 1'000'000'000ull);
+  } else {
+    query += fmt::format("&tail={}", tail);
+  }
+  auto fetched = fetch_log_lines(socket_path, container, query, timeout);
+  if (!fetched) return make_error(fetched.error());
+  std::vector<std::string>& lines = *fetched;
   std::vector<StampedLine> out;
   for (auto& l : lines) {
     size_t space = l.find(' ');
@@ -296,20 +314,9 @@ Result<std::vector<std::string>> container_log_lines(const std::string& socket_p
                                                      const std::string& container, size_t tail,
                                                      int64_t until,
                                                      std::chrono::milliseconds timeout) {
-  auto inspected = inspect_container(socket_path, container, timeout);
-  if (!inspected) return make_error(inspected.error());
-  if (!*inspected) return make_error("no container " + container);
-  std::string target = fmt::format("/v1.41/containers/{}/logs?stdout=1&stderr=1&tail={}",
-                                   escape(container), tail);
-  if (until > 0) target += fmt::format("&until={}", until);
-  auto r = http_request_unix(socket_path, "GET", target, timeout);
-  if (!r) return make_error(r.error());
-  if (r->status != 200) return make_error(fmt::format("logs {}: HTTP {}", container, r->status));
-  std::vector<std::string> lines;
-  DockerLogDemux demux((*inspected)->tty);
-  if (auto s = demux.feed(r->body, lines); !s) return make_error(s.error());
-  if (auto s = demux.finish(lines); !s) return make_error(s.error());
-  return lines;
+  std::string query = fmt::format("&tail={}", tail);
+  if (until > 0) query += fmt::format("&until={}", until);
+  return fetch_log_lines(socket_path, container, query, timeout);
 }
 
 DockerEventStream::~DockerEventStream() {
