@@ -1,14 +1,14 @@
 // `vramd demo`: the daemon on the test GPU (a simulated 24 GiB card served by the fake
 // libnvidia-ml) with stand-in processes for a few services, so a newcomer sees named owners on a
 // machine without a GPU.
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <sys/socket.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -48,6 +48,7 @@ pid_t spawn_stand_in(const std::string& comm, const std::vector<std::string>& ar
   setenv(kStandInEnv, comm.c_str(), 1);
   if (port) setenv(kStandInPortEnv, std::to_string(port).c_str(), 1);
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   std::string exe = self_exe();
@@ -126,6 +127,7 @@ int cmd_demo(const DemoOptions& opts) {
       int devnull = open("/dev/null", O_WRONLY);
       dup2(devnull, 1);
       std::vector<char*> argv;
+      argv.reserve(args.size() + 1);
       for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
       execv(argv[0], argv.data());

@@ -42,7 +42,7 @@ std::map<std::string, ProbeAnswer> probe_port(int port, int timeout_ms) {
       if (out.empty()) return out;
       continue;
     }
-    out[path] = ProbeAnswer{r->status, r->body.substr(0, 256 * 1024)};
+    out[path] = ProbeAnswer{r->status, r->body.substr(0, std::size_t{256} * 1024)};
   }
   return out;
 }

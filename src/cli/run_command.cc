@@ -1,9 +1,9 @@
 // `vramd run`, `vramd leases`, `vramd jobs`: leases from the client's side. The daemon never
 // runs a command: `vramd run` asks for a lease, waits, runs the command itself and releases.
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <fmt/format.h>
 #include <atomic>

@@ -97,6 +97,7 @@ int cmd_sim(const SimOptions& o) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   std::vector<sim::Metrics> rows;
+  rows.reserve(runs.size());
   for (const auto& r : runs) rows.push_back(r.metrics);
   sim::mark_pareto(rows);
   if (o.json) {

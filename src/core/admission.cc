@@ -153,10 +153,11 @@ void Admission::queue(uint64_t id, LeaseRequest request, const Now& now,
                               gpu_text(l.request.gpu));
   queue_.insert(queue_key(l));
   ++queued_for_[l.request.gpu];
-  actions.push_back(make_event(now, "lease.queued", l.request.gpu, l.owner_name(),
-                               fmt::format("lease #{} ({}) asks for {} on {}", l.id, l.owner_name(),
-                                           format_size(l.request.vram), gpu_text(l.request.gpu))));
-  actions.push_back(LeaseChanged{l});
+  actions.emplace_back(
+      make_event(now, "lease.queued", l.request.gpu, l.owner_name(),
+                 fmt::format("lease #{} ({}) asks for {} on {}", l.id, l.owner_name(),
+                             format_size(l.request.vram), gpu_text(l.request.gpu))));
+  actions.emplace_back(LeaseChanged{l});
   leases_.emplace(l.id, std::move(l));
 }
 
@@ -240,9 +241,9 @@ void Admission::end_as(uint64_t id, LeaseState state, const std::string& why, co
                         to_string(state), format_age(now.mono - l.requested_at), why);
   if (state != LeaseState::released && state != LeaseState::cancelled)
     message += fmt::format(" ({})", why);
-  actions.push_back(
+  actions.emplace_back(
       make_event(now, fmt::format("lease.{}", to_string(state)), l.gpu, l.owner_name(), message));
-  actions.push_back(LeaseChanged{l});
+  actions.emplace_back(LeaseChanged{l});
   ended_.push_back(std::move(l));
   if (ended_.size() > kEndedKept) ended_.pop_front();
 }
@@ -292,9 +293,9 @@ void Admission::update_holdings(const World& world, const Now& now, std::vector<
     l.peak_vram = std::max(l.peak_vram, held);
     if (!l.overuse_reported && held > l.request.vram + kOveruseTolerance) {
       l.overuse_reported = true;
-      actions.push_back(make_event(now, "lease.overuse", l.gpu, l.owner_name(),
-                                   fmt::format("job {} uses {}, leased {}", l.owner_name(),
-                                               format_size(held), format_size(l.request.vram))));
+      actions.emplace_back(make_event(now, "lease.overuse", l.gpu, l.owner_name(),
+                                      fmt::format("job {} uses {}, leased {}", l.owner_name(),
+                                                  format_size(held), format_size(l.request.vram))));
     }
   }
 }
@@ -444,11 +445,11 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
       if (!group.empty()) groups_granted.insert(group);
       granted.push_back(id);
       granted_.insert(id);
-      actions.push_back(make_event(
+      actions.emplace_back(make_event(
           now, "lease.granted", l.gpu, l.owner_name(),
           fmt::format("lease #{} ({}) granted {} on GPU {} after {}", l.id, l.owner_name(),
                       format_size(l.request.vram), *fit, format_age(now.mono - l.requested_at))));
-      actions.push_back(LeaseChanged{l});
+      actions.emplace_back(LeaseChanged{l});
       if (l.request.start)
         intents.push_back(LaunchIntent{l.request.service, id});
       else if (!l.request.service.empty())
@@ -473,7 +474,7 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
       const ManagedState* ms = world.supervision.find(m);
       // Starting a member of an exclusive group stops the members vramd runs.
       if (l.request.start && ms && ms->pid && ms->state != ManagedPhase::stopping) {
-        actions.push_back(make_event(
+        actions.emplace_back(make_event(
             now, "service.group_stop", std::nullopt, m,
             fmt::format("stopping {}: {} of group '{}' starts", m, l.request.service, group)));
         intents.push_back(CommandIntent{m, Command::stop});

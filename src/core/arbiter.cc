@@ -26,7 +26,7 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
   const World w = world();
   auto command = [&](const std::string& service, Command action, uint64_t request_id, bool force) {
     if (!config_.find_service(service)) {
-      actions.push_back(
+      actions.emplace_back(
           CommandFinished{request_id, false, fmt::format("no service named '{}'", service)});
       return;
     }
@@ -39,15 +39,13 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
           [&](const UnloadRequested& e) { services_.on_unload_requested(e, now, actions); },
           [&](const UnloadCallDone& e) { services_.on_unload_call_done(e, now, actions, intents); },
           [&](const LifecycleDone& e) {
-            actions.push_back(make_event(
+            actions.emplace_back(make_event(
                 now, fmt::format("service.{}{}", to_string(e.action), e.ok ? "" : "_failed"),
                 std::nullopt, e.service,
                 fmt::format("{} {}: {}", to_string(e.action), e.service, e.message)));
             supervision_.on_lifecycle_done(e, now, actions);
           },
-          [&](const ContainerChanged& e) {
-            supervision_.on_container_changed(e, w, now, actions);
-          },
+          [&](const ContainerChanged& e) { supervision_.on_container_changed(e, w, now, actions); },
           [&](const Tick&) {
             services_.on_tick(now, actions, intents);
             admission_.check_deadlines(now, actions);
@@ -76,7 +74,7 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
   bool want_fast = services_.any_unloading();
   if (want_fast != fast_sampling_on_) {
     fast_sampling_on_ = want_fast;
-    actions.push_back(SetFastSampling{want_fast});
+    actions.emplace_back(SetFastSampling{want_fast});
   }
   return actions;
 }
@@ -97,12 +95,12 @@ void Arbiter::add_discovered(ServiceConfig cfg, const Now& now, std::vector<Acti
                       : !svc.match.compose_service.empty() ? "compose service " + svc.match.compose_service
                       : !svc.match.unit.empty()            ? "unit " + svc.match.unit
                                                            : "its port";
-  actions.push_back(make_event(
+  actions.emplace_back(make_event(
       now, "service.discovered", std::nullopt, svc.name,
       fmt::format("discovered {} ({}) at {}, matched by {}; found by {}{}", svc.name, svc.kind,
                   svc.url, match, svc.discovered_by,
                   config_.daemon.discover_unload ? "" : "; left alone (discover_unload = false)")));
-  actions.push_back(WatchService{svc.name});
+  actions.emplace_back(WatchService{svc.name});
 }
 
 void Arbiter::on_sample(const SampleTaken& s, const Now& now, std::vector<Action>& actions,

@@ -58,6 +58,7 @@ std::vector<Holding> attribute(const AttributionInput& in) {
   }
 
   std::vector<Holding> out;
+  out.reserve(measured.size());
   for (auto& [o, h] : measured) {
     // An owner can have both measured and unmeasured processes; it still gets residual below.
     out.push_back(std::move(h));

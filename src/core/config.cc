@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 
+#include <fmt/format.h>
 #include <toml++/toml.h>
 #include <algorithm>
 #include <cctype>
@@ -503,7 +504,7 @@ class ConfigParser {
       CrashRuleConfig r;
       for (auto&& [key, value] : *t) {
         std::string k(key.str());
-        std::string field = where + "." + k;
+        std::string field = fmt::format("{}.{}", where, k);
         if (std::find(kCrashRuleKeys.begin(), kCrashRuleKeys.end(), k) == kCrashRuleKeys.end()) {
           unknown_key(key, "[[crash_rules]]", kCrashRuleKeys);
           continue;
@@ -773,8 +774,9 @@ class ConfigParser {
         if (field == "services." + s.name + ".proxy") addr = s.proxy.listen;
       Result<HostPort> hp = parse_host_port(addr);
       if (hp && !is_loopback_host(hp->host))
-        error(pos, field + ": " + addr +
-                       " is reachable from other hosts; set [proxy] api_keys or api_keys_file");
+        error(pos, fmt::format("{}: {} is reachable from other hosts; set [proxy] api_keys or "
+                               "api_keys_file",
+                               field, addr));
     }
   }
   // ---- proxy: end ----
@@ -883,8 +885,8 @@ class ConfigParser {
         for (std::string_view key : kind.own_keys) {
           std::string k(key);
           if (set.count(k)) {
-            error(at_key(k), where + ": '" + k + "' applies only to kind \"" +
-                                 std::string(kind.name) + "\", not \"" + svc.kind + "\"");
+            error(at_key(k), fmt::format("{}: '{}' applies only to kind \"{}\", not \"{}\"", where,
+                                         k, kind.name, svc.kind));
           }
         }
       }
@@ -924,15 +926,14 @@ class ConfigParser {
     });
     for (auto [key, node] : items) {
       std::string k(key->str());
-      std::string sub = field + "." + k;
+      std::string sub = fmt::format("{}.{}", field, k);
       if (std::find(kMatchKeys.begin(), kMatchKeys.end(), k) == kMatchKeys.end()) {
         unknown_key(*key, field, kMatchKeys);
         continue;
       }
       if (first) {
-        error(key->source().begin, field + ": set only one of " + join(kMatchKeys, " or ") +
-                                       "; got both '" + std::string(first->str()) + "' and '" + k +
-                                       "'");
+        error(key->source().begin, fmt::format("{}: set only one of {}; got both '{}' and '{}'",
+                                               field, join(kMatchKeys, " or "), first->str(), k));
         continue;
       }
       first = key;
@@ -987,10 +988,11 @@ class ConfigParser {
     for (auto&& [key, node] : *t) {
       std::string k(key.str());
       if (k.empty() || k.find('=') != std::string::npos) {
-        error(key.source().begin, field + ": '" + k + "' is not an environment variable name");
+        error(key.source().begin,
+              fmt::format("{}: '{}' is not an environment variable name", field, k));
         continue;
       }
-      if (auto s = string_value(node, field + "." + k)) out[k] = *s;
+      if (auto s = string_value(node, fmt::format("{}.{}", field, k))) out[k] = *s;
     }
   }
 

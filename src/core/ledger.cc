@@ -40,7 +40,7 @@ void Ledger::on_sample(const SampleTaken& s, const OwnerHints& hints,
                        std::vector<Action>& actions) {
   auto emit = [&](std::string type, std::optional<unsigned> gpu, std::string subject,
                   std::string message) {
-    actions.push_back(
+    actions.emplace_back(
         make_event(now, std::move(type), gpu, std::move(subject), std::move(message)));
   };
 

@@ -141,7 +141,8 @@ struct Owner {
   OwnerKind kind = OwnerKind::unknown;
   std::string name;  // service name, lease id, container name, unit, "python3[1234]", ...
   bool operator==(const Owner&) const = default;
-  auto operator<=>(const Owner&) const = default;
+  // clang-tidy 14 reads the defaulted <=> as a comparison with a literal 0.
+  auto operator<=>(const Owner&) const = default;  // NOLINT(modernize-use-nullptr)
 };
 
 struct Candidate {

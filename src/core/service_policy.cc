@@ -114,18 +114,18 @@ void ServicePolicy::on_probe(const ProbeDone& e, const Now& now, std::vector<Act
   std::string previous_error = std::exchange(st.probe_error, p.error);
   if (!p.reachable) {
     if (st.state != ServiceState::unreachable && !unloading)
-      actions.push_back(make_event(now, "service.unreachable", std::nullopt, st.name,
-                                   fmt::format("{} is unreachable: {}", st.name, p.error)));
+      actions.emplace_back(make_event(now, "service.unreachable", std::nullopt, st.name,
+                                      fmt::format("{} is unreachable: {}", st.name, p.error)));
     if (!unloading) st.state = ServiceState::unreachable;
     st.busy.reset();
     return;
   }
   if (!was_reachable && st.state == ServiceState::unreachable)
-    actions.push_back(make_event(now, "service.reachable", std::nullopt, st.name,
-                                 fmt::format("{} answers again", st.name)));
+    actions.emplace_back(make_event(now, "service.reachable", std::nullopt, st.name,
+                                    fmt::format("{} answers again", st.name)));
   // It answers, but not in its API's shape (HTTP 500, garbage): once per change of the error.
   if (!p.error.empty() && p.error != previous_error)
-    actions.push_back(
+    actions.emplace_back(
         make_event(now, "service.error", std::nullopt, st.name,
                    fmt::format("{} answers but its API is broken: {}", st.name, p.error)));
   if (!unloading) st.state = ServiceState::up;
@@ -231,7 +231,7 @@ void ServicePolicy::learn_load_peaks(std::vector<Action>& actions) {
     Bytes& saved = saved_peaks_[{name, model}];
     if (saved == 0 || peak >= saved + kStableStep) {
       saved = peak;
-      actions.push_back(RememberLoadPeak{{name, model, peak}});
+      actions.emplace_back(RememberLoadPeak{{name, model, peak}});
     }
   }
 }
@@ -262,10 +262,10 @@ void ServicePolicy::start_unload(const std::string& service, const std::string& 
   for (const auto& [gpu, bytes] : st.per_gpu) run.before[gpu] = bytes;
   run.rss_before = st.rss;
   st.state = ServiceState::unloading;
-  actions.push_back(make_event(
+  actions.emplace_back(make_event(
       now, "unload.started", std::nullopt, service,
       fmt::format("unloading {} ({}): holds {}", service, reason, format_size(st.bytes))));
-  actions.push_back(CallUnload{service, run.id});
+  actions.emplace_back(CallUnload{service, run.id});
   unloads_.emplace(run.id, std::move(run));
 }
 
@@ -280,7 +280,7 @@ void ServicePolicy::on_unload_requested(const UnloadRequested& e, const Now& now
     f.verdict.outcome = UnloadOutcome::failed;
     f.verdict.message = std::move(message);
     f.verdict.at = now.wall;
-    actions.push_back(std::move(f));
+    actions.emplace_back(std::move(f));
   };
   auto it = services_.find(e.service);
   if (it == services_.end()) return refuse(fmt::format("no service named '{}'", e.service));
@@ -377,7 +377,7 @@ void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const s
   v.at = now.wall;
   std::string what =
       fmt::format("{}: {} → {} in {:.1f} s", to_string(outcome), format_size(v.before_bytes),
-                  format_size(v.after_bytes), v.duration.count() / 1000.0);
+                  format_size(v.after_bytes), static_cast<double>(v.duration.count()) / 1000.0);
   v.message = message.empty() ? what : what + "; " + message;
 
   // Escalation: an unload that frees nothing, or a server without one, needs the process ended;
@@ -392,7 +392,7 @@ void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const s
         intents.push_back(CommandIntent{run.service, action});
       } else if (st.control != Control::none && cfg) {
         v.escalation = want;
-        actions.push_back(
+        actions.emplace_back(
             Lifecycle{run.service, action, st.control,
                       st.control == Control::container ? cfg->match.container : cfg->match.unit});
       } else {
@@ -415,8 +415,8 @@ void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const s
   EmitEvent e = make_event(now, "unload." + std::string(to_string(outcome)), std::nullopt,
                            run.service, fmt::format("unload {} {}", run.service, v.message));
   e.event.verdict = v;
-  actions.push_back(std::move(e));
-  actions.push_back(UnloadFinished{run.request_id, false, std::move(v)});
+  actions.emplace_back(std::move(e));
+  actions.emplace_back(UnloadFinished{run.request_id, false, std::move(v)});
 }
 
 void ServicePolicy::check_idle_ttl(const std::set<std::string>& in_use, const Now& now,

@@ -20,13 +20,13 @@ bool supervision_detail::count_health_check(ManagedState& m, const HealthChecked
   m.next_health = now.mono + cfg.health_interval;
   if (e.ok) {
     if (m.health_failures > 0)
-      actions.push_back(make_event(now, "service.healthy", std::nullopt, e.service,
-                                   fmt::format("{} answers its health check again", e.service)));
+      actions.emplace_back(make_event(now, "service.healthy", std::nullopt, e.service,
+                                      fmt::format("{} answers its health check again", e.service)));
     m.health_failures = 0;
     return false;
   }
   if (++m.health_failures == 1)
-    actions.push_back(
+    actions.emplace_back(
         make_event(now, "service.unhealthy", std::nullopt, e.service,
                    fmt::format("{} failed a health check: {}", e.service, e.message)));
   return m.health_failures >= cfg.health_failures;
@@ -97,7 +97,7 @@ void Supervision::finish_waiters(ManagedState& m, std::optional<Command> kind, b
                                  const std::string& message, std::vector<Action>& actions) {
   for (auto it = m.waiting.begin(); it != m.waiting.end();) {
     if (!kind || it->second == *kind) {
-      actions.push_back(CommandFinished{it->first, ok, message});
+      actions.emplace_back(CommandFinished{it->first, ok, message});
       it = m.waiting.erase(it);
     } else {
       ++it;
@@ -118,16 +118,16 @@ void Supervision::command(const std::string& service, Command action, uint64_t r
   if (it == managed_.end()) {
     // Units: systemd does it.
     if (st.control == Control::none || !cfg) {
-      actions.push_back(CommandFinished{
+      actions.emplace_back(CommandFinished{
           request_id, false,
           fmt::format("vramd cannot {} {}: it has no start command, container or unit",
                       to_string(action), service)});
       return;
     }
-    actions.push_back(
+    actions.emplace_back(
         Lifecycle{service, action, st.control,
                   st.control == Control::container ? cfg->match.container : cfg->match.unit});
-    actions.push_back(CommandFinished{
+    actions.emplace_back(CommandFinished{
         request_id, true,
         fmt::format("{} {}: asked its {}", to_string(action), service, to_string(st.control))});
     return;
@@ -147,12 +147,12 @@ void Supervision::command(const std::string& service, Command action, uint64_t r
         end_start_lease(service, m, "start cancelled by a stop", intents);
         finish_waiters(m, Command::start, false,
                        fmt::format("the start of {} was cancelled by a stop", service), actions);
-        actions.push_back(make_event(
+        actions.emplace_back(make_event(
             now, "service.start_cancelled", std::nullopt, service,
             fmt::format("{} will not start: stop asked while it waited for GPU room", service)));
       }
       m.state = ManagedPhase::stopped;
-      actions.push_back(
+      actions.emplace_back(
           CommandFinished{request_id, true, fmt::format("{} is not running", service)});
     }
     return;
@@ -164,7 +164,7 @@ void Supervision::command(const std::string& service, Command action, uint64_t r
     return;
   }
   if (m.state == ManagedPhase::running || m.state == ManagedPhase::starting) {
-    actions.push_back(CommandFinished{
+    actions.emplace_back(CommandFinished{
         request_id, true, fmt::format("{} is already {}", service, to_string(m.state))});
     return;
   }
@@ -184,7 +184,7 @@ void Supervision::spawn(const std::string& service, ManagedState& m, bool force,
   const ServiceConfig* cfg = config_.find_service(service);
   if (force) {
     if (m.start_lease)
-      actions.push_back(make_event(
+      actions.emplace_back(make_event(
           now, "service.start_forced", std::nullopt, service,
           fmt::format("{} starts now (--force): no longer waits for GPU room", service)));
     end_start_lease(service, m, "started with --force", intents);
@@ -223,7 +223,7 @@ void Supervision::start_lease_queued(const std::string& service, uint64_t lease,
   it->second.start_lease = lease;
   it->second.reason =
       fmt::format("waiting for {} of GPU memory (lease #{})", format_size(r.vram), lease);
-  actions.push_back(make_event(
+  actions.emplace_back(make_event(
       now, "service.queued", r.gpu, service,
       fmt::format("{} waits for {} on {} before it starts (lease #{})", service,
                   format_size(r.vram), r.gpu ? fmt::format("GPU {}", *r.gpu) : "any GPU", lease)));
@@ -256,7 +256,7 @@ void Supervision::launch(const std::string& service, ManagedState& m, const Worl
       auto o = managed_.find(other.name);
       const ServiceStatus& ost = world.services.at(other.name);
       if (o != managed_.end() && o->second.pid && o->second.state != ManagedPhase::stopping) {
-        actions.push_back(make_event(
+        actions.emplace_back(make_event(
             now, "service.group_stop", std::nullopt, other.name,
             fmt::format("stopping {}: {} of group '{}' starts", other.name, service, cfg->group)));
         command(other.name, Command::stop, 0, false, world, now, actions, intents);
@@ -270,7 +270,7 @@ void Supervision::launch(const std::string& service, ManagedState& m, const Worl
   m.restart_at.reset();
   m.health_failures = 0;
   m.crash_on_exit.clear();
-  actions.push_back(SpawnService{service});
+  actions.emplace_back(SpawnService{service});
 }
 
 void Supervision::start_for_lease(const StartForLeaseIntent& i, const World& world, const Now& now,
@@ -288,7 +288,7 @@ void Supervision::start_for_lease(const StartForLeaseIntent& i, const World& wor
     down = st->control != Control::none && st->state == ServiceState::unreachable;
   }
   if (!down) return;
-  actions.push_back(
+  actions.emplace_back(
       make_event(now, "service.start_for_lease", std::nullopt, i.service,
                  fmt::format("starting {} for lease #{} ({})", i.service, i.lease, i.lease_owner)));
   // The lease holds the room: no start admission of its own.
@@ -302,7 +302,7 @@ void Supervision::stop_child(const std::string& service, ManagedState& m, const 
   m.kill_sent = false;
   m.stop_requested_at = now.mono;
   m.bytes_at_stop = world.services.at(service).bytes;
-  actions.push_back(SignalService{service, *m.pid, SIGTERM});
+  actions.emplace_back(SignalService{service, *m.pid, SIGTERM});
 }
 
 void Supervision::on_child_started(const ChildStarted& e, const Now& now,
@@ -313,8 +313,8 @@ void Supervision::on_child_started(const ChildStarted& e, const Now& now,
   if (!e.ok) {
     m.state = ManagedPhase::failed;
     m.reason = e.error;
-    actions.push_back(make_event(now, "service.start_failed", std::nullopt, e.service,
-                                 fmt::format("cannot start {}: {}", e.service, e.error)));
+    actions.emplace_back(make_event(now, "service.start_failed", std::nullopt, e.service,
+                                    fmt::format("cannot start {}: {}", e.service, e.error)));
     finish_waiters(m, Command::start, false, e.error, actions);
     end_start_lease(e.service, m, "could not start", intents);
     return;
@@ -329,7 +329,7 @@ void Supervision::on_child_started(const ChildStarted& e, const Now& now,
   m.next_health = now.mono + (e.adopted ? Duration(0) : kStartingHealthInterval);
   m.state = e.adopted ? ManagedPhase::running : ManagedPhase::starting;
   if (e.adopted) m.healthy_since = now.mono;
-  actions.push_back(
+  actions.emplace_back(
       make_event(now, e.adopted ? "service.adopted" : "service.started", std::nullopt, e.service,
                  e.adopted ? fmt::format("{} (pid {}) still runs: adopted again", e.service, e.pid)
                            : fmt::format("started {} (pid {})", e.service, e.pid)));
@@ -356,8 +356,8 @@ void Supervision::on_child_exited(const ChildExited& e, const World& world, cons
     if (m.restart_after_stop) {
       m.restart_after_stop = false;
       ++m.restart_count;
-      actions.push_back(make_event(now, "service.restarting", std::nullopt, e.service,
-                                   fmt::format("{} {}; starting it again", e.service, how)));
+      actions.emplace_back(make_event(now, "service.restarting", std::nullopt, e.service,
+                                      fmt::format("{} {}; starting it again", e.service, how)));
       spawn(e.service, m, false, world, now, actions, intents);
     } else {
       m.state = ManagedPhase::stopped;
@@ -377,9 +377,9 @@ void Supervision::on_child_exited(const ChildExited& e, const World& world, cons
                     now.wall,
                     ended_by_vramd ? why : "",
                     world.ledger.holders(kHeld)};
-  if (failure) actions.push_back(crash);
-  actions.push_back(make_event(now, failure ? "service.crashed" : "service.exited", std::nullopt,
-                               e.service, fmt::format("{} {}", e.service, why)));
+  if (failure) actions.emplace_back(crash);
+  actions.emplace_back(make_event(now, failure ? "service.crashed" : "service.exited", std::nullopt,
+                                  e.service, fmt::format("{} {}", e.service, why)));
 
   std::string policy = cfg ? cfg->restart : "on-failure";
   bool again = policy == "always" || (policy == "on-failure" && failure);
@@ -393,10 +393,11 @@ void Supervision::on_child_exited(const ChildExited& e, const World& world, cons
     m.state = ManagedPhase::failed;
     m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
                            format_duration(cfg->restart_window), why);
-    actions.push_back(make_event(now, "service.failed", std::nullopt, e.service,
-                                 fmt::format("{} failed: crashed {}; start it by hand once fixed "
-                                             "(vramd doctor {})",
-                                             e.service, m.reason, e.service)));
+    actions.emplace_back(
+        make_event(now, "service.failed", std::nullopt, e.service,
+                   fmt::format("{} failed: crashed {}; start it by hand once fixed "
+                               "(vramd doctor {})",
+                               e.service, m.reason, e.service)));
     finish_waiters(m, std::nullopt, false,
                    fmt::format("{} failed: crashed {}", e.service, m.reason), actions);
     return;
@@ -405,7 +406,7 @@ void Supervision::on_child_exited(const ChildExited& e, const World& world, cons
   m.restart_at = now.mono + m.backoff;
   m.state = ManagedPhase::backoff;
   m.reason = why;
-  actions.push_back(make_event(
+  actions.emplace_back(make_event(
       now, "service.backoff", std::nullopt, e.service,
       fmt::format("{} {}; restarting in {}", e.service, why, format_duration(m.backoff))));
 }
@@ -432,7 +433,7 @@ void Supervision::on_health_checked(const HealthChecked& e, const World& world, 
     m.next_health = now.mono + cfg->health_interval;
     end_start_lease(e.service, m, "is up", intents);  // its memory is its own from now on
     std::string took = m.started_at ? format_age(now.mono - *m.started_at) : "?";
-    actions.push_back(
+    actions.emplace_back(
         make_event(now, "service.healthy", std::nullopt, e.service,
                    fmt::format("{} is up (pid {}) after {}", e.service, m.pid.value_or(0), took)));
     finish_waiters(m, Command::start, true, fmt::format("{} is up after {}", e.service, took),
@@ -443,8 +444,8 @@ void Supervision::on_health_checked(const HealthChecked& e, const World& world, 
   if (count_health_check(m, e, *cfg, now, actions) && m.pid) {
     std::string why =
         fmt::format("failed {} health checks in a row (last: {})", m.health_failures, e.message);
-    actions.push_back(make_event(now, "service.restart", std::nullopt, e.service,
-                                 fmt::format("restarting {}: {}", e.service, why)));
+    actions.emplace_back(make_event(now, "service.restart", std::nullopt, e.service,
+                                    fmt::format("restarting {}: {}", e.service, why)));
     stop_child(e.service, m, world, now, actions);
     m.crash_on_exit = why;  // its exit counts as a failure: the restart policy and backoff apply
   }
@@ -459,18 +460,18 @@ void Supervision::on_tick(const World& world, const Now& now, std::vector<Action
       std::string why = fmt::format(
           "did not answer its health check within start_timeout {} (last: {})",
           format_duration(cfg->start_timeout), m.last_health.empty() ? "no answer" : m.last_health);
-      actions.push_back(make_event(now, "service.start_timeout", std::nullopt, name,
-                                   fmt::format("{} {}", name, why)));
+      actions.emplace_back(make_event(now, "service.start_timeout", std::nullopt, name,
+                                      fmt::format("{} {}", name, why)));
       stop_child(name, m, world, now, actions);
       m.crash_on_exit = why;
     }
     if (m.state == ManagedPhase::stopping && m.pid && !m.kill_sent && m.stop_sent_at &&
         now.mono - *m.stop_sent_at >= cfg->stop_timeout) {
       m.kill_sent = true;
-      actions.push_back(make_event(now, "service.kill", std::nullopt, name,
-                                   fmt::format("{} did not stop within {}: SIGKILL", name,
-                                               format_duration(cfg->stop_timeout))));
-      actions.push_back(SignalService{name, *m.pid, SIGKILL});
+      actions.emplace_back(make_event(now, "service.kill", std::nullopt, name,
+                                      fmt::format("{} did not stop within {}: SIGKILL", name,
+                                                  format_duration(cfg->stop_timeout))));
+      actions.emplace_back(SignalService{name, *m.pid, SIGKILL});
     }
     if (m.state == ManagedPhase::backoff && m.restart_at && now.mono >= *m.restart_at) {
       ++m.restart_count;
@@ -479,7 +480,7 @@ void Supervision::on_tick(const World& world, const Now& now, std::vector<Action
     if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) && m.pid &&
         !m.health_in_flight && m.next_health && now.mono >= *m.next_health) {
       m.health_in_flight = true;
-      actions.push_back(CheckHealth{name});
+      actions.emplace_back(CheckHealth{name});
     }
     if (m.state == ManagedPhase::running && m.healthy_since &&
         now.mono - *m.healthy_since > kHealthyResetsBackoff)
@@ -504,7 +505,8 @@ void Supervision::verify_stop(const std::string& name, ManagedState& m, const Wo
     std::string message;
     if (gone) {
       message = fmt::format("stopped {}: {} → {} in {:.1f} s", name, format_size(m.bytes_at_stop),
-                            format_size(bytes), (now.mono - m.stop_requested_at).count() / 1000.0);
+                            format_size(bytes),
+                            static_cast<double>((now.mono - m.stop_requested_at).count()) / 1000.0);
     } else {
       std::string where;
       for (const auto& g : world.ledger.status().gpus)
@@ -517,8 +519,8 @@ void Supervision::verify_stop(const std::string& name, ManagedState& m, const Wo
           }
       message = fmt::format("stopped {}, but its processes still hold {}", name, where);
     }
-    actions.push_back(make_event(now, gone ? "service.stopped" : "service.stop_incomplete",
-                                 std::nullopt, name, message));
+    actions.emplace_back(make_event(now, gone ? "service.stopped" : "service.stop_incomplete",
+                                    std::nullopt, name, message));
     finish_waiters(m, Command::stop, gone, message, actions);
   }
 }

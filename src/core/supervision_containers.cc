@@ -34,7 +34,7 @@ void Supervision::container_command(const std::string& service, ContainerState& 
   ManagedState& m = c.m;
   bool up = m.state == ManagedPhase::running || m.state == ManagedPhase::starting;
   auto ask = [&](Command a) {
-    actions.push_back(
+    actions.emplace_back(
         Lifecycle{service, a, Control::container, cfg->match.container, cfg->stop_timeout});
   };
   if (action == Command::stop) {
@@ -50,7 +50,7 @@ void Supervision::container_command(const std::string& service, ContainerState& 
     return;
   }
   if (action == Command::start && c.known && up) {
-    actions.push_back(CommandFinished{
+    actions.emplace_back(CommandFinished{
         request_id, true, fmt::format("{} is already {}", service, to_string(m.state))});
     return;
   }
@@ -140,9 +140,9 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
         m.health_failures = 0;
         m.health_in_flight = false;
         m.next_health = now.mono;
-        actions.push_back(make_event(now, "service.started", std::nullopt, e.service,
-                                     fmt::format("{} (container {}) runs again", e.service,
-                                                 cfg->match.container)));
+        actions.emplace_back(make_event(
+            now, "service.started", std::nullopt, e.service,
+            fmt::format("{} (container {}) runs again", e.service, cfg->match.container)));
       }
     } else if (m.state != ManagedPhase::stopping && m.state != ManagedPhase::backoff &&
                m.state != ManagedPhase::failed) {
@@ -164,13 +164,12 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
                                         e.exit_code.value_or(-1))
                           : exit_text(e.exit_code, std::nullopt);
   if (failure)
-    actions.push_back(RecordCrash{e.service, 0, e.exit_code, std::nullopt, now.wall,
-                                  e.oom ? "the kernel killed it for memory (OOM)" : "",
-                                  world.ledger.holders(kHeld), cfg->match.container, e.oom});
-  actions.push_back(make_event(now, failure ? "service.crashed" : "service.exited", std::nullopt,
-                               e.service,
-                               fmt::format("{} (container {}) {}", e.service,
-                                           cfg->match.container, how)));
+    actions.emplace_back(RecordCrash{e.service, 0, e.exit_code, std::nullopt, now.wall,
+                                     e.oom ? "the kernel killed it for memory (OOM)" : "",
+                                     world.ledger.holders(kHeld), cfg->match.container, e.oom});
+  actions.emplace_back(
+      make_event(now, failure ? "service.crashed" : "service.exited", std::nullopt, e.service,
+                 fmt::format("{} (container {}) {}", e.service, cfg->match.container, how)));
   finish_waiters(m, std::nullopt, false, fmt::format("{} {}", e.service, how), actions);
   m.health_in_flight = false;
   m.healthy_since.reset();
@@ -181,9 +180,10 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
     m.state = ManagedPhase::stopped;
     m.reason = fmt::format("{}; Docker restarts it (restart policy {})", how,
                            m.docker_restart_policy);
-    actions.push_back(make_event(now, "service.docker_restarts", std::nullopt, e.service,
-                                 fmt::format("{} {}: Docker restarts it (restart: {}), not vramd",
-                                             e.service, how, m.docker_restart_policy)));
+    actions.emplace_back(
+        make_event(now, "service.docker_restarts", std::nullopt, e.service,
+                   fmt::format("{} {}: Docker restarts it (restart: {}), not vramd", e.service, how,
+                               m.docker_restart_policy)));
     return;
   }
   std::string policy = cfg->restart;
@@ -197,17 +197,18 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
     m.state = ManagedPhase::failed;
     m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
                            format_duration(cfg->restart_window), how);
-    actions.push_back(make_event(now, "service.failed", std::nullopt, e.service,
-                                 fmt::format("{} failed: crashed {}; start it by hand once fixed "
-                                             "(vramd doctor {})",
-                                             e.service, m.reason, e.service)));
+    actions.emplace_back(
+        make_event(now, "service.failed", std::nullopt, e.service,
+                   fmt::format("{} failed: crashed {}; start it by hand once fixed "
+                               "(vramd doctor {})",
+                               e.service, m.reason, e.service)));
     return;
   }
   m.backoff = m.backoff == Duration(0) ? kFirstBackoff : std::min(m.backoff * 2, kMaxBackoff);
   m.restart_at = now.mono + m.backoff;
   m.state = ManagedPhase::backoff;
   m.reason = how;
-  actions.push_back(make_event(
+  actions.emplace_back(make_event(
       now, "service.backoff", std::nullopt, e.service,
       fmt::format("{} {}; restarting in {}", e.service, how, format_duration(m.backoff))));
 }
@@ -227,9 +228,9 @@ void Supervision::container_health(const HealthChecked& e, ContainerState& c, co
     m.reason.clear();
     m.next_health = now.mono + cfg->health_interval;
     std::string took = m.started_at ? format_age(now.mono - *m.started_at) : "?";
-    actions.push_back(make_event(now, "service.healthy", std::nullopt, e.service,
-                                 fmt::format("{} (container {}) is up after {}", e.service,
-                                             cfg->match.container, took)));
+    actions.emplace_back(make_event(
+        now, "service.healthy", std::nullopt, e.service,
+        fmt::format("{} (container {}) is up after {}", e.service, cfg->match.container, took)));
     finish_waiters(m, Command::start, true, fmt::format("{} is up after {}", e.service, took),
                    actions);
     return;
@@ -239,25 +240,25 @@ void Supervision::container_health(const HealthChecked& e, ContainerState& c, co
   std::string why =
       fmt::format("failed {} health checks in a row (last: {})", m.health_failures, e.message);
   // A failure whatever its exit: recorded now, the restart counted against max_restarts.
-  actions.push_back(RecordCrash{e.service, 0, std::nullopt, std::nullopt, now.wall, why,
-                                world.ledger.holders(kHeld), cfg->match.container, false});
+  actions.emplace_back(RecordCrash{e.service, 0, std::nullopt, std::nullopt, now.wall, why,
+                                   world.ledger.holders(kHeld), cfg->match.container, false});
   if (restart_over_limit(m, *cfg, now)) {
     m.state = ManagedPhase::failed;
     m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
                            format_duration(cfg->restart_window), why);
-    actions.push_back(make_event(now, "service.failed", std::nullopt, e.service,
-                                 fmt::format("{} failed: {}; start it by hand once fixed", e.service,
-                                             m.reason)));
+    actions.emplace_back(
+        make_event(now, "service.failed", std::nullopt, e.service,
+                   fmt::format("{} failed: {}; start it by hand once fixed", e.service, m.reason)));
     return;
   }
-  actions.push_back(make_event(now, "service.restart", std::nullopt, e.service,
-                               fmt::format("restarting {}: {}", e.service, why)));
+  actions.emplace_back(make_event(now, "service.restart", std::nullopt, e.service,
+                                  fmt::format("restarting {}: {}", e.service, why)));
   ++c.expected_exits;
   m.state = ManagedPhase::stopping;
   m.stop_sent_at = now.mono;
   m.reason = why;
-  actions.push_back(Lifecycle{e.service, Command::restart, Control::container,
-                              cfg->match.container, cfg->stop_timeout});
+  actions.emplace_back(Lifecycle{e.service, Command::restart, Control::container,
+                                 cfg->match.container, cfg->stop_timeout});
 }
 
 void Supervision::container_tick(const World& world, const Now& now,
@@ -271,12 +272,11 @@ void Supervision::container_tick(const World& world, const Now& now,
       ++m.restart_count;
       m.state = ManagedPhase::starting;
       m.started_at = now.mono;
-      actions.push_back(make_event(now, "service.restarting", std::nullopt, name,
-                                   fmt::format("starting {} (container {}) again", name,
-                                               cfg->match.container)));
-      actions.push_back(
-          Lifecycle{name, Command::start, Control::container, cfg->match.container,
-                    cfg->stop_timeout});
+      actions.emplace_back(
+          make_event(now, "service.restarting", std::nullopt, name,
+                     fmt::format("starting {} (container {}) again", name, cfg->match.container)));
+      actions.emplace_back(Lifecycle{name, Command::start, Control::container, cfg->match.container,
+                                     cfg->stop_timeout});
       continue;
     }
     if (m.state == ManagedPhase::starting && m.started_at &&
@@ -284,8 +284,8 @@ void Supervision::container_tick(const World& world, const Now& now,
       std::string why = fmt::format(
           "did not answer its health check within start_timeout {} (last: {})",
           format_duration(cfg->start_timeout), m.last_health.empty() ? "no answer" : m.last_health);
-      actions.push_back(make_event(now, "service.start_timeout", std::nullopt, name,
-                                   fmt::format("{} {}", name, why)));
+      actions.emplace_back(make_event(now, "service.start_timeout", std::nullopt, name,
+                                      fmt::format("{} {}", name, why)));
       finish_waiters(m, Command::start, false, fmt::format("{} {}", name, why), actions);
       // Counted from here as a running service that fails its checks: health_failures restart it.
       m.state = ManagedPhase::running;
@@ -294,7 +294,7 @@ void Supervision::container_tick(const World& world, const Now& now,
     if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) &&
         !m.health_in_flight && m.next_health && now.mono >= *m.next_health) {
       m.health_in_flight = true;
-      actions.push_back(CheckHealth{name});
+      actions.emplace_back(CheckHealth{name});
     }
     if (m.state == ManagedPhase::running && m.healthy_since &&
         now.mono - *m.healthy_since > kHealthyResetsBackoff)

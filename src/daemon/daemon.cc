@@ -260,7 +260,7 @@ void Daemon::store_event(std::optional<UnstoredEvent> e) {
     });
 }
 
-void Daemon::run_lifecycle(Lifecycle lc) {
+void Daemon::run_lifecycle(const Lifecycle& lc) {
   // A call still out after kSampleStallAfter (a hung Docker socket: its timeout is a minute) is
   // shown as a failing backend until it returns.
   auto stalled = std::make_shared<asio::steady_timer>(io_, kSampleStallAfter);
@@ -441,7 +441,7 @@ void Daemon::save_lease(const Lease& lease) {
   });
 }
 
-void Daemon::lease_saved(const Lease& lease, Status written) {
+void Daemon::lease_saved(const Lease& lease, const Status& written) {
   uint64_t id = lease.id;
   if (!written) {
     backend_failed("store", written.error());

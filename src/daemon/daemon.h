@@ -130,9 +130,9 @@ class Daemon : public DaemonControl, public ProxyHooks {
   boost::asio::awaitable<void> call_unload(CallUnload call);
   void feed(const Event& event);
   void apply(std::vector<Action> actions);
-  void run_lifecycle(Lifecycle lc);
+  void run_lifecycle(const Lifecycle& lc);
   void save_lease(const Lease& lease);
-  void lease_saved(const Lease& lease, Status written);
+  void lease_saved(const Lease& lease, const Status& written);
   // A backend failed (an event when it starts failing or its error changes) or works again.
   void backend_failed(const std::string& backend, const std::string& error);
   void backend_works(const std::string& backend);
@@ -155,7 +155,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   void watch_service(const std::string& name);  // an adapter and a probe loop for a new service
   // Supervision (daemon_children.cc).
   void check_health(const std::string& service);
-  void record_crash(RecordCrash crash);
+  void record_crash(const RecordCrash& crash);
   // Containers (daemon_containers.cc): the engine's events on a thread of their own.
   void start_container_watch();
   boost::asio::awaitable<Result<LogPage>> read_container_log(std::string container, size_t lines,

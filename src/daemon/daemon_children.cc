@@ -4,10 +4,10 @@
 // GCC 12 needs <utility> before Boost's awaitable.hpp.
 #include <utility>
 
-#include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -53,7 +53,7 @@ void Daemon::check_health(const std::string& service) {
   asio::co_spawn(io_, std::move(check), asio::detached);
 }
 
-void Daemon::record_crash(RecordCrash crash) {
+void Daemon::record_crash(const RecordCrash& crash) {
   std::string log = log_path(crash.service);
   std::vector<CrashRule> rules;
   for (const auto& r : arbiter_.config().crash_rules)
@@ -98,8 +98,6 @@ void Daemon::record_crash(RecordCrash crash) {
     });
   });
 }
-
-
 
 uint64_t Daemon::service_command(const std::string& service, Command action, bool force) {
   uint64_t id = next_command_++;

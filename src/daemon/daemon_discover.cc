@@ -91,7 +91,7 @@ asio::awaitable<void> Daemon::discover_once() {
   HttpOptions options;
   options.connect_timeout = kFingerprintTimeout;
   options.total_timeout = kFingerprintTimeout;
-  options.body_limit = 256 * 1024;
+  options.body_limit = std::size_t{256} * 1024;
   for (int port : ports_to_probe(in)) {
     // A port a service already has is not asked again.
     bool known = false;

@@ -19,7 +19,7 @@
 namespace vramd {
 namespace {
 
-constexpr size_t kMaxResponse = 64 * 1024 * 1024;
+constexpr size_t kMaxResponse = size_t{64} * 1024 * 1024;
 constexpr char kContainersTarget[] = "/v1.41/containers/json?all=1";
 
 

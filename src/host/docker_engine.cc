@@ -240,7 +240,7 @@ std::optional<uint64_t> parse_docker_timestamp(std::string_view t) {
   int doy = (153 * mp + 2) / 5 + *d - 1;
   int doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
   int64_t days = static_cast<int64_t>(era) * 146097 + doe - 719468;
-  int64_t secs = days * 86400 + *h * 3600 + *mi * 60 + *s;
+  int64_t secs = days * 86400 + int64_t{*h} * 3600 + int64_t{*mi} * 60 + *s;
   return static_cast<uint64_t>(secs) * 1'000'000'000ull + frac;
 }
 

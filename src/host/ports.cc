@@ -254,6 +254,7 @@ std::map<int, std::vector<int>> listening_ports_of(const std::string& root,
       root == "/proc" ? netlink_tcp_listeners() : std::nullopt;
   std::vector<TcpListener> sockets = netlink ? *netlink : proc_tcp_listeners(root);
   std::vector<int> ports;
+  ports.reserve(sockets.size());
   for (const auto& l : sockets) ports.push_back(l.port);
   std::sort(ports.begin(), ports.end());
   ports.erase(std::unique(ports.begin(), ports.end()), ports.end());

@@ -30,7 +30,7 @@ class ConcurrencyLimit {
 
  private:
   struct Waiter {
-    explicit Waiter(boost::asio::any_io_executor ex) : timer(ex) {}
+    explicit Waiter(const boost::asio::any_io_executor& ex) : timer(ex) {}
     boost::asio::steady_timer timer;
     bool granted = false;
   };

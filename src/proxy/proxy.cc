@@ -42,9 +42,9 @@ using Clock = std::chrono::steady_clock;
 using Client = proxy_detail::Conn;
 using proxy_detail::ConnPtr;
 
-constexpr std::size_t kHeaderLimit = 64 * 1024;
+constexpr std::size_t kHeaderLimit = std::size_t{64} * 1024;
 constexpr std::size_t kIdleUpstreams = 64;  // keep-alive connections kept per service
-constexpr std::size_t kChunk = 16 * 1024;
+constexpr std::size_t kChunk = std::size_t{16} * 1024;
 constexpr auto kHeaderTimeout = std::chrono::seconds(15);
 constexpr auto kKeepAliveIdle = std::chrono::seconds(60);
 constexpr auto kClientWriteTimeout = std::chrono::seconds(30);
@@ -984,7 +984,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
   // A WebSocket (or other upgrade): the 101 goes to the client, then bytes both ways until one
   // side closes. Busy while messages flowed within websocket_idle.
   struct TunnelState {
-    explicit TunnelState(asio::any_io_executor ex) : done(ex), idle(ex) {}
+    explicit TunnelState(const asio::any_io_executor& ex) : done(ex), idle(ex) {}
     asio::steady_timer done;
     asio::steady_timer idle;
     int running = 0;

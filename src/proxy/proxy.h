@@ -39,7 +39,8 @@ struct ProxyOptions {
   std::map<std::string, std::string> aliases;  // other name -> a served model
   Duration websocket_idle = std::chrono::seconds(10);
   Duration heartbeat = std::chrono::seconds(5);  // SSE comments while a stream is held
-  std::size_t max_body = 64 * 1024 * 1024;  // front door: a body is read whole to find its model
+  std::size_t max_body =
+      std::size_t{64} * 1024 * 1024;  // front door: a body is read whole to find its model
   std::vector<ProxyServiceOptions> services;
   // host:port pairs a service URL may not name (vramd's own API).
   std::vector<std::string> forbidden_upstreams;

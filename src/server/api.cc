@@ -487,6 +487,7 @@ boost::asio::awaitable<HttpResponse> Api::doctor(const Target& t) {
       g["first_seen"] = format_rfc3339(c.at);
     }
     std::vector<json> sorted;
+    sorted.reserve(groups.size());
     for (auto& [sig, g] : groups) sorted.push_back(std::move(g));
     std::stable_sort(sorted.begin(), sorted.end(),
                      [](const json& a, const json& b) { return a["count"].get<int>() > b["count"].get<int>(); });

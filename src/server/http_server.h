@@ -40,8 +40,8 @@ class HttpStream {
 using HttpHandler = std::function<boost::asio::awaitable<HttpResponse>(HttpRequest, HttpStream&)>;
 
 struct HttpLimits {
-  std::size_t header_bytes = 16 * 1024;
-  std::size_t body_bytes = 1024 * 1024;
+  std::size_t header_bytes = std::size_t{16} * 1024;
+  std::size_t body_bytes = std::size_t{1024} * 1024;
   std::chrono::seconds read_timeout{15};  // a request must arrive whole within this
   std::chrono::seconds idle_timeout{60};  // keep-alive connections idle this long are closed
 };

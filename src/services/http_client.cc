@@ -33,7 +33,7 @@ std::string what_failed(std::string_view step, const boost::system::error_code& 
 // The resolver is not covered by tcp_stream's timeout; a timer cancels it. Shared so that a
 // timer handler already queued when the coroutine finishes touches nothing freed.
 struct ResolveState {
-  explicit ResolveState(asio::any_io_executor ex) : resolver(ex), timer(ex) {}
+  explicit ResolveState(const asio::any_io_executor& ex) : resolver(ex), timer(ex) {}
   tcp::resolver resolver;
   asio::steady_timer timer;
 };

@@ -30,7 +30,7 @@ struct HttpOptions {
   std::string bearer_token;
   // Content-Type of the body; when empty and the body is not, "application/json".
   std::string content_type;
-  std::size_t body_limit = 16 * 1024 * 1024;
+  std::size_t body_limit = std::size_t{16} * 1024 * 1024;
 };
 
 // Sends `method` ("GET", "POST", "PUT", "DELETE") to `url` ("http://host:port/path?query") with

@@ -32,8 +32,11 @@ class ProcessAdapter final : public Adapter {
 
 }  // namespace
 
+// One signature for every kind's factory (services/adapter.cc), used or not.
+// NOLINTBEGIN(performance-unnecessary-value-param)
 std::unique_ptr<Adapter> make_process_adapter(const ServiceConfig& c, boost::asio::any_io_executor,
                                               std::string) {
+  // NOLINTEND(performance-unnecessary-value-param)
   return std::make_unique<ProcessAdapter>(c);
 }
 

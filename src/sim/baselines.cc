@@ -272,7 +272,7 @@ Result<std::unique_ptr<Policy>> make_policy(const std::string& spec, const Confi
     return std::unique_ptr<Policy>(new Ttl(*d, spec));
   }
   if (name == "ollama") {
-    Ms keep = 5 * 60 * 1000;  // OLLAMA_KEEP_ALIVE's default
+    Ms keep = Ms{5} * 60 * 1000;  // OLLAMA_KEEP_ALIVE's default
     if (!arg.empty()) {
       auto v = keyed("keep_alive");
       if (!v) return bad_arg("ollama or ollama:keep_alive=5m");

@@ -88,6 +88,7 @@ class Builder {
   // Start times of `n` sessions spread over [from_h, to_h) of the day.
   std::vector<double> times(int n, double from_h, double to_h) {
     std::vector<double> out;
+    out.reserve(static_cast<std::size_t>(std::max(n, 0)));
     for (int k = 0; k < n; ++k) out.push_back(rng.between(from_h, to_h) * 3600.0);
     std::sort(out.begin(), out.end());
     return out;

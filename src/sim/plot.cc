@@ -41,7 +41,7 @@ std::string band(const std::vector<World::TimelinePoint>& line, Ms end, double x
     double xa = x0 + double(t0) * xs, xb = x0 + double(t1) * xs;
     double yh = y0 - double(hi(line[k])) * ys, yl = y0 - double(lo(line[k])) * ys;
     top += fmt::format("{:.1f},{:.1f} {:.1f},{:.1f} ", xa, yh, xb, yh);
-    bottom = fmt::format("{:.1f},{:.1f} {:.1f},{:.1f} ", xb, yl, xa, yl) + bottom;
+    bottom.insert(0, fmt::format("{:.1f},{:.1f} {:.1f},{:.1f} ", xb, yl, xa, yl));
   }
   return fmt::format("<polygon fill=\"{}\" stroke=\"none\" points=\"{}{}\"/>\n", color, top,
                      bottom);

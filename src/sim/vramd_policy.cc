@@ -243,10 +243,10 @@ void VramdPolicy::apply(World& w, const std::vector<Action>& actions) {
       int svc = w.trace().service_index(c->service);
       if (svc >= 0) w.unload(size_t(svc));
       // The server accepts the call at once; what it frees shows in later samples.
-      pending_.push_back(UnloadCallDone{c->service,
-                                        c->unload_id,
-                                        {UnloadCall::Result::requested, "POST /free → 200"},
-                                        Duration(0)});
+      pending_.emplace_back(UnloadCallDone{c->service,
+                                           c->unload_id,
+                                           {UnloadCall::Result::requested, "POST /free → 200"},
+                                           Duration(0)});
     } else if (auto* l = std::get_if<Lifecycle>(&a)) {
       int svc = w.trace().service_index(l->service);
       if (svc < 0) continue;

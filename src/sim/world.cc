@@ -330,8 +330,7 @@ Metrics World::finish(const std::string& policy_name) {
   Metrics m = m_;
   m.policy = policy_name;
   std::vector<double> waits, latencies;
-  for (size_t j = 0; j < jobs_.size(); ++j) {
-    const JobSim& job = jobs_[j];
+  for (auto& job : jobs_) {
     if (job.spec->t > trace_.end) continue;
     ++m.jobs;
     bool granted = job.state == JobSim::State::running || job.state == JobSim::State::done;

@@ -3,10 +3,10 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <algorithm>
 #include <chrono>
@@ -39,8 +39,11 @@ std::optional<std::string> find_program(const std::string& name, const std::stri
   const char* path = getenv("PATH");
   std::stringstream dirs(path ? path : "/usr/local/bin:/usr/bin:/bin");
   std::string dir;
-  while (std::getline(dirs, dir, ':'))
-    if (!dir.empty() && executable(dir + "/" + name)) return dir + "/" + name;
+  while (std::getline(dirs, dir, ':')) {
+    if (dir.empty()) continue;
+    std::string candidate = fmt::format("{}/{}", dir, name);
+    if (executable(candidate)) return candidate;
+  }
   return std::nullopt;
 }
 
@@ -88,12 +91,15 @@ Result<Spawned> spawn_service(const ServiceConfig& svc, const std::string& log_p
   }
   for (const auto& [k, v] : svc.env) env[k] = v;
   std::vector<std::string> env_strings;
-  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  env_strings.reserve(env.size());
+  for (const auto& [k, v] : env) env_strings.push_back(fmt::format("{}={}", k, v));
   std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
   std::vector<std::string> args = svc.start;
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
 

@@ -1,9 +1,9 @@
 #include "supervisor/lifecycle.h"
 
-#include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <fmt/format.h>
 
@@ -27,7 +27,7 @@ std::pair<bool, std::string> run_systemctl(const std::string& action, const std:
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        return {true, "systemctl " + action + " " + unit};
+        return {true, fmt::format("systemctl {} {}", action, unit)};
       return {false, fmt::format("systemctl {} {} exited with {}", action, unit,
                                  WIFEXITED(status) ? WEXITSTATUS(status) : -1)};
     }

@@ -3,10 +3,10 @@
 // GCC 12 needs <utility> before Boost's awaitable.hpp.
 #include <utility>
 
-#include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -26,7 +26,7 @@ namespace asio = boost::asio;
 
 namespace {
 
-constexpr uint64_t kLogMaxBytes = 10 * 1024 * 1024;
+constexpr uint64_t kLogMaxBytes = uint64_t{10} * 1024 * 1024;
 
 class LocalProcessRunner final : public ProcessRunner {
  public:
