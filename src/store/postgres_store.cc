@@ -666,7 +666,7 @@ Result<uint64_t> HostStore::slot() {
 
 namespace {
 // Claimed at most this many candidates a round (the rest wait their turn, in order).
-constexpr int kClaimBatch = 64;
+constexpr int kClaimBatch = 256;
 
 std::string millis(Duration d) { return std::to_string(d.count()); }
 }  // namespace
