@@ -591,6 +591,7 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const Now& now,
   if (e.answers_claim) claiming_ = false;
   if (!e.ok) return;
   for (const Lease& c : e.claimed) {
+    if (!c.gpu) continue;  // a claim names its GPU; a row without one is no grant
     auto it = leases_.find(c.id);
     Lease* l = nullptr;
     if (it != leases_.end()) {  // queued here: granted here
@@ -603,6 +604,7 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const Now& now,
       l->reason = LeaseReason{};
     } else {
       Lease copy = c;
+      copy.state = LeaseState::granted;
       copy.granted_at = now.mono;
       copy.last_heartbeat = now.mono;  // its client has one heartbeat period to find it here
       copy.held = 0;

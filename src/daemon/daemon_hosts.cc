@@ -79,13 +79,14 @@ asio::awaitable<void> Daemon::claim_loop() {
     Now now = clock_();
     ClaimContext ctx = arbiter_.begin_claim(host_, now);
     std::vector<uint64_t> queued = arbiter_.cluster_queued(kSyncedQueued);
-    std::vector<uint64_t> granted;
+    std::vector<uint64_t> granted, pending;
     for (uint64_t id : arbiter_.cluster_granted())
       if (!lease_writes_pending_.count(id)) granted.push_back(id);  // the store may not know yet
+    for (const auto& [id, n] : lease_writes_pending_) pending.push_back(id);
     auto op = run_on(store_thread_, [store = host_store_, ctx = std::move(ctx),
-                                     queued = std::move(queued), granted = std::move(granted), now,
-                                     timeout] {
-      return store->sync(ctx, queued, granted, now, timeout);
+                                     queued = std::move(queued), granted = std::move(granted),
+                                     pending = std::move(pending), now, timeout] {
+      return store->sync(ctx, queued, granted, pending, now, timeout);
     });
     Result<ClusterSynced> r = co_await std::move(op);
     if (stopping_) break;

@@ -672,7 +672,8 @@ std::string millis(Duration d) { return std::to_string(d.count()); }
 }  // namespace
 
 Result<ClusterSynced> HostStore::sync(const ClaimContext& ctx, const std::vector<uint64_t>& queued,
-                                      const std::vector<uint64_t>& granted, const Now& now,
+                                      const std::vector<uint64_t>& granted,
+                                      const std::vector<uint64_t>& pending, const Now& now,
                                       Duration host_timeout) {
   return guarded("cannot claim from the shared queue", [&]() -> Result<ClusterSynced> {
     ClusterSynced out;
@@ -726,9 +727,35 @@ Result<ClusterSynced> HostStore::sync(const ClaimContext& ctx, const std::vector
             {static_cast<int64_t>(id), host_, text});
         reasons_written_[id] = text;
       }
-      if (reasons_written_.size() > 4 * kClaimBatch) reasons_written_.clear();
+      if (reasons_written_.size() > 4 * static_cast<size_t>(kClaimBatch)) reasons_written_.clear();
       tx.commit();
     }
+    try {
+      read_after_claim(queued, granted, pending, now, host_timeout, out);
+    } catch (const std::exception&) {
+      // The claims are committed and answered; what else the round reads, the next one does.
+    }
+    return out;
+  });
+}
+
+void HostStore::read_after_claim(const std::vector<uint64_t>& queued,
+                                 const std::vector<uint64_t>& granted,
+                                 const std::vector<uint64_t>& pending, const Now& now,
+                                 Duration host_timeout, ClusterSynced& out) {
+  {
+    std::set<uint64_t> known(granted.begin(), granted.end());
+    known.insert(pending.begin(), pending.end());
+    known.insert(queued.begin(), queued.end());
+    for (const auto& l : out.claimed) known.insert(l.id);
+    PgResult orphans = conn_->exec(
+        "SELECT id, data FROM leases WHERE host = $1 AND state = 'granted' AND cluster", {host_});
+    for (int i = 0; i < orphans.rows(); ++i) {
+      if (known.count(static_cast<uint64_t>(orphans.integer(i, 0)))) continue;
+      if (auto l = lease_from_json(orphans.text(i, 1), now)) out.claimed.push_back(std::move(*l));
+    }
+  }
+  {
     if (!queued.empty()) {
       std::string ids = id_array(queued);
       PgResult m = conn_->exec(
@@ -779,8 +806,7 @@ Result<ClusterSynced> HostStore::sync(const ClaimContext& ctx, const std::vector
                                {host_});
     for (int i = 0; i < rel.rows(); ++i)
       out.releases.emplace_back(static_cast<uint64_t>(rel.integer(i, 0)), rel.text(i, 1));
-    return out;
-  });
+  }
 }
 
 Result<std::vector<LostHost>> HostStore::handle_lost_hosts(Duration host_timeout, const Now& now) {

@@ -63,8 +63,13 @@ class HostStore {
   // choose_claims grants moved to this host as granted; then what became of the leases this
   // host queued (`queued`: claimed elsewhere?) and granted (`granted`: still its own?), releases
   // asked from other hosts, and every live host's reason for the queued ones.
+  // `pending`: leases whose last write has not landed (neither checked nor taken up). A lease
+  // the store has as granted here that this host does not know (a claim whose commit answered
+  // with an error but landed) is taken up as claimed. After the claim commits, a failing read
+  // leaves the rest to the next round: the claims are answered anyway.
   Result<ClusterSynced> sync(const ClaimContext& ctx, const std::vector<uint64_t>& queued,
-                             const std::vector<uint64_t>& granted, const Now& now,
+                             const std::vector<uint64_t>& granted,
+                             const std::vector<uint64_t>& pending, const Now& now,
                              Duration host_timeout);
   // Hosts whose heartbeat is older than `host_timeout`: under an advisory lock (one live host
   // does it), their granted cluster leases re-queued or ended (after_host_lost) and their
@@ -76,6 +81,10 @@ class HostStore {
   Result<bool> ask_release(uint64_t id, const std::string& why);
 
  private:
+  void read_after_claim(const std::vector<uint64_t>& queued, const std::vector<uint64_t>& granted,
+                        const std::vector<uint64_t>& pending, const Now& now,
+                        Duration host_timeout, ClusterSynced& out);
+
   std::shared_ptr<PgConnection> conn_;
   std::string host_;
   std::map<uint64_t, std::string> reasons_written_;  // this host's last reason per lease

@@ -354,11 +354,16 @@ TEST_F(PostgresStore, ThreeHostsClaimingAtOnceNeverTakeOneLeaseTwice) {
       ctx.host = fmt::format("gpu{}", h + 1);
       ctx.sampled = true;
       ctx.gpus.push_back({0, 1000 * GiB, 1000 * GiB, ""});  // room for every lease
+      std::vector<uint64_t> mine;  // granted here, as the daemon would pass them
       for (int round = 0; round < 40; ++round) {
-        auto r = hosts[h].hosts->sync(ctx, {}, {}, now, std::chrono::seconds(30));
+        auto r = hosts[h].hosts->sync(ctx, {}, mine, {}, now, std::chrono::seconds(30));
         ASSERT_TRUE(r.ok()) << r.error();
+        EXPECT_TRUE(r->lost.empty());
         std::lock_guard lock(mu);
-        for (const auto& l : r->claimed) claimed[l.id].push_back(ctx.host);
+        for (const auto& l : r->claimed) {
+          claimed[l.id].push_back(ctx.host);
+          mine.push_back(l.id);
+        }
       }
     });
   for (auto& t : threads) t.join();
@@ -381,7 +386,7 @@ TEST_F(PostgresStore, ThreeHostsClaimingAtOnceNeverTakeOneLeaseTwice) {
   small.sampled = true;
   small.gpus.push_back({0, 2 * GiB, 24 * GiB, ""});
   ASSERT_TRUE(q.hosts->beat("").ok());  // a live host: its reasons count
-  auto r = q.hosts->sync(small, {1001, 1002, 1003}, {}, now, std::chrono::seconds(30));
+  auto r = q.hosts->sync(small, {1001, 1002, 1003}, {}, {}, now, std::chrono::seconds(30));
   ASSERT_TRUE(r.ok()) << r.error();
   ASSERT_EQ(r->claimed.size(), 1u);
   EXPECT_EQ(r->claimed[0].id, 1003u);  // priority 5 first; 1001 (10 GiB) then holds the line
@@ -390,9 +395,23 @@ TEST_F(PostgresStore, ThreeHostsClaimingAtOnceNeverTakeOneLeaseTwice) {
 
   // gpu4's grant is re-queued by another host (as after a lost heartbeat): no longer its own.
   pg_->psql(db_, "UPDATE leases SET host = 'gpu1', state = 'queued' WHERE id = 1003");
-  auto again = q.hosts->sync(ClaimContext{}, {}, {1003}, now, std::chrono::seconds(30));
+  auto again = q.hosts->sync(ClaimContext{}, {}, {1003}, {}, now, std::chrono::seconds(30));
   ASSERT_TRUE(again.ok()) << again.error();
   EXPECT_EQ(again->lost, std::vector<uint64_t>{1003});
+
+  // A claim whose commit landed though its answer was an error: the next round takes it up.
+  pg_->psql(db_,
+            "UPDATE leases SET state = 'granted', data = jsonb_set(jsonb_set(data::jsonb, '{state}',"
+            " to_jsonb('granted'::text)), '{gpu}', to_jsonb(0))::text WHERE id = 1002");
+  auto orphan = q.hosts->sync(ClaimContext{}, {}, {}, {}, now, std::chrono::seconds(30));
+  ASSERT_TRUE(orphan.ok()) << orphan.error();
+  ASSERT_EQ(orphan->claimed.size(), 1u);
+  EXPECT_EQ(orphan->claimed[0].id, 1002u);
+  EXPECT_EQ(orphan->claimed[0].state, LeaseState::granted);
+  EXPECT_EQ(orphan->claimed[0].gpu, 0u);
+  auto known = q.hosts->sync(ClaimContext{}, {}, {1002}, {}, now, std::chrono::seconds(30));
+  ASSERT_TRUE(known.ok()) << known.error();
+  EXPECT_TRUE(known->claimed.empty());
 }
 
 TEST_F(PostgresStore, AServerRestartFailsACallAndTheNextOneConnectsAgain) {
