@@ -19,6 +19,9 @@ WARMUP_S=${WARMUP_S:-5}
 HOST_PROCS=${HOST_PROCS:-1000}
 PROBE_INTERVAL=${PROBE_INTERVAL:-2s}  # daemon.probe_interval (2 s is the default)
 MATCH=${MATCH:-port}  # port: services found by their listening port; cmdline: by a match rule (to split the cost)
+# A profiler to run vramd under (e.g. WRAP="valgrind --tool=callgrind --callgrind-out-file=/tmp/cg"):
+# where the CPU goes; the CPU figures are then the profiler's, not vramd's.
+WRAP=${WRAP:-}
 CPU_TARGET_S_PER_H=2
 RSS_TARGET_MIB=16
 
@@ -94,8 +97,9 @@ backend = "nvml"
 $SERVICES_TOML
 EOF
 
+# shellcheck disable=SC2086  # WRAP is a command line
 VRAMD_NVML_LIBRARY=$FAKE_LIB FAKE_NVML_STATE=$TMP/gpu.json \
-  "$VRAMD" serve --config "$TMP/vramd.toml" >"$TMP/daemon.log" 2>&1 &
+  $WRAP "$VRAMD" serve --config "$TMP/vramd.toml" >"$TMP/daemon.log" 2>&1 &
 DAEMON=$!
 PIDS+=("$DAEMON")
 

@@ -2,9 +2,7 @@
 
 #include <libpq-fe.h>
 
-#ifdef VRAMD_LIBPQ_DLOPEN
 #include <dlfcn.h>
-#endif
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,9 +15,9 @@ namespace vramd {
 
 namespace {
 
-#ifdef VRAMD_LIBPQ_DLOPEN
-// `make dist` links nothing but glibc: libpq is loaded when a PostgreSQL store is opened, from
-// the system's libpq5 (Debian: apt install libpq5).
+// libpq is loaded when a PostgreSQL store is opened, from the system's libpq5 (Debian: apt
+// install libpq5): `make dist` links nothing but glibc, and a daemon on the SQLite default does
+// not map libpq and the TLS, Kerberos and LDAP libraries it pulls in (~5 MiB of RSS).
 struct LibPq {
   decltype(&::PQconnectdbParams) PQconnectdbParams = nullptr;
   decltype(&::PQstatus) PQstatus = nullptr;
@@ -75,9 +73,6 @@ const LibPq* libpq() {
   return api;
 }
 #define PQ(fn) (libpq()->fn)
-#else
-#define PQ(fn) ::fn
-#endif
 
 // A failed call: its message is the store's error.
 struct PgError : std::runtime_error {
@@ -143,10 +138,8 @@ class PgConnection {
 
   // Connects when not connected (or the connection broke). Throws PgError.
   void ensure() {
-#ifdef VRAMD_LIBPQ_DLOPEN
     if (!libpq())
       throw PgError("a PostgreSQL store needs libpq (libpq.so.5; Debian: apt install libpq5)");
-#endif
     if (conn_ && PQ(PQstatus)(conn_) == CONNECTION_OK) return;
     if (conn_) PQ(PQfinish)(conn_);
     // A server that does not answer is an error in seconds, never a stuck store thread: a
@@ -511,6 +504,7 @@ class PgLeaseStore final : public LeaseStore {
                                         kJobColumns),
                             {host_, label, static_cast<int64_t>(limit)});
       std::vector<JobRecord> out;
+      out.reserve(static_cast<std::size_t>(r.rows()));
       for (int i = 0; i < r.rows(); ++i) out.push_back(job_from_row(r, i));
       return out;
     });
@@ -645,6 +639,7 @@ Result<std::vector<HostRow>> HostStore::all() const {
         "SELECT host, (EXTRACT(EPOCH FROM heartbeat) * 1000)::BIGINT,"
         " (EXTRACT(EPOCH FROM now() - heartbeat) * 1000)::BIGINT, status FROM hosts ORDER BY host");
     std::vector<HostRow> out;
+    out.reserve(static_cast<std::size_t>(r.rows()));
     for (int i = 0; i < r.rows(); ++i)
       out.push_back({r.text(i, 0), TimePoint(std::chrono::milliseconds(r.integer(i, 1))),
                      Duration(r.integer(i, 2)), r.text(i, 3)});

@@ -310,7 +310,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::optional<json> state = fake_nvml::load_state();
+  std::shared_ptr<const json> state = fake_nvml::load_state();
   if (!state) return fail_no_driver();
   if (list) return list_gpus(*state);
   if ((!query_gpu_fields.empty() || !query_apps_fields.empty()) && !have_format) {

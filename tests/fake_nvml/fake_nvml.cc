@@ -98,7 +98,7 @@ std::optional<nvmlReturn_t> configured_error(const json& obj, const char* fn) {
 }
 
 // Common checks of a library-level call: state readable, initialised, not omitted, no error set.
-nvmlReturn_t enter(const char* fn, std::optional<json>& state) {
+nvmlReturn_t enter(const char* fn, std::shared_ptr<const json>& state) {
   state = fake_nvml::load_state();
   if (!state) return NVML_ERROR_DRIVER_NOT_LOADED;
   if (omitted(*state, fn)) return NVML_ERROR_FUNCTION_NOT_FOUND;
@@ -128,7 +128,7 @@ bool privileged(const json& state, const json& gpu) {
 }
 
 // As enter(), then resolves the device; `gpu` is set on success, `mig` too for a MIG handle.
-nvmlReturn_t enter_device(const char* fn, nvmlDevice_t device, std::optional<json>& state,
+nvmlReturn_t enter_device(const char* fn, nvmlDevice_t device, std::shared_ptr<const json>& state,
                           const json*& gpu, const json** mig = nullptr) {
   nvmlReturn_t r = enter(fn, state);
   if (r != NVML_SUCCESS) return r;
@@ -159,7 +159,7 @@ nvmlReturn_t copy_string(const std::string& s, char* out, unsigned length) {
 }
 
 nvmlReturn_t do_init(const char* fn) {
-  std::optional<json> state = fake_nvml::load_state();
+  std::shared_ptr<const json> state = fake_nvml::load_state();
   if (!state) return NVML_ERROR_DRIVER_NOT_LOADED;
   if (omitted(*state, fn)) return NVML_ERROR_FUNCTION_NOT_FOUND;
   if (auto code = configured_error(*state, fn)) return *code;
@@ -169,7 +169,7 @@ nvmlReturn_t do_init(const char* fn) {
 }
 
 nvmlReturn_t do_count(const char* fn, unsigned* count) {
-  std::optional<json> state;
+  std::shared_ptr<const json> state;
   nvmlReturn_t r = enter(fn, state);
   if (r != NVML_SUCCESS) return r;
   if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
@@ -178,7 +178,7 @@ nvmlReturn_t do_count(const char* fn, unsigned* count) {
 }
 
 nvmlReturn_t do_handle(const char* fn, unsigned index, nvmlDevice_t* device) {
-  std::optional<json> state;
+  std::shared_ptr<const json> state;
   nvmlReturn_t r = enter(fn, state);
   if (r != NVML_SUCCESS) return r;
   if (device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
@@ -206,7 +206,7 @@ void add_listed(std::vector<Listed>& out, const json& obj, const char* key, unsi
 // bytes (the layout of nvmlProcessInfo_v1_t, _v2_t or _r535_t, all sharing their first fields).
 nvmlReturn_t do_processes(const char* fn, const char* key, nvmlDevice_t device, unsigned* count,
                           void* infos, std::size_t stride) {
-  std::optional<json> state;
+  std::shared_ptr<const json> state;
   const json* gpu = nullptr;
   const json* mig = nullptr;
   nvmlReturn_t r = enter_device(fn, device, state, gpu, &mig);
@@ -314,7 +314,7 @@ const char* nvmlErrorString(nvmlReturn_t result) {
 }
 
 nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned length) {
-  std::optional<json> state;
+  std::shared_ptr<const json> state;
   nvmlReturn_t r = enter("nvmlSystemGetDriverVersion", state);
   if (r != NVML_SUCCESS) return r;
   return copy_string(fake_nvml::get_string(*state, "driver_version", "550.54.14"), version, length);
@@ -333,7 +333,7 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned index, nvmlDevice_t* device) {
 }
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned length) {
-  std::optional<json> state;
+  std::shared_ptr<const json> state;
   const json* gpu = nullptr;
   const json* mig = nullptr;
   nvmlReturn_t r = enter_device("nvmlDeviceGetName", device, state, gpu, &mig);
@@ -344,7 +344,7 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned length)
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned length) {
-  std::optional<json> state;
+  std::shared_ptr<const json> state;
   const json* gpu = nullptr;
   const json* mig = nullptr;
   nvmlReturn_t r = enter_device("nvmlDeviceGetUUID", device, state, gpu, &mig);
@@ -360,7 +360,7 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned length)
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
-  std::optional<json> state;
+  std::shared_ptr<const json> state;
   const json* gpu = nullptr;
   const json* mig = nullptr;
   nvmlReturn_t r = enter_device("nvmlDeviceGetMemoryInfo", device, state, gpu, &mig);
@@ -377,7 +377,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) 
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
-  std::optional<json> state;
+  std::shared_ptr<const json> state;
   const json* gpu = nullptr;
   const json* mig = nullptr;
   nvmlReturn_t r = enter_device("nvmlDeviceGetMemoryInfo_v2", device, state, gpu, &mig);
@@ -397,7 +397,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* me
 }
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
-  std::optional<json> state;
+  std::shared_ptr<const json> state;
   const json* gpu = nullptr;
   nvmlReturn_t r = enter_device("nvmlDeviceGetUtilizationRates", device, state, gpu);
   if (r != NVML_SUCCESS) return r;
@@ -410,7 +410,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
 }
 
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned* temp) {
-  std::optional<json> state;
+  std::shared_ptr<const json> state;
   const json* gpu = nullptr;
   nvmlReturn_t r = enter_device("nvmlDeviceGetTemperature", device, state, gpu);
   if (r != NVML_SUCCESS) return r;
@@ -422,7 +422,7 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned*
 }
 
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned* milliwatts) {
-  std::optional<json> state;
+  std::shared_ptr<const json> state;
   const json* gpu = nullptr;
   nvmlReturn_t r = enter_device("nvmlDeviceGetPowerUsage", device, state, gpu);
   if (r != NVML_SUCCESS) return r;
@@ -480,7 +480,7 @@ nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsign
 }
 
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned* current, unsigned* pending) {
-  std::optional<json> state;
+  std::shared_ptr<const json> state;
   const json* gpu = nullptr;
   nvmlReturn_t r = enter_device("nvmlDeviceGetMigMode", device, state, gpu);
   if (r != NVML_SUCCESS) return r;
@@ -491,7 +491,7 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned* current, unsign
 }
 
 nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned* count) {
-  std::optional<json> state;
+  std::shared_ptr<const json> state;
   const json* gpu = nullptr;
   nvmlReturn_t r = enter_device("nvmlDeviceGetMaxMigDeviceCount", device, state, gpu);
   if (r != NVML_SUCCESS) return r;
@@ -503,7 +503,7 @@ nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned* count
 
 nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned index,
                                                  nvmlDevice_t* mig) {
-  std::optional<json> state;
+  std::shared_ptr<const json> state;
   const json* gpu = nullptr;
   nvmlReturn_t r = enter_device("nvmlDeviceGetMigDeviceHandleByIndex", device, state, gpu);
   if (r != NVML_SUCCESS) return r;
@@ -518,7 +518,7 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
 
 namespace {
 nvmlReturn_t instance_id(const char* fn, const char* key, nvmlDevice_t device, unsigned* id) {
-  std::optional<json> state;
+  std::shared_ptr<const json> state;
   const json* gpu = nullptr;
   const json* mig = nullptr;
   nvmlReturn_t r = enter_device(fn, device, state, gpu, &mig);

@@ -17,6 +17,7 @@
 // Writers replace the file atomically (src/testgpu/fake_gpu_state.h), so readers need no lock.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,8 +26,9 @@
 
 namespace fake_nvml {
 
-// The parsed state; nullopt when $FAKE_NVML_STATE is unset, missing, unreadable or not JSON.
-std::optional<nlohmann::json> load_state();
+// The parsed state; null when $FAKE_NVML_STATE is unset, missing, unreadable or not JSON.
+// Shared and unchanged until the file changes (a sample makes several calls).
+std::shared_ptr<const nlohmann::json> load_state();
 
 // The gpu object at `index`, or nullptr when there is none.
 const nlohmann::json* gpu_at(const nlohmann::json& state, unsigned index);

@@ -12,7 +12,10 @@
 //   - ended once: at the end every lease is ended, with exactly one ending event (released,
 //     expired, cancelled, timed_out), or still queued;
 //   - integrity: PRAGMA integrity_check is "ok" on the database after every kill;
-//   - serving: how long after each restart vramd answers again (must be < 1 s).
+//   - serving: how long after each restart vramd answers again (must be < 1 s);
+//   - adopted: the managed service vramd started before the first kill (a fake ComfyUI holding
+//     512 MiB) runs as exactly one process through every kill, and each restarted daemon adopts
+//     that same pid (counted from /proc, never started twice).
 // Exit 0 when all hold; 1 with each violation printed. Figures are printed as one JSON line.
 //
 //   vramd_torture [--clients N] [--leases N] [--kills N] [--seed N] [--keep DIR] [--budget BYTES]
@@ -21,6 +24,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <dirent.h>
 
 #include <algorithm>
 #include <atomic>
@@ -62,11 +67,12 @@ struct Options {
   int kills = 5;
   unsigned seed = 0;
   std::string keep;
-  Bytes budget = 0;  // 0: the card's room (total - baseline)
+  Bytes budget = 0;  // 0: the card's room (total - baseline - the managed service)
 };
 
 constexpr Bytes kTotal = 24 * GiB;
 constexpr Bytes kBaseline = 400 * MiB;  // used with no process: the daemon's baseline
+constexpr Bytes kWorker = 512 * MiB;    // the managed service's model
 
 std::string build_dir() { return VRAMD_BUILD_DIR; }
 
@@ -302,6 +308,31 @@ std::vector<uint64_t> queued_order(const std::string& url) {
   return out;
 }
 
+// The pids whose command line holds `needle` (NUL-separated arguments joined by spaces).
+std::vector<int> pids_running(const std::string& needle) {
+  std::vector<int> out;
+  DIR* d = opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    int pid = atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream f(fmt::format("/proc/{}/cmdline", pid));
+    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find(needle) != std::string::npos) out.push_back(pid);
+  }
+  closedir(d);
+  return out;
+}
+
+// The managed service's process as the daemon reports it ({} while it cannot say).
+json managed_process(const std::string& url) {
+  auto r = call(url, "GET", "/v1/services/worker");
+  if (!r || r->status != 200) return json::object();
+  json b = body_of(*r);
+  return b.is_object() && b.contains("process") ? b["process"] : json::object();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -335,12 +366,18 @@ int main(int argc, char** argv) {
   s["gpus"][0]["used"] = kBaseline;
   if (!vramd::write_fake_gpu_state(state, s).ok()) return 2;
   int port = vramd::testing::free_port();
+  int worker_port = vramd::testing::free_port();
   w.tcp_url = fmt::format("http://127.0.0.1:{}", port);
   w.unix_url = "unix:" + w.dir.file("vramd.sock");
+  // A managed service: vramd starts it once; it must outlive every kill and be adopted.
   std::ofstream(w.dir.file("vramd.toml")) << fmt::format(
       "[daemon]\nlisten = \"127.0.0.1:{}\"\nstate_dir = \"{}\"\nsample_interval = \"200ms\"\n\n"
-      "[gpu]\nbackend = \"nvml\"\n",
-      port, w.dir.path());
+      "[gpu]\nbackend = \"nvml\"\n\n"
+      "[services.worker]\nkind = \"comfyui\"\nurl = \"http://127.0.0.1:{}\"\n"
+      "start = [\"{}/fake-gpu-server\", \"--kind\", \"comfyui\", \"--port\", \"{}\", \"--state\", "
+      "\"{}\", \"--model-bytes\", \"{}B\"]\nstop_timeout = \"3s\"\n",
+      port, w.dir.path(), worker_port, build_dir(), worker_port, state, kWorker);
+  const std::string worker_marker = fmt::format("--kind comfyui --port {} ", worker_port);
   std::vector<std::string> env = {"VRAMD_NVML_LIBRARY=" + build_dir() + "/libnvidia-ml-fake.so",
                                   "FAKE_NVML_STATE=" + state};
   std::unique_ptr<vramd::testing::Child> daemon;
@@ -366,6 +403,15 @@ int main(int argc, char** argv) {
     serve_ms.push_back(ms_since(t, Clock::now()));
   };
   start();
+  int worker_pid = 0;
+  if (auto r = call(w.tcp_url, "POST", "/v1/services/worker/start?wait=true", "", 30000);
+      r && r->status == 200)
+    worker_pid = managed_process(w.tcp_url).value("pid", 0);
+  if (worker_pid <= 0) {
+    std::cerr << "vramd_torture: the managed service did not start\n";
+    return 1;
+  }
+  int adopted_ok = 0;
 
   // Wall-clock offset for the `vramd run` commands' marks (date +%s%N).
   double wall_minus_steady =
@@ -399,6 +445,25 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(
         std::chrono::milliseconds(std::uniform_int_distribution(0, 300)(rng)));
     start();
+    // The managed child: the same single process, adopted by the new daemon.
+    {
+      auto t = Clock::now();
+      json p = managed_process(w.tcp_url);
+      while (p.value("state", "") != "running" && Clock::now() - t < 5s) {
+        std::this_thread::sleep_for(20ms);
+        p = managed_process(w.tcp_url);
+      }
+      std::vector<int> running = pids_running(worker_marker);
+      if (running.size() != 1 || running[0] != worker_pid)
+        w.violation(fmt::format("restart {}: the managed service runs as pids {} (started as {})",
+                                k + 1, json(running).dump(), worker_pid));
+      else if (p.value("state", "") != "running" || p.value("pid", 0) != worker_pid ||
+               !p.value("adopted", false))
+        w.violation(fmt::format("restart {}: the managed service (pid {}) is not adopted: {}",
+                                k + 1, worker_pid, p.dump()));
+      else
+        ++adopted_ok;
+    }
     // Every lease a client holds is known and still granted; no client releases meanwhile.
     {
       std::lock_guard lock(w.mu);
@@ -478,7 +543,7 @@ int main(int argc, char** argv) {
     }
   }
   auto [top, who] = peak(all);
-  Bytes budget = w.opt.budget ? w.opt.budget : kTotal - kBaseline;
+  Bytes budget = w.opt.budget ? w.opt.budget : kTotal - kBaseline - kWorker;
   if (top > budget)
     w.violation(fmt::format("held {} at once, more than the {} there is: {}",
                             vramd::format_size(top), vramd::format_size(budget), who));
@@ -500,6 +565,7 @@ int main(int argc, char** argv) {
                   {"unknown_at_end", unknown_at_end},
                   {"granted_unknown_at_end", granted_unknown_at_end},
                   {"integrity_ok", integrity_ok},
+                  {"adopted_ok", adopted_ok},
                   {"peak_held_bytes", top},
                   {"budget_bytes", budget},
                   {"serve_ms_median", serve_median},
@@ -508,6 +574,7 @@ int main(int argc, char** argv) {
                   {"violations", w.violations.size()}};
   std::cout << figures.dump() << "\n";
   daemon->kill(SIGTERM);
+  for (int pid : pids_running(worker_marker)) kill(pid, SIGTERM);  // outlives vramd by design
   if (!w.opt.keep.empty()) {
     std::string cmd = fmt::format("rm -rf '{0}' && cp -a '{1}' '{0}'", w.opt.keep, w.dir.path());
     (void)std::system(cmd.c_str());
