@@ -50,6 +50,9 @@ struct RunOptions {
   std::string timeout;  // --timeout: give up waiting after this long
   bool detach = false;
   bool no_cuda_env = false;
+  std::string host;          // --host NAME|any (a shared PostgreSQL store); "": the daemon's default
+  std::string on_host_lost;  // --on-host-lost requeue|end
+
   std::vector<std::string> command;
 };
 // Asks for a lease, waits (one live line on a terminal), runs the command with

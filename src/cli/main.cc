@@ -86,6 +86,11 @@ int main(int argc, char** argv) {
   run->add_option("--label", run_opts.label, "name in job history (default: the program's name)");
   run->add_option("--timeout", run_opts.timeout,
                   "give up when not granted within this long: 30m, 1h");
+  run->add_option("--host", run_opts.host,
+                  "the host it must run on, or any (hosts on one PostgreSQL store; default any); "
+                  "granted on another host, it is printed, not run here");
+  run->add_option("--on-host-lost", run_opts.on_host_lost,
+                  "when the granting host is lost: requeue (default) or end");
   run->add_flag("--detach", run_opts.detach, "wait and run in the background; print the lease id");
   run->add_flag("--no-cuda-env", run_opts.no_cuda_env,
                 "do not set CUDA_VISIBLE_DEVICES to the granted GPU");

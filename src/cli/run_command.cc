@@ -91,6 +91,15 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
     }
     body["timeout"] = run.timeout;
   }
+  if (!run.host.empty()) body["host"] = run.host;
+  if (!run.on_host_lost.empty()) {
+    if (run.on_host_lost != "requeue" && run.on_host_lost != "end") {
+      std::cerr << "vramd run: --on-host-lost: expected requeue or end, got '" << run.on_host_lost
+                << "'\n";
+      return kExitUsage;
+    }
+    body["on_host_lost"] = run.on_host_lost;
+  }
   std::string program = run.command[0].substr(run.command[0].rfind('/') + 1);
   body["label"] = run.label.empty() ? program : run.label;
   body["command"] = program;
@@ -179,6 +188,18 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
     return kExitFailure;
   }
   unsigned gpu = (*lease)["gpu"].get<unsigned>();
+  if ((*lease).value("elsewhere", false)) {
+    // Granted on another host of the shared queue: vramd never runs a command sent over the
+    // network, so the lease is told, as --detach tells its id, and the command is not run.
+    std::string host = (*lease).value("host", std::string("?"));
+    std::cout << fmt::format("lease #{} granted on host {}, GPU {}\n", id, host, gpu_label(gpu));
+    std::cerr << fmt::format(
+        "vramd run: lease #{} was granted on host {}, not here: the command is not run. Run it on "
+        "{} (VRAMD_LEASE_ID={}, CUDA_VISIBLE_DEVICES={}), keep the lease with heartbeats to {}'s "
+        "vramd (POST /v1/leases/{}/heartbeat) and release it when done (DELETE /v1/leases/{})\n",
+        id, host, host, id, gpu, host, id, id);
+    return kExitOk;
+  }
   std::string label = (*lease).value("gpu_label", json(nullptr)).is_string()
                           ? (*lease)["gpu_label"].get<std::string>()
                           : gpu_label(gpu);

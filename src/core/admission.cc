@@ -58,6 +58,7 @@ std::optional<Bytes> Admission::ram_available(std::optional<Bytes> mem_available
 std::vector<Lease> Admission::leases() const {
   std::vector<Lease> out;
   for (const auto& key : queue_) out.push_back(leases_.at(std::get<2>(key)));
+  for (const auto& key : cluster_queue_) out.push_back(leases_.at(std::get<2>(key)));
   for (uint64_t id : granted_) out.push_back(leases_.at(id));
   return out;
 }
@@ -73,6 +74,7 @@ std::optional<size_t> Admission::queue_position(uint64_t id) const {
   auto it = leases_.find(id);
   if (it == leases_.end() || it->second.state != LeaseState::queued) return std::nullopt;
   const Lease& me = it->second;
+  if (me.request.cluster) return std::nullopt;  // its place is the shared queue's
   size_t ahead = 0;
   for (const auto& key : queue_) {
     if (std::get<2>(key) == id) break;
@@ -125,7 +127,7 @@ std::optional<MonoTime> Admission::next_deadline() const {
 void Admission::on_requested(const LeaseRequested& e, const Now& now,
                              std::vector<Action>& actions) {
   if (leases_.count(e.id) || e.id == 0) return;  // ids never repeat
-  next_id_ = std::max(next_id_, e.id + 1);
+  next_id_ = align_id(std::max(next_id_, e.id + 1));
   LeaseRequest request = e.request;
   request.start = false;  // only vramd makes start leases
   queue(e.id, std::move(request), now, actions);
@@ -133,8 +135,10 @@ void Admission::on_requested(const LeaseRequested& e, const Now& now,
 
 uint64_t Admission::queue_start(LeaseRequest request, const Now& now,
                                 std::vector<Action>& actions) {
-  uint64_t id = next_id_++;
+  uint64_t id = next_id_;
+  next_id_ = align_id(next_id_ + 1);
   request.start = true;
+  request.cluster = false;  // for a service of this host
   queue(id, std::move(request), now, actions);
   return id;
 }
@@ -151,12 +155,15 @@ void Admission::queue(uint64_t id, LeaseRequest request, const Now& now,
   l.reason.needs = l.request.vram;
   l.reason.text = fmt::format("needs {} on {}; not yet considered", format_size(l.request.vram),
                               gpu_text(l.request.gpu));
-  queue_.insert(queue_key(l));
-  ++queued_for_[l.request.gpu];
-  actions.emplace_back(
-      make_event(now, "lease.queued", l.request.gpu, l.owner_name(),
-                 fmt::format("lease #{} ({}) asks for {} on {}", l.id, l.owner_name(),
-                             format_size(l.request.vram), gpu_text(l.request.gpu))));
+  if (l.request.cluster) {
+    cluster_queue_.insert(queue_key(l));
+  } else {
+    queue_.insert(queue_key(l));
+    ++queued_for_[l.request.gpu];
+  }
+  actions.emplace_back(make_event(now, "lease.queued", l.request.gpu, l.owner_name(),
+                               fmt::format("lease #{} ({}) asks for {} on {}", l.id, l.owner_name(),
+                                           format_size(l.request.vram), gpu_text(l.request.gpu))));
   actions.emplace_back(LeaseChanged{l});
   leases_.emplace(l.id, std::move(l));
 }
@@ -201,7 +208,9 @@ void Admission::restore(std::vector<Lease> kept, const std::vector<uint64_t>& al
     l.held = 0;
     uint64_t id = l.id;
     bool holder_alive = !l.request.pid || std::find(alive.begin(), alive.end(), id) != alive.end();
-    if (l.state == LeaseState::queued) {
+    if (l.state == LeaseState::queued && l.request.cluster) {
+      cluster_queue_.insert(queue_key(l));
+    } else if (l.state == LeaseState::queued) {
       queue_.insert(queue_key(l));
       ++queued_for_[l.request.gpu];
     } else {
@@ -218,6 +227,7 @@ void Admission::restore(std::vector<Lease> kept, const std::vector<uint64_t>& al
     else if (!holder_alive)
       end_as(id, LeaseState::expired, "holder exited while vramd was down", now, actions);
   }
+  next_id_ = align_id(next_id_);
 }
 
 void Admission::end_as(uint64_t id, LeaseState state, const std::string& why, const Now& now,
@@ -228,6 +238,7 @@ void Admission::end_as(uint64_t id, LeaseState state, const std::string& why, co
   leases_.erase(it);
   if (queue_.erase(queue_key(l)) && --queued_for_[l.request.gpu] == 0)
     queued_for_.erase(l.request.gpu);
+  cluster_queue_.erase(queue_key(l));
   granted_.erase(l.id);
   l.state = state;
   l.ended_at = now.mono;
@@ -367,7 +378,7 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
       ++it;
   }
   const StatusSnapshot& status = world.ledger.status();
-  if (queue_.empty() || !status.sampled) return;
+  if (queue_.empty() || !status.sampled || claiming_) return;  // a claim has the room now
 
   std::map<unsigned, Bytes> free;
   std::map<unsigned, const GpuStatus*> gpus;
@@ -508,6 +519,167 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
     const Lease& l = leases_.at(id);
     queue_.erase(queue_key(l));
     if (--queued_for_[l.request.gpu] == 0) queued_for_.erase(l.request.gpu);
+  }
+}
+
+uint64_t Admission::align_id(uint64_t at_least) const {
+  if (id_stride_ <= 1) return at_least;
+  uint64_t base = at_least - at_least % id_stride_ + id_offset_;
+  return base >= at_least ? base : base + id_stride_;
+}
+
+void Admission::set_id_space(uint64_t stride, uint64_t offset) {
+  id_stride_ = std::max<uint64_t>(stride, 1);
+  id_offset_ = offset % id_stride_;
+  next_id_ = align_id(next_id_);
+}
+
+std::vector<uint64_t> Admission::cluster_queued(size_t limit) const {
+  std::vector<uint64_t> out;
+  for (const auto& key : cluster_queue_) {
+    if (out.size() >= limit) break;
+    out.push_back(std::get<2>(key));
+  }
+  return out;
+}
+
+std::vector<uint64_t> Admission::cluster_granted() const {
+  std::vector<uint64_t> out;
+  for (uint64_t id : granted_)
+    if (leases_.at(id).request.cluster) out.push_back(id);
+  return out;
+}
+
+ClaimContext Admission::claim_context(const World& world, const std::string& host,
+                                     MonoTime now) {
+  ClaimContext ctx;
+  ctx.host = host;
+  const StatusSnapshot& status = world.ledger.status();
+  ctx.sampled = status.sampled;
+  ctx.ram = ram_available(world.ledger.mem_available());
+  for (const auto& g : status.gpus) {
+    if (!admits_leases(g.sample)) continue;
+    if (!queue_.empty() && heads_.count(g.sample.index)) continue;  // a local lease is in line
+    ClaimGpu c;
+    c.index = g.sample.index;
+    c.free = budget(g);
+    c.total = g.sample.total;
+    size_t shown = 0;
+    std::vector<Holding> holdings = g.holdings;
+    std::stable_sort(holdings.begin(), holdings.end(),
+                     [](const Holding& a, const Holding& b) { return a.bytes > b.bytes; });
+    for (const auto& h : holdings) {
+      if (h.owner.kind == OwnerKind::baseline || h.bytes < kWorthUnloading || shown == 3) continue;
+      std::string state = to_string(h.owner.kind);
+      if (h.owner.kind == OwnerKind::service)
+        state = blocker_state(world.services.at(h.owner.name),
+                              world.config.find_service(h.owner.name), evicting(h.owner.name),
+                              now);
+      else if (h.owner.kind == OwnerKind::lease)
+        state = "granted lease";
+      c.holders += fmt::format("{}{} holds {}, {}", shown++ ? "; " : "", h.owner.name,
+                               format_size(h.bytes), state);
+    }
+    ctx.gpus.push_back(std::move(c));
+  }
+  claiming_ = true;
+  return ctx;
+}
+
+void Admission::on_cluster_synced(const ClusterSynced& e, const Now& now,
+                                  std::vector<Action>& actions) {
+  if (e.answers_claim) claiming_ = false;
+  if (!e.ok) return;
+  for (const Lease& c : e.claimed) {
+    if (!c.gpu) continue;  // a claim names its GPU; a row without one is no grant
+    auto it = leases_.find(c.id);
+    Lease* l = nullptr;
+    if (it != leases_.end()) {  // queued here: granted here
+      if (it->second.state != LeaseState::queued) continue;
+      cluster_queue_.erase(queue_key(it->second));
+      l = &it->second;
+      l->state = LeaseState::granted;
+      l->gpu = c.gpu;
+      l->granted_at = now.mono;
+      l->reason = LeaseReason{};
+    } else {
+      Lease copy = c;
+      copy.state = LeaseState::granted;
+      copy.granted_at = now.mono;
+      copy.last_heartbeat = now.mono;  // its client has one heartbeat period to find it here
+      copy.held = 0;
+      l = &leases_.emplace(copy.id, std::move(copy)).first->second;
+    }
+    granted_.insert(l->id);
+    actions.push_back(make_event(
+        now, "lease.granted", l->gpu, l->owner_name(),
+        fmt::format("lease #{} ({}) granted {} on GPU {} after {} (claimed from the shared queue)",
+                    l->id, l->owner_name(), format_size(l->request.vram), l->gpu.value_or(0),
+                    format_age(now.mono - l->requested_at))));
+  }
+  for (const MovedLease& m : e.moved) {
+    auto it = leases_.find(m.id);
+    if (it == leases_.end() || it->second.state != LeaseState::queued) continue;
+    Lease l = std::move(it->second);
+    leases_.erase(it);
+    cluster_queue_.erase(queue_key(l));
+    l.state = m.ended ? LeaseState::released : LeaseState::granted;
+    l.gpu = m.gpu;
+    l.granted_at = now.mono;
+    l.elsewhere = m.host;
+    l.reason = LeaseReason{};
+    actions.push_back(make_event(now, "lease.claimed", l.gpu, l.owner_name(),
+                                 fmt::format("lease #{} ({}) was granted on host {}", l.id,
+                                             l.owner_name(), m.host)));
+    ended_.push_back(std::move(l));
+    if (ended_.size() > kEndedKept) ended_.pop_front();
+  }
+  for (uint64_t id : e.lost) {
+    auto it = leases_.find(id);
+    if (it == leases_.end() || it->second.state != LeaseState::granted) continue;
+    Lease l = std::move(it->second);
+    leases_.erase(it);
+    granted_.erase(id);
+    l.state = LeaseState::released;
+    l.ended_at = now.mono;
+    l.end_reason = "re-queued by another host while this one was taken for lost";
+    actions.push_back(make_event(now, "lease.dropped", l.gpu, l.owner_name(),
+                                 fmt::format("lease #{} ({}) dropped here: {}", l.id,
+                                             l.owner_name(), l.end_reason)));
+    ended_.push_back(std::move(l));
+    if (ended_.size() > kEndedKept) ended_.pop_front();
+  }
+  for (const auto& [id, why] : e.releases) {
+    auto it = leases_.find(id);
+    if (it == leases_.end()) continue;
+    bool granted = it->second.state == LeaseState::granted;
+    end_as(id, granted ? LeaseState::released : LeaseState::cancelled, why, now, actions);
+  }
+  for (const auto& [id, text] : e.reasons) {
+    auto it = leases_.find(id);
+    if (it == leases_.end() || it->second.state != LeaseState::queued) continue;
+    it->second.reason.text = text;
+    it->second.reason.considered = true;
+  }
+  for (const LostHost& h : e.lost_hosts) {
+    actions.push_back(make_event(
+        now, "host.lost", std::nullopt, h.host,
+        fmt::format("host {} lost (no heartbeat): {} of its leases re-queued, {} ended", h.host,
+                    h.requeued.size(), h.ended.size())));
+    for (const Lease& r : h.requeued) {
+      actions.push_back(make_event(now, "lease.requeued", std::nullopt, r.owner_name(),
+                                   fmt::format("lease #{} ({}) re-queued: host {} was lost", r.id,
+                                               r.owner_name(), h.host)));
+      if (leases_.count(r.id)) continue;
+      Lease l = r;
+      l.last_heartbeat = now.mono;
+      cluster_queue_.insert(queue_key(l));
+      leases_.emplace(l.id, std::move(l));
+    }
+    for (const Lease& r : h.ended)
+      actions.push_back(make_event(now, "lease.host_lost", std::nullopt, r.owner_name(),
+                                   fmt::format("lease #{} ({}) ended: {}", r.id, r.owner_name(),
+                                               r.end_reason)));
   }
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/actions.h"
+#include "core/cluster.h"
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/events.h"
@@ -43,6 +44,17 @@ class Admission {
   // One admission pass: grants what fits, plans evictions for the rest and says why each waits.
   void admit(const World& world, const Now& now, std::vector<Action>& actions, Intents& intents);
   bool wants_admission() const { return !queue_.empty() || !evicting_for_.empty(); }
+
+  // Several hosts (core/cluster.h). This host's room for a claim from the shared queue; until
+  // on_cluster_synced, admit() grants nothing (the room is the claim's).
+  ClaimContext claim_context(const World& world, const std::string& host, MonoTime now);
+  void on_cluster_synced(const ClusterSynced& e, const Now& now, std::vector<Action>& actions);
+  bool claiming() const { return claiming_; }
+  // Cluster leases: the first `limit` queued here (in order), and those granted here.
+  std::vector<uint64_t> cluster_queued(size_t limit) const;
+  std::vector<uint64_t> cluster_granted() const;
+  // Ids this host gives are `offset` modulo `stride` (hosts on one store never share an id).
+  void set_id_space(uint64_t stride, uint64_t offset);
 
   // Brings back the active leases the store kept across a restart. `alive`: lease ids whose
   // holder pid still runs (same start time). `first_free_id`: the lowest id never used.
@@ -89,7 +101,12 @@ class Admission {
   Bytes budget(const GpuStatus& g) const;
   std::string group_of(const LeaseRequest& r) const;
 
+  uint64_t align_id(uint64_t at_least) const;
+
   const Config& config_;
+  std::set<QueueKey> cluster_queue_;  // cluster leases queued here: any host may claim them
+  bool claiming_ = false;
+  uint64_t id_stride_ = 1, id_offset_ = 0;
   std::map<uint64_t, Lease> leases_;                      // active, by id
   std::set<QueueKey> queue_;                              // queued ones, in admission order
   std::set<uint64_t> granted_;                            // granted ones

@@ -62,7 +62,8 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
             supervision_.on_health_checked(e, w, now, actions, intents);
           },
           [&](const RequestsInFlight& e) { services_.on_requests(e, now); },
-          [&](const ServiceDiscovered& e) { add_discovered(e.config, now, actions); }},
+          [&](const ServiceDiscovered& e) { add_discovered(e.config, now, actions); },
+          [&](const ClusterSynced& e) { admission_.on_cluster_synced(e, now, actions); }},
       event);
   route(intents, now, actions);
   // Admission after anything that may change what fits (a heartbeat changes nothing).

@@ -86,6 +86,17 @@ class Arbiter {
   // same counter).
   uint64_t next_lease_id() const { return admission_.next_id(); }
 
+  // Several hosts on one store (core/cluster.h): this host's room for a claim from the shared
+  // queue (no local grant until the ClusterSynced that answers it), the cluster leases queued
+  // (the first `limit`) and granted here, and the id space of this host's leases.
+  ClaimContext begin_claim(const std::string& host, const Now& now) {
+    return admission_.claim_context(world(), host, now.mono);
+  }
+  bool claiming() const { return admission_.claiming(); }
+  std::vector<uint64_t> cluster_queued(size_t limit) const { return admission_.cluster_queued(limit); }
+  std::vector<uint64_t> cluster_granted() const { return admission_.cluster_granted(); }
+  void set_lease_id_space(uint64_t stride, uint64_t offset) { admission_.set_id_space(stride, offset); }
+
  private:
   World world() const { return {config_, ledger_, services_, supervision_, admission_}; }
   // Hands each intent to the part that owns its state, until none is left.

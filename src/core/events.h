@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "core/config.h"
+#include "core/cluster.h"
 #include "core/lease.h"
 #include "core/model.h"
 #include "core/service_model.h"
@@ -128,6 +129,6 @@ struct ServiceDiscovered {
 using Event = std::variant<SampleTaken, ProbeDone, UnloadRequested, UnloadCallDone, LifecycleDone,
                            Tick, LeaseRequested, LeaseReleased, LeaseHeartbeat, HolderExited,
                            ServiceCommand, ChildStarted, ChildExited, HealthChecked,
-                           RequestsInFlight, ServiceDiscovered, ContainerChanged>;
+                           RequestsInFlight, ServiceDiscovered, ContainerChanged, ClusterSynced>;
 
 }  // namespace vramd

@@ -26,6 +26,14 @@ std::optional<LeaseState> parse_lease_state(std::string_view s) {
   return std::nullopt;
 }
 
+const char* to_string(OnHostLost o) { return o == OnHostLost::end ? "end" : "requeue"; }
+
+std::optional<OnHostLost> parse_on_host_lost(std::string_view s) {
+  if (s == "requeue") return OnHostLost::requeue;
+  if (s == "end") return OnHostLost::end;
+  return std::nullopt;
+}
+
 std::string Lease::owner_name() const {
   const std::string& base =
       !request.label.empty() ? request.label : !request.holder.empty() ? request.holder : "lease";

@@ -10,6 +10,14 @@
 
 namespace vramd {
 
+// What becomes of a granted lease whose host's heartbeat lapses ([daemon] host_timeout).
+enum class OnHostLost {
+  requeue,  // queued again in the shared queue, for another host to grant
+  end,      // ended ("host lost")
+};
+const char* to_string(OnHostLost o);
+std::optional<OnHostLost> parse_on_host_lost(std::string_view s);
+
 enum class LeaseState { queued, granted, released, expired, cancelled, timed_out };
 const char* to_string(LeaseState s);
 std::optional<LeaseState> parse_lease_state(std::string_view s);
@@ -31,6 +39,11 @@ struct LeaseRequest {
   // vramd's own lease for starting `service` (start admission): no holder process and no
   // heartbeat; it ends once the service is up (its memory is then its own).
   bool start = false;
+  // Several hosts on one PostgreSQL store (issue 17, core/cluster.h): a lease in the shared
+  // queue, which any host (or only `host`, when named) may claim and grant.
+  bool cluster = false;
+  std::string host;  // the host it must run on; empty: any
+  OnHostLost on_host_lost = OnHostLost::requeue;
 };
 
 // One owner in the way of a queued lease: who, how much, and what vramd does about it.
@@ -73,6 +86,9 @@ struct Lease {
   bool overuse_reported = false;
   std::optional<int> exit_status;
   std::vector<std::string> evicted;  // services unloaded or stopped to make room for it
+  // A cluster lease this host queued that another host claimed: that host (not kept in the
+  // store; this host shows the lease as granted there and asks the store for more).
+  std::string elsewhere;
 
   // Owner name of the holder's memory in holdings: "flux#7" (label, else holder, else "lease").
   std::string owner_name() const;

@@ -30,5 +30,17 @@ TEST(ConfigFile, LoadReadsFile) {
   EXPECT_EQ(c->gpu.backend, "nvml");
 }
 
+// The configs packaging ships are read by the real parser: what they say is what vramd does.
+TEST(PackagingConfig, TheKubernetesConfigParsesAndSharesTheQueueThroughTheSecret) {
+  Result<Config> c = load_config(std::string(VRAMD_SOURCE_DIR) + "/packaging/kubernetes/vramd.toml");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->daemon.listen, "0.0.0.0:7100");
+  EXPECT_EQ(c->daemon.token_file, "/etc/vramd/secret/token");
+  EXPECT_EQ(c->daemon.store_url_file, "/etc/vramd/secret/store-url");
+  EXPECT_EQ(c->daemon.state_dir, "/var/lib/vramd");
+  EXPECT_TRUE(c->daemon.host.empty());  // each node's hostname
+  EXPECT_EQ(c->gpu.backend, "nvml");
+}
+
 }  // namespace
 }  // namespace vramd

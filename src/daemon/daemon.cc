@@ -17,6 +17,7 @@
 
 #include "daemon/sampler.h"
 #include "daemon/sd_notify.h"
+#include "store/postgres_store.h"
 #include "store/stores.h"
 #include "host/docker.h"
 #include "host/proc_table.h"
@@ -134,6 +135,12 @@ Status Daemon::open_store() {
   peak_store_ = stores->peaks;
   host_store_ = stores->hosts;
   stream_.set_host(host_);
+  if (host_store_) {
+    // Leases move between hosts: each host gives ids no other host gives.
+    auto slot = host_store_->slot();
+    if (!slot) return make_error(slot.error());
+    arbiter_.set_lease_id_space(kLeaseIdStride, *slot);
+  }
   return Ok{};
 }
 
@@ -145,6 +152,7 @@ void Daemon::stop() {
   tick_timer_.cancel();
   stall_timer_.cancel();
   if (host_timer_) host_timer_->cancel();
+  if (claim_timer_) claim_timer_->cancel();
   for (auto& t : probe_timers_) t.cancel();
   for (auto& [id, w] : waiters_) w->timer.cancel();
   stream_.close();
@@ -195,6 +203,8 @@ void Daemon::apply(std::vector<Action> actions) {
       run_lifecycle(*l);
     } else if (auto* lc = std::get_if<LeaseChanged>(&a)) {
       save_lease(lc->lease);
+      // A lease for the shared queue, or room given back: claim soon rather than at the round.
+      if (lc->lease.request.cluster || !is_active(lc->lease.state)) claim_soon();
     } else if (auto* sp = std::get_if<SpawnService>(&a)) {
       // After this batch: spawning feeds the Arbiter (not from inside apply()).
       asio::post(io_, [this, name = sp->service] {
@@ -563,6 +573,19 @@ Result<uint64_t> Daemon::request_lease(LeaseRequest request) {
     request.pid_start_ticks = p->start_ticks;
     if (request.holder.empty()) request.holder = p->comm;
   }
+  // Several hosts (core/cluster.h): on a shared store a client's lease goes to the one queue,
+  // for any host or the one it names; a lease for a service is this host's.
+  if (request.host == "any") request.host.clear();
+  if (!host_store_ && !request.host.empty() && request.host != host_)
+    return make_error(fmt::format(
+        "host: this daemon's store is SQLite, which knows only this host ('{}'); a lease for host "
+        "'{}' needs a store the hosts share ([daemon] store = \"postgresql://...\")",
+        host_, request.host));
+  if (!request.service.empty() && !request.host.empty() && request.host != host_)
+    return make_error(fmt::format("host: service {} is this host's ('{}'), not '{}'",
+                                  request.service, host_, request.host));
+  request.cluster = host_store_ && request.service.empty();
+  if (!request.cluster) request.host.clear();
   uint64_t id = arbiter_.next_lease_id();  // one counter for client and start leases
   feed(LeaseRequested{id, std::move(request)});
   return id;

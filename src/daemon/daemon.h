@@ -192,10 +192,20 @@ class Daemon : public DaemonControl, public ProxyHooks {
   nlohmann::json host_snapshot() const;    // that, with services and leases (the hosts table)
   void start_host_beats();
   boost::asio::awaitable<void> host_loop();
+  // One queue across hosts (core/cluster.h): claim rounds on the store thread, every
+  // kClaimEvery and soon after a change here (claim_soon).
+  std::unique_ptr<boost::asio::steady_timer> claim_timer_;
+  bool claim_wanted_ = false;
+  boost::asio::awaitable<void> claim_loop();
+  void claim_soon();
+  void cluster_synced(ClusterSynced synced);
 
  public:
   std::string host() const override { return host_; }
   boost::asio::awaitable<Result<nlohmann::json>> hosts() override;
+  bool shared_queue() const override { return host_store_ != nullptr; }
+  boost::asio::awaitable<Result<std::optional<nlohmann::json>>> lease_elsewhere(uint64_t id) override;
+  boost::asio::awaitable<Result<bool>> release_elsewhere(uint64_t id, std::string why) override;
 
  private:
   std::map<uint64_t, std::unique_ptr<Waiter<CommandFinished>>> command_waiters_;

@@ -23,6 +23,10 @@ using asio::use_awaitable;
 namespace {
 // How often this host's heartbeat and status snapshot are written.
 constexpr auto kHostBeatEvery = std::chrono::seconds(2);
+// How often this host claims from the shared queue when nothing here asks sooner.
+constexpr auto kClaimEvery = std::chrono::milliseconds(500);
+// How many of the leases queued here have their state and reasons read each round.
+constexpr size_t kSyncedQueued = 256;
 }  // namespace
 
 nlohmann::json Daemon::status_snapshot() const {
@@ -57,22 +61,120 @@ void Daemon::start_host_beats() {
   if (!host_store_) return;
   host_timer_ = std::make_unique<asio::steady_timer>(io_);
   asio::co_spawn(io_, host_loop(), asio::detached);
+  claim_timer_ = std::make_unique<asio::steady_timer>(io_);
+  asio::co_spawn(io_, claim_loop(), asio::detached);
+}
+
+void Daemon::claim_soon() {
+  if (!claim_timer_ || claim_wanted_) return;
+  claim_wanted_ = true;
+  claim_timer_->cancel();
+}
+
+asio::awaitable<void> Daemon::claim_loop() {
+  const Duration timeout = arbiter_.config().daemon.host_timeout;
+  while (!stopping_) {
+    claim_wanted_ = false;
+    // The room is read on the loop; until the answer comes back Admission grants nothing else.
+    Now now = clock_();
+    ClaimContext ctx = arbiter_.begin_claim(host_, now);
+    std::vector<uint64_t> queued = arbiter_.cluster_queued(kSyncedQueued);
+    std::vector<uint64_t> granted, pending;
+    for (uint64_t id : arbiter_.cluster_granted())
+      if (!lease_writes_pending_.count(id)) granted.push_back(id);  // the store may not know yet
+    for (const auto& [id, n] : lease_writes_pending_) pending.push_back(id);
+    auto op = run_on(store_thread_, [store = host_store_, ctx = std::move(ctx),
+                                     queued = std::move(queued), granted = std::move(granted),
+                                     pending = std::move(pending), now, timeout] {
+      return store->sync(ctx, queued, granted, pending, now, timeout);
+    });
+    Result<ClusterSynced> r = co_await std::move(op);
+    if (stopping_) break;
+    if (r) {
+      backend_works("cluster");
+      // A round that claimed some may have left more it can take: the next one at once.
+      if (!r->claimed.empty()) claim_wanted_ = true;
+      cluster_synced(std::move(*r));
+    } else {
+      backend_failed("cluster", r.error());
+      ClusterSynced failed;
+      failed.ok = false;
+      feed(failed);  // lifts the claim's pause
+    }
+    if (claim_wanted_) continue;
+    claim_timer_->expires_after(kClaimEvery);
+    boost::system::error_code ec;
+    co_await claim_timer_->async_wait(asio::redirect_error(use_awaitable, ec));
+  }
+}
+
+void Daemon::cluster_synced(ClusterSynced synced) {
+  std::vector<uint64_t> changed;
+  for (const auto& l : synced.claimed) changed.push_back(l.id);
+  for (const auto& m : synced.moved) changed.push_back(m.id);
+  for (uint64_t id : synced.lost) changed.push_back(id);
+  feed(synced);
+  for (uint64_t id : changed) wake_lease_waiters(id);
+}
+
+asio::awaitable<Result<std::optional<nlohmann::json>>> Daemon::lease_elsewhere(uint64_t id) {
+  if (!host_store_) co_return std::optional<nlohmann::json>();
+  Now now = clock_();
+  auto op = run_on(store_thread_, [store = host_store_, id, now] { return store->find(id, now); });
+  Result<std::optional<ElsewhereLease>> r = co_await std::move(op);
+  if (!r) co_return make_error(r.error());
+  if (!*r) co_return std::optional<nlohmann::json>();
+  const ElsewhereLease& e = **r;
+  nlohmann::json j;
+  if (e.lease) {
+    j = to_json(*e.lease, arbiter_, now);
+  } else {
+    j = to_json(*e.job);
+    j["ended"] = true;
+  }
+  j["host"] = e.host;
+  j["elsewhere"] = e.host != host_;
+  co_return std::optional<nlohmann::json>(std::move(j));
+}
+
+asio::awaitable<Result<bool>> Daemon::release_elsewhere(uint64_t id, std::string why) {
+  if (!host_store_) co_return false;
+  auto op = run_on(store_thread_, [store = host_store_, id, why = std::move(why)] {
+    return store->ask_release(id, why);
+  });
+  Result<bool> r = co_await std::move(op);
+  claim_soon();
+  co_return r;
 }
 
 asio::awaitable<void> Daemon::host_loop() {
   while (!stopping_) {
     // The snapshot is taken on the loop (it reads the Arbiter), written on the store thread.
     std::string snapshot = host_snapshot().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    auto op = run_on(store_thread_, [store = host_store_, snapshot = std::move(snapshot)] {
-      return store->beat(snapshot);
+    // Then, under an advisory lock (one live host at a time), what becomes of lost hosts' leases.
+    const Duration timeout = arbiter_.config().daemon.host_timeout;
+    auto op = run_on(store_thread_, [store = host_store_, snapshot = std::move(snapshot), timeout,
+                                     now = clock_()] {
+      Status beat = store->beat(snapshot);
+      Result<std::vector<LostHost>> lost =
+          beat ? store->handle_lost_hosts(timeout, now) : Result<std::vector<LostHost>>(make_error(beat.error()));
+      return std::make_pair(beat, std::move(lost));
     });
-    Status r = co_await std::move(op);
+    auto [r, lost] = co_await std::move(op);
     if (stopping_) break;
-    if (r)
+    if (r && lost)
       backend_works("hosts");
     else
-      backend_failed("hosts", r.error());
-    host_timer_->expires_after(kHostBeatEvery);
+      backend_failed("hosts", r ? lost.error() : r.error());
+    if (lost && !lost->empty()) {
+      ClusterSynced synced;
+      synced.answers_claim = false;
+      synced.lost_hosts = std::move(*lost);
+      feed(synced);
+      claim_soon();
+    }
+    // At least three beats within host_timeout, so that a live host never reads as lost.
+    host_timer_->expires_after(std::min<Duration>(kHostBeatEvery, timeout / 3));
     boost::system::error_code ec;
     co_await host_timer_->async_wait(asio::redirect_error(use_awaitable, ec));
   }

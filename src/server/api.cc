@@ -188,7 +188,8 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
       return true;
     };
     for (auto [key, field] : {std::pair{"holder", &r.holder}, {"label", &r.label},
-                              {"service", &r.service}, {"group", &r.group}, {"command", &r.command}})
+                              {"service", &r.service}, {"group", &r.group}, {"command", &r.command},
+                              {"host", &r.host}})
       if (!text(key, *field)) co_return error(400, "bad_request", fmt::format("{}: expected a string", key));
     if (body.contains("priority")) {
       if (!body["priority"].is_number_integer() || body["priority"].get<int64_t>() < INT_MIN ||
@@ -196,6 +197,13 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
           (body["priority"].is_number_unsigned() && body["priority"].get<uint64_t>() > INT_MAX))
         co_return error(400, "bad_request", "priority: expected a whole number");
       r.priority = body["priority"].get<int>();
+    }
+    if (body.contains("on_host_lost") && !body["on_host_lost"].is_null()) {
+      auto o = body["on_host_lost"].is_string()
+                   ? parse_on_host_lost(body["on_host_lost"].get<std::string>())
+                   : std::nullopt;
+      if (!o) co_return error(400, "bad_request", "on_host_lost: expected \"requeue\" or \"end\"");
+      r.on_host_lost = *o;
     }
     if (body.contains("timeout") && !body["timeout"].is_null()) {
       auto d = body["timeout"].is_string() ? parse_duration(body["timeout"].get<std::string>())
@@ -213,10 +221,13 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     }
     if (!r.service.empty() && !arbiter.config().find_service(r.service))
       co_return error(400, "bad_request", fmt::format("service: no service named '{}'", r.service));
-    // A lease that can never fit is refused now rather than queued forever.
+    // A lease that can never fit is refused now rather than queued forever (on this host: in the
+    // shared queue another host may be larger).
+    bool shared = daemon_.shared_queue() && r.service.empty();
     Bytes largest = 0;
     bool known_gpu = !r.gpu;
-    for (const auto& g : arbiter.status().gpus) {
+    bool here_only = !shared || r.host == daemon_.host();
+    for (const auto& g : here_only ? arbiter.status().gpus : std::vector<GpuStatus>{}) {
       if (r.gpu && g.sample.index != *r.gpu) continue;
       // [issue 16: MIG] a MIG-enabled card's memory is its instances': lease one of those.
       if (r.gpu && g.sample.mig_enabled)
@@ -230,6 +241,7 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
       Bytes room = g.sample.total > arbiter.config().gpu.reserve ? g.sample.total - arbiter.config().gpu.reserve : 0;
       largest = std::max(largest, room);
     }
+    if (!here_only) known_gpu = true;
     if (arbiter.status().sampled && !known_gpu)
       co_return error(400, "bad_request", fmt::format("gpu: no GPU {}", gpu_label(*r.gpu)));
     if (arbiter.status().sampled && largest > 0 && r.vram > largest)
@@ -257,6 +269,23 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
   if (id_text.empty() || id_text.size() > 18 || id_text.find_first_not_of("0123456789") != std::string::npos)
     co_return error(404, "not_found", fmt::format("no lease '{}'", id_text));
   uint64_t id = std::stoull(id_text);
+  // Several hosts: a lease this host does not hold (granted elsewhere, or queued in another
+  // host's keeping) is read from the store; an end is asked of the host that holds it.
+  if (const Lease* mine = arbiter.lease(id);
+      daemon_.shared_queue() && action.empty() && (!mine || !mine->elsewhere.empty())) {
+    if (req.method() == http::verb::delete_) {
+      auto op = daemon_.release_elsewhere(id, "released from another host's API");
+      auto asked = co_await std::move(op);
+      if (!asked) co_return error(503, "store", asked.error());
+    } else if (!get) {
+      co_return error(405, "method_not_allowed", fmt::format("{} accepts GET and DELETE", t.path));
+    }
+    auto op = daemon_.lease_elsewhere(id);
+    auto there = co_await std::move(op);
+    if (!there) co_return error(503, "store", there.error());
+    if (*there) co_return json_reply(200, **there);
+    if (!mine) co_return error(404, "not_found", fmt::format("no lease #{}", id));
+  }
   if (!arbiter.lease(id)) {
     // Ended before a restart of vramd: its job record says how it ended.
     if (get && action.empty()) {
@@ -309,6 +338,8 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
 json Api::lease_json(const Lease& l, const Now& now) const {
   json j = to_json(l, daemon_.arbiter(), now);
   if (std::string host = daemon_.host(); !host.empty()) j["host"] = host;
+  if (!l.elsewhere.empty()) j["host"] = l.elsewhere;
+  j["elsewhere"] = !l.elsewhere.empty();
   return j;
 }
 

@@ -190,7 +190,7 @@ json to_json(const Lease& l, const Arbiter& arbiter, const Now& now) {
     // Leases far down the queue are not looked at on every pass: name the one in front.
     bool head = false;
     for (const auto& [gpu, id] : arbiter.queue_heads()) head |= id == l.id;
-    if (!head && !why.behind) {
+    if (!head && !why.behind && !r.cluster) {  // a shared lease's reason is every host's
       unsigned gpu = r.gpu.value_or(0);
       if (auto it = arbiter.queue_heads().find(gpu); it != arbiter.queue_heads().end()) {
         why.behind = it->second;
@@ -234,6 +234,9 @@ json to_json(const Lease& l, const Arbiter& arbiter, const Now& now) {
           {"group", r.group.empty() ? json(nullptr) : json(r.group)},
           {"command", r.command},
           {"start", r.start},
+          {"shared_queue", r.cluster},
+          {"host_requested", r.cluster ? json(r.host.empty() ? "any" : r.host) : json(nullptr)},
+          {"on_host_lost", to_string(r.on_host_lost)},
           {"position", opt(position)},
           {"reason", reason},
           {"requested_at", when(now, l.requested_at)},

@@ -48,7 +48,10 @@ std::string lease_to_json(const Lease& l, const Now& now) {
               {"group", r.group},
               {"wait_timeout_ms", r.wait_timeout ? json(r.wait_timeout->count()) : json(nullptr)},
               {"command", r.command},
-              {"start", r.start}}}};
+              {"start", r.start},
+              {"cluster", r.cluster},
+              {"host", r.host},
+              {"on_host_lost", to_string(r.on_host_lost)}}}};
   return j.dump();
 }
 
@@ -83,6 +86,10 @@ Result<Lease> lease_from_json(const std::string& text, const Now& now) {
       l.request.wait_timeout = Duration(r["wait_timeout_ms"].get<int64_t>());
     l.request.command = r.value("command", "");
     l.request.start = r.value("start", false);
+    l.request.cluster = r.value("cluster", false);
+    l.request.host = r.value("host", "");
+    l.request.on_host_lost =
+        parse_on_host_lost(r.value("on_host_lost", "requeue")).value_or(OnHostLost::requeue);
     return l;
   } catch (const std::exception& e) {
     return make_error(fmt::format("bad stored lease: {}", e.what()));

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <regex>
+#include <set>
 #include <stdexcept>
 
 namespace vramd {
@@ -256,8 +257,32 @@ const std::vector<std::string> kMigrations = {
     // 2: each host's heartbeat and last status snapshot (one view of every host).
     "CREATE TABLE hosts ("
     " host TEXT PRIMARY KEY, heartbeat TIMESTAMPTZ NOT NULL, status TEXT NOT NULL DEFAULT '');",
+    // 3: one queue across hosts (core/cluster.h): a lease row moves to the host that claims it;
+    // ids are unique across hosts (each host's slot); each host's reason per queued lease; when
+    // a lost host's leases were taken care of.
+    "ALTER TABLE leases ADD COLUMN cluster BOOLEAN NOT NULL DEFAULT false,"
+    " ADD COLUMN want_host TEXT, ADD COLUMN priority INTEGER NOT NULL DEFAULT 0,"
+    " ADD COLUMN qseq BIGINT, ADD COLUMN release TEXT;"
+    "CREATE SEQUENCE lease_qseq;"
+    "CREATE INDEX leases_queue ON leases (priority DESC, qseq) WHERE state = 'queued' AND cluster;"
+    "CREATE INDEX leases_by_id ON leases (id);"
+    "CREATE INDEX jobs_by_id ON jobs (id);"
+    "CREATE TABLE lease_reasons ("
+    " id BIGINT NOT NULL, host TEXT NOT NULL, text TEXT NOT NULL, PRIMARY KEY (id, host));"
+    "CREATE TABLE host_slots (host TEXT PRIMARY KEY, slot SERIAL UNIQUE);"
+    "ALTER TABLE hosts ADD COLUMN lost_at TIMESTAMPTZ;",
 };
-static_assert(kPostgresSchemaVersion == 2);
+static_assert(kPostgresSchemaVersion == 3);
+
+// A list of ids as one PostgreSQL array parameter ($1::bigint[]).
+std::string id_array(const std::vector<uint64_t>& ids) {
+  std::string out = "{";
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
+  return out + "}";
+}
+
+// Writes lease `l` (ended) as a job record of `host`, in the caller's transaction.
+void insert_job(PgConnection& c, const std::string& host, const Lease& l, const Now& now);
 
 // Brings the schema to kPostgresSchemaVersion, one transaction under an advisory lock so that
 // hosts starting together migrate once. Throws PgError.
@@ -397,17 +422,42 @@ class PgLeaseStore final : public LeaseStore {
       int64_t id = static_cast<int64_t>(l.id);
       PgTransaction tx(*c_);
       c_->exec("SET LOCAL synchronous_commit = on");  // on disk before the client hears of it
-      if (is_active(l.state)) {
-        c_->exec(
-            "INSERT INTO leases (host, id, state, data) VALUES ($1, $2, $3, $4)"
-            " ON CONFLICT (host, id) DO UPDATE SET state = excluded.state, data = excluded.data",
-            {host_, id, std::string(to_string(l.state)), lease_to_json(l, now)});
+      // The row may have moved to another host (claimed there, or re-queued while this host was
+      // taken for lost): it is that host's now. An end from here asks that host to end it.
+      PgResult where = c_->exec(
+          "SELECT host FROM leases WHERE id = $2 ORDER BY (host = $1) DESC LIMIT 1 FOR UPDATE",
+          {host_, id});
+      if (where.rows() > 0 && where.text(0, 0) != host_) {
+        if (!is_active(l.state))
+          c_->exec("UPDATE leases SET release = $3 WHERE host = $1 AND id = $2",
+                   {where.text(0, 0), id, l.end_reason.empty() ? std::string("released") : l.end_reason});
         tx.commit();
         return Ok{};
       }
-      JobRecord j = job_record(l, now);
+      if (is_active(l.state)) {
+        c_->exec(
+            "INSERT INTO leases (host, id, state, data, cluster, want_host, priority, qseq)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $5 THEN nextval('lease_qseq') END)"
+            " ON CONFLICT (host, id) DO UPDATE SET state = excluded.state, data = excluded.data",
+            {host_, id, std::string(to_string(l.state)), lease_to_json(l, now),
+             std::string(l.request.cluster ? "true" : "false"),
+             l.request.host.empty() ? Param(std::nullopt) : Param(l.request.host),
+             l.request.priority});
+        tx.commit();
+        return Ok{};
+      }
+      c_->exec("DELETE FROM lease_reasons WHERE id = $1", {id});
+      insert_job(*c_, host_, l, now);
       c_->exec("DELETE FROM leases WHERE host = $1 AND id = $2", {host_, id});
-      c_->exec(
+      tx.commit();
+      return Ok{};
+    });
+  }
+
+  static void write_job(PgConnection& c, const std::string& host, const Lease& l, const Now& now) {
+      int64_t id = static_cast<int64_t>(l.id);
+      JobRecord j = job_record(l, now);
+      c.exec(
           "INSERT INTO jobs (host, id, label, command, holder, state, gpu, vram, requested_ms,"
           " wait_ms, run_ms, peak_vram, exit_status, end_reason)"
           " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
@@ -417,14 +467,11 @@ class PgLeaseStore final : public LeaseStore {
           " wait_ms = excluded.wait_ms, run_ms = excluded.run_ms,"
           " peak_vram = excluded.peak_vram, exit_status = excluded.exit_status,"
           " end_reason = excluded.end_reason",
-          {host_, id, j.label, j.command, j.holder, std::string(to_string(j.state)), j.gpu,
+          {host, id, j.label, j.command, j.holder, std::string(to_string(j.state)), j.gpu,
            static_cast<int64_t>(j.vram), ms_of(j.requested_at),
            static_cast<int64_t>(j.wait.count()),
            j.run ? Param(static_cast<int64_t>(j.run->count())) : Param(std::nullopt),
            static_cast<int64_t>(j.peak_vram), j.exit_status, j.end_reason});
-      tx.commit();
-      return Ok{};
-    });
   }
 
   Result<std::vector<Lease>> active(const Now& now) const override {
@@ -477,6 +524,10 @@ class PgLeaseStore final : public LeaseStore {
   std::shared_ptr<PgConnection> c_;
   std::string host_;
 };
+
+void insert_job(PgConnection& c, const std::string& host, const Lease& l, const Now& now) {
+  PgLeaseStore::write_job(c, host, l, now);
+}
 
 class PgCrashStore final : public CrashStore {
  public:
@@ -570,12 +621,13 @@ Status HostStore::beat(const std::string& status_json) {
     if (status_json.empty())
       conn_->exec(
           "INSERT INTO hosts (host, heartbeat) VALUES ($1, now())"
-          " ON CONFLICT (host) DO UPDATE SET heartbeat = now()",
+          " ON CONFLICT (host) DO UPDATE SET heartbeat = now(), lost_at = NULL",
           {host_});
     else
       conn_->exec(
           "INSERT INTO hosts (host, heartbeat, status) VALUES ($1, now(), $2)"
-          " ON CONFLICT (host) DO UPDATE SET heartbeat = now(), status = excluded.status",
+          " ON CONFLICT (host) DO UPDATE SET heartbeat = now(), status = excluded.status,"
+          " lost_at = NULL",
           {host_, status_json});
     return Ok{};
   });
@@ -592,6 +644,264 @@ Result<std::vector<HostRow>> HostStore::all() const {
       out.push_back({r.text(i, 0), TimePoint(std::chrono::milliseconds(r.integer(i, 1))),
                      Duration(r.integer(i, 2)), r.text(i, 3)});
     return out;
+  });
+}
+
+Result<uint64_t> HostStore::slot() {
+  return guarded("cannot read this host's slot", [&]() -> Result<uint64_t> {
+    conn_->exec("INSERT INTO host_slots (host) VALUES ($1) ON CONFLICT (host) DO NOTHING", {host_});
+    PgResult r = conn_->exec("SELECT slot FROM host_slots WHERE host = $1", {host_});
+    int64_t slot = r.rows() ? r.integer(0, 0) : 0;
+    if (slot < 1 || static_cast<uint64_t>(slot) >= kLeaseIdStride)
+      return make_error(fmt::format("host {} has slot {}: at most {} hosts share a store", host_,
+                                    slot, kLeaseIdStride - 1));
+    return static_cast<uint64_t>(slot);
+  });
+}
+
+namespace {
+// Claimed at most this many candidates a round (the rest wait their turn, in order).
+constexpr int kClaimBatch = 256;
+
+std::string millis(Duration d) { return std::to_string(d.count()); }
+}  // namespace
+
+Result<ClusterSynced> HostStore::sync(const ClaimContext& ctx, const std::vector<uint64_t>& queued,
+                                      const std::vector<uint64_t>& granted,
+                                      const std::vector<uint64_t>& pending, const Now& now,
+                                      Duration host_timeout) {
+  return guarded("cannot claim from the shared queue", [&]() -> Result<ClusterSynced> {
+    ClusterSynced out;
+    {
+      PgTransaction tx(*conn_);
+      conn_->exec("SET LOCAL synchronous_commit = on");  // a grant is told to its client
+      PgResult r = conn_->exec(
+          "SELECT host, id, data FROM leases WHERE state = 'queued' AND cluster"
+          " AND (want_host IS NULL OR want_host = $1) ORDER BY priority DESC, qseq"
+          " LIMIT $2 FOR UPDATE SKIP LOCKED",
+          {host_, kClaimBatch});
+      std::vector<Lease> candidates;
+      std::map<uint64_t, std::string> origin;
+      for (int i = 0; i < r.rows(); ++i) {
+        auto l = lease_from_json(r.text(i, 2), now);
+        if (!l) continue;  // a damaged row is claimed by no one
+        origin[l->id] = r.text(i, 0);
+        candidates.push_back(std::move(*l));
+      }
+      ClaimDecision d = choose_claims(ctx, candidates);
+      std::map<uint64_t, unsigned> grant(d.grant.begin(), d.grant.end());
+      std::vector<uint64_t> claimed_ids;
+      for (Lease& l : candidates) {
+        auto g = grant.find(l.id);
+        if (g == grant.end()) continue;
+        l.state = LeaseState::granted;
+        l.gpu = g->second;
+        l.granted_at = now.mono;
+        l.reason = LeaseReason{};
+        if (origin[l.id] != host_) {  // its holder pid is on the host that queued it
+          l.request.pid.reset();
+          l.request.pid_start_ticks = 0;
+        }
+        // The row is locked (FOR UPDATE): the update takes it; the check is a second guard.
+        PgResult moved = conn_->exec(
+            "UPDATE leases SET host = $1, state = 'granted', data = $4, release = NULL"
+            " WHERE host = $2 AND id = $3 AND state = 'queued' RETURNING id",
+            {host_, origin[l.id], static_cast<int64_t>(l.id), lease_to_json(l, now)});
+        if (moved.rows() != 1) continue;
+        claimed_ids.push_back(l.id);
+        out.claimed.push_back(l);
+      }
+      if (!claimed_ids.empty())
+        conn_->exec("DELETE FROM lease_reasons WHERE id = ANY($1::bigint[])", {id_array(claimed_ids)});
+      for (const auto& [id, text] : d.reasons) {
+        auto it = reasons_written_.find(id);
+        if (it != reasons_written_.end() && it->second == text) continue;
+        conn_->exec(
+            "INSERT INTO lease_reasons (id, host, text) VALUES ($1, $2, $3)"
+            " ON CONFLICT (id, host) DO UPDATE SET text = excluded.text",
+            {static_cast<int64_t>(id), host_, text});
+        reasons_written_[id] = text;
+      }
+      if (reasons_written_.size() > 4 * static_cast<size_t>(kClaimBatch)) reasons_written_.clear();
+      tx.commit();
+    }
+    try {
+      read_after_claim(queued, granted, pending, now, host_timeout, out);
+    } catch (const std::exception&) {
+      // The claims are committed and answered; what else the round reads, the next one does.
+    }
+    return out;
+  });
+}
+
+void HostStore::read_after_claim(const std::vector<uint64_t>& queued,
+                                 const std::vector<uint64_t>& granted,
+                                 const std::vector<uint64_t>& pending, const Now& now,
+                                 Duration host_timeout, ClusterSynced& out) {
+  {
+    std::set<uint64_t> known(granted.begin(), granted.end());
+    known.insert(pending.begin(), pending.end());
+    known.insert(queued.begin(), queued.end());
+    for (const auto& l : out.claimed) known.insert(l.id);
+    PgResult orphans = conn_->exec(
+        "SELECT id, data FROM leases WHERE host = $1 AND state = 'granted' AND cluster", {host_});
+    for (int i = 0; i < orphans.rows(); ++i) {
+      if (known.count(static_cast<uint64_t>(orphans.integer(i, 0)))) continue;
+      if (auto l = lease_from_json(orphans.text(i, 1), now)) out.claimed.push_back(std::move(*l));
+    }
+  }
+  {
+    if (!queued.empty()) {
+      std::string ids = id_array(queued);
+      PgResult m = conn_->exec(
+          "SELECT id, host, data FROM leases WHERE id = ANY($1::bigint[]) AND host <> $2", {ids, host_});
+      for (int i = 0; i < m.rows(); ++i) {
+        MovedLease ml;
+        ml.id = static_cast<uint64_t>(m.integer(i, 0));
+        ml.host = m.text(i, 1);
+        auto l = lease_from_json(m.text(i, 2), now);
+        if (l) {
+          if (l->state == LeaseState::queued) continue;  // kept elsewhere, still queued
+          ml.gpu = l->gpu;
+        }
+        out.moved.push_back(std::move(ml));
+      }
+      PgResult e = conn_->exec(
+          "SELECT id, host, gpu FROM jobs WHERE id = ANY($1::bigint[]) AND host <> $2"
+          " AND id NOT IN (SELECT id FROM leases WHERE id = ANY($1::bigint[]))",
+          {ids, host_});
+      for (int i = 0; i < e.rows(); ++i) {
+        MovedLease ml;
+        ml.id = static_cast<uint64_t>(e.integer(i, 0));
+        ml.host = e.text(i, 1);
+        if (!e.null(i, 2)) ml.gpu = static_cast<unsigned>(e.integer(i, 2));
+        ml.ended = true;
+        out.moved.push_back(std::move(ml));
+      }
+      PgResult why = conn_->exec(
+          "SELECT r.id, r.host, r.text FROM lease_reasons r JOIN hosts h ON h.host = r.host"
+          " WHERE r.id = ANY($1::bigint[]) AND h.heartbeat > now() - $2::bigint * interval '1 millisecond'"
+          " ORDER BY r.id, r.host",
+          {ids, millis(host_timeout)});
+      for (int i = 0; i < why.rows(); ++i) {
+        std::string& text = out.reasons[static_cast<uint64_t>(why.integer(i, 0))];
+        text += (text.empty() ? "" : "; ") + why.text(i, 2);
+      }
+    }
+    if (!granted.empty()) {
+      PgResult g = conn_->exec(
+          "SELECT id FROM leases WHERE host = $1 AND state = 'granted' AND id = ANY($2::bigint[])",
+          {host_, id_array(granted)});
+      std::set<uint64_t> still;
+      for (int i = 0; i < g.rows(); ++i) still.insert(static_cast<uint64_t>(g.integer(i, 0)));
+      for (uint64_t id : granted)
+        if (!still.count(id)) out.lost.push_back(id);
+    }
+    PgResult rel = conn_->exec("SELECT id, release FROM leases WHERE host = $1 AND release IS NOT NULL",
+                               {host_});
+    for (int i = 0; i < rel.rows(); ++i)
+      out.releases.emplace_back(static_cast<uint64_t>(rel.integer(i, 0)), rel.text(i, 1));
+  }
+}
+
+Result<std::vector<LostHost>> HostStore::handle_lost_hosts(Duration host_timeout, const Now& now) {
+  return guarded("cannot look after lost hosts", [&]() -> Result<std::vector<LostHost>> {
+    std::vector<LostHost> out;
+    PgTransaction tx(*conn_);
+    conn_->exec("SET LOCAL synchronous_commit = on");
+    // One live host at a time (7101: beside the migrations' 7100); the others skip this beat.
+    PgResult lock = conn_->exec("SELECT pg_try_advisory_xact_lock(7101)");
+    if (lock.text(0, 0) != "t") return out;
+    PgResult hosts = conn_->exec(
+        "SELECT host, lost_at IS NULL FROM hosts WHERE host <> $1"
+        " AND heartbeat < now() - $2::bigint * interval '1 millisecond'",
+        {host_, millis(host_timeout)});
+    for (int h = 0; h < hosts.rows(); ++h) {
+      LostHost lost;
+      lost.host = hosts.text(h, 0);
+      bool first = hosts.text(h, 1) == "t";
+      PgResult rows = conn_->exec(
+          "SELECT id, data FROM leases WHERE host = $1 AND cluster FOR UPDATE", {lost.host});
+      for (int i = 0; i < rows.rows(); ++i) {
+        auto l = lease_from_json(rows.text(i, 1), now);
+        if (!l) continue;
+        int64_t id = rows.integer(i, 0);
+        if (l->state == LeaseState::queued) {  // its queue is kept here from now on
+          l->request.pid.reset();
+          l->request.pid_start_ticks = 0;
+          conn_->exec("UPDATE leases SET host = $1, data = $4 WHERE host = $2 AND id = $3",
+                      {host_, lost.host, id, lease_to_json(*l, now)});
+          lost.requeued.push_back(std::move(*l));
+          continue;
+        }
+        Lease after = after_host_lost(std::move(*l), lost.host, now);
+        if (after.state == LeaseState::queued) {
+          conn_->exec(
+              "UPDATE leases SET host = $1, state = 'queued', data = $4, release = NULL"
+              " WHERE host = $2 AND id = $3",
+              {host_, lost.host, id, lease_to_json(after, now)});
+          lost.requeued.push_back(std::move(after));
+        } else {
+          insert_job(*conn_, lost.host, after, now);
+          conn_->exec("DELETE FROM leases WHERE host = $1 AND id = $2", {lost.host, id});
+          lost.ended.push_back(std::move(after));
+        }
+      }
+      if (!first && lost.requeued.empty() && lost.ended.empty()) continue;
+      conn_->exec("UPDATE hosts SET lost_at = now() WHERE host = $1", {lost.host});
+      out.push_back(std::move(lost));
+    }
+    tx.commit();
+    return out;
+  });
+}
+
+Result<std::optional<ElsewhereLease>> HostStore::find(uint64_t id, const Now& now) const {
+  return guarded(fmt::format("cannot read lease {}", id),
+                 [&]() -> Result<std::optional<ElsewhereLease>> {
+    ElsewhereLease out;
+    PgResult r = conn_->exec(
+        "SELECT host, data FROM leases WHERE id = $2 ORDER BY (host = $1) DESC LIMIT 1",
+        {host_, static_cast<int64_t>(id)});
+    if (r.rows() > 0) {
+      auto l = lease_from_json(r.text(0, 1), now);
+      if (!l) return make_error(l.error());
+      out.host = r.text(0, 0);
+      out.lease = std::move(*l);
+      return std::optional<ElsewhereLease>(std::move(out));
+    }
+    PgResult j = conn_->exec(
+        fmt::format("SELECT host, {} FROM jobs WHERE id = $2 ORDER BY (host = $1) DESC LIMIT 1",
+                    kJobColumns),
+        {host_, static_cast<int64_t>(id)});
+    if (j.rows() == 0) return std::optional<ElsewhereLease>();
+    out.host = j.text(0, 0);
+    // job_from_row reads its columns from 0: read them past the host column.
+    JobRecord rec;
+    rec.id = static_cast<uint64_t>(j.integer(0, 1));
+    rec.label = j.text(0, 2);
+    rec.command = j.text(0, 3);
+    rec.holder = j.text(0, 4);
+    rec.state = parse_lease_state(j.text(0, 5)).value_or(LeaseState::released);
+    if (!j.null(0, 6)) rec.gpu = static_cast<unsigned>(j.integer(0, 6));
+    rec.vram = static_cast<Bytes>(j.integer(0, 7));
+    rec.requested_at = TimePoint(std::chrono::milliseconds(j.integer(0, 8)));
+    rec.wait = std::chrono::milliseconds(j.integer(0, 9));
+    if (!j.null(0, 10)) rec.run = std::chrono::milliseconds(j.integer(0, 10));
+    rec.peak_vram = static_cast<Bytes>(j.integer(0, 11));
+    if (!j.null(0, 12)) rec.exit_status = static_cast<int>(j.integer(0, 12));
+    rec.end_reason = j.text(0, 13);
+    out.job = std::move(rec);
+    return std::optional<ElsewhereLease>(std::move(out));
+  });
+}
+
+Result<bool> HostStore::ask_release(uint64_t id, const std::string& why) {
+  return guarded(fmt::format("cannot end lease {}", id), [&]() -> Result<bool> {
+    PgResult r = conn_->exec(
+        "UPDATE leases SET release = $3 WHERE id = $1 AND host <> $2 RETURNING host",
+        {static_cast<int64_t>(id), host_, why});
+    return r.rows() > 0;
   });
 }
 

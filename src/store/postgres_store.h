@@ -7,18 +7,20 @@
 // acknowledged before it lands). Blocking: the daemon calls it from its store thread.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/cluster.h"
 #include "core/result.h"
 #include "store/stores.h"
 
 namespace vramd {
 
 // The schema version this binary writes and knows (migrations 1..kPostgresSchemaVersion).
-inline constexpr int kPostgresSchemaVersion = 2;
+inline constexpr int kPostgresSchemaVersion = 3;
 
 // One row of the hosts table: a host's heartbeat and its last status snapshot (JSON).
 struct HostRow {
@@ -36,7 +38,15 @@ class PgConnection;
 Result<Stores> open_postgres_stores(const std::string& url, const std::string& host,
                                     int64_t events_retention);
 
-// The hosts table: heartbeats and status snapshots (store/postgres_store.cc).
+// A lease as another host holds it (or held it), read for this host's API.
+struct ElsewhereLease {
+  std::string host;
+  std::optional<Lease> lease;    // still active there
+  std::optional<JobRecord> job;  // ended there
+};
+
+// The hosts table (heartbeats and status snapshots) and the shared queue of several hosts
+// (core/cluster.h): claims, the liveness of hosts, leases held elsewhere.
 class HostStore {
  public:
   HostStore(std::shared_ptr<PgConnection> conn, std::string host);
@@ -45,10 +55,43 @@ class HostStore {
   // Every host's row, by name.
   Result<std::vector<HostRow>> all() const;
 
+  // This host's slot (1..1023): its lease ids are slot modulo kLeaseIdStride, so that no two
+  // hosts give one id.
+  Result<uint64_t> slot();
+  // One claim round: in one transaction, the first queued cluster leases this host may take
+  // (SELECT ... FOR UPDATE SKIP LOCKED, priority then FIFO across the cluster), those
+  // choose_claims grants moved to this host as granted; then what became of the leases this
+  // host queued (`queued`: claimed elsewhere?) and granted (`granted`: still its own?), releases
+  // asked from other hosts, and every live host's reason for the queued ones.
+  // `pending`: leases whose last write has not landed (neither checked nor taken up). A lease
+  // the store has as granted here that this host does not know (a claim whose commit answered
+  // with an error but landed) is taken up as claimed. After the claim commits, a failing read
+  // leaves the rest to the next round: the claims are answered anyway.
+  Result<ClusterSynced> sync(const ClaimContext& ctx, const std::vector<uint64_t>& queued,
+                             const std::vector<uint64_t>& granted,
+                             const std::vector<uint64_t>& pending, const Now& now,
+                             Duration host_timeout);
+  // Hosts whose heartbeat is older than `host_timeout`: under an advisory lock (one live host
+  // does it), their granted cluster leases re-queued or ended (after_host_lost) and their
+  // queued ones kept by this host. Empty when another host holds the lock or none is lost.
+  Result<std::vector<LostHost>> handle_lost_hosts(Duration host_timeout, const Now& now);
+  // Lease `id` wherever it is (this host's first); nullopt when no host has it.
+  Result<std::optional<ElsewhereLease>> find(uint64_t id, const Now& now) const;
+  // Asks the host that holds lease `id` (not this one) to end it; false when none holds it.
+  Result<bool> ask_release(uint64_t id, const std::string& why);
+
  private:
+  void read_after_claim(const std::vector<uint64_t>& queued, const std::vector<uint64_t>& granted,
+                        const std::vector<uint64_t>& pending, const Now& now,
+                        Duration host_timeout, ClusterSynced& out);
+
   std::shared_ptr<PgConnection> conn_;
   std::string host_;
+  std::map<uint64_t, std::string> reasons_written_;  // this host's last reason per lease
 };
+
+// Hosts on one store number leases in steps of this (a host's slot is the remainder).
+inline constexpr uint64_t kLeaseIdStride = 1024;
 
 // `url` with any password replaced by "***" (for messages and logs).
 std::string redact_url(const std::string& url);

@@ -4,6 +4,9 @@
 
 #include <fstream>
 #include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
 
 #include <SQLiteCpp/SQLiteCpp.h>
 #include <fmt/format.h>
@@ -314,13 +317,101 @@ TEST_F(PostgresStore, HostsHeartbeatAndTheirLastStatusIsReadByAll) {
 
 TEST_F(PostgresStore, AnOlderSchemaIsMigratedAtOpen) {
   { ASSERT_TRUE(open("gpu1").hosts); }
-  // A database as version 1 left it: no hosts table.
-  pg_->psql(db_, "DROP TABLE hosts; DELETE FROM vramd_schema WHERE version = 2");
+  // A database as version 1 left it: no hosts table, no shared queue.
+  pg_->psql(db_,
+            "DROP TABLE hosts; DROP TABLE lease_reasons; DROP TABLE host_slots;"
+            " DROP INDEX leases_by_id; DROP INDEX jobs_by_id; DROP SEQUENCE lease_qseq;"
+            " ALTER TABLE leases DROP COLUMN cluster, DROP COLUMN want_host, DROP COLUMN priority,"
+            " DROP COLUMN qseq, DROP COLUMN release;"
+            " DELETE FROM vramd_schema WHERE version >= 2");
   Stores s = open("gpu1");
   ASSERT_TRUE(s.hosts);
   EXPECT_TRUE(s.hosts->beat("{}").ok());
   EXPECT_EQ(pg_->psql(db_, "SELECT string_agg(version::text, ',' ORDER BY version) FROM vramd_schema"),
-            "1,2");
+            "1,2,3");
+}
+
+// The shared queue's claim (HostStore::sync): three hosts claiming at once from 300 queued leases,
+// each with room for all, take each lease exactly once; priority then FIFO order is kept; a host
+// whose granted lease was re-queued while it was taken for lost finds it no longer its own.
+TEST_F(PostgresStore, ThreeHostsClaimingAtOnceNeverTakeOneLeaseTwice) {
+  Now now(MonoTime(std::chrono::hours(5)), TimePoint(std::chrono::hours(400000)));
+  Stores origin = open("gpu1");
+  for (uint64_t id = 1; id <= 300; ++id) {
+    Lease l = lease(id, LeaseState::queued, now);
+    l.request.cluster = true;
+    l.request.priority = 0;
+    l.request.vram = 1 * MiB;
+    ASSERT_TRUE(origin.leases->save(l, now).ok());
+  }
+  std::vector<Stores> hosts = {open("gpu1"), open("gpu2"), open("gpu3")};
+  std::mutex mu;
+  std::map<uint64_t, std::vector<std::string>> claimed;
+  std::vector<std::thread> threads;
+  for (size_t h = 0; h < hosts.size(); ++h)
+    threads.emplace_back([&, h] {
+      ClaimContext ctx;
+      ctx.host = fmt::format("gpu{}", h + 1);
+      ctx.sampled = true;
+      ctx.gpus.push_back({0, 1000 * GiB, 1000 * GiB, ""});  // room for every lease
+      std::vector<uint64_t> mine;  // granted here, as the daemon would pass them
+      for (int round = 0; round < 40; ++round) {
+        auto r = hosts[h].hosts->sync(ctx, {}, mine, {}, now, std::chrono::seconds(30));
+        ASSERT_TRUE(r.ok()) << r.error();
+        EXPECT_TRUE(r->lost.empty());
+        std::lock_guard lock(mu);
+        for (const auto& l : r->claimed) {
+          claimed[l.id].push_back(ctx.host);
+          mine.push_back(l.id);
+        }
+      }
+    });
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(claimed.size(), 300u);
+  for (const auto& [id, by] : claimed) EXPECT_EQ(by.size(), 1u) << "lease " << id << " claimed twice";
+  EXPECT_EQ(pg_->psql(db_, "SELECT COUNT(*) FROM leases WHERE state = 'granted'"), "300");
+  EXPECT_EQ(pg_->psql(db_, "SELECT COUNT(DISTINCT id) FROM leases"), "300");
+
+  // Order: a higher priority first, then FIFO; a lease too big for the room holds the line.
+  Stores q = open("gpu4");
+  for (uint64_t id : {1001, 1002, 1003}) {
+    Lease l = lease(id, LeaseState::queued, now);
+    l.request.cluster = true;
+    l.request.priority = id == 1003 ? 5 : 0;
+    l.request.vram = id == 1001 ? 10 * GiB : 1 * GiB;
+    ASSERT_TRUE(q.leases->save(l, now).ok());
+  }
+  ClaimContext small;
+  small.host = "gpu4";
+  small.sampled = true;
+  small.gpus.push_back({0, 2 * GiB, 24 * GiB, ""});
+  ASSERT_TRUE(q.hosts->beat("").ok());  // a live host: its reasons count
+  auto r = q.hosts->sync(small, {1001, 1002, 1003}, {}, {}, now, std::chrono::seconds(30));
+  ASSERT_TRUE(r.ok()) << r.error();
+  ASSERT_EQ(r->claimed.size(), 1u);
+  EXPECT_EQ(r->claimed[0].id, 1003u);  // priority 5 first; 1001 (10 GiB) then holds the line
+  EXPECT_NE(r->reasons[1001].find("gpu4: needs 10.0 GiB"), std::string::npos)
+      << (r->reasons.count(1001) ? r->reasons[1001] : "no reason");
+
+  // gpu4's grant is re-queued by another host (as after a lost heartbeat): no longer its own.
+  pg_->psql(db_, "UPDATE leases SET host = 'gpu1', state = 'queued' WHERE id = 1003");
+  auto again = q.hosts->sync(ClaimContext{}, {}, {1003}, {}, now, std::chrono::seconds(30));
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(again->lost, std::vector<uint64_t>{1003});
+
+  // A claim whose commit landed though its answer was an error: the next round takes it up.
+  pg_->psql(db_,
+            "UPDATE leases SET state = 'granted', data = jsonb_set(jsonb_set(data::jsonb, '{state}',"
+            " to_jsonb('granted'::text)), '{gpu}', to_jsonb(0))::text WHERE id = 1002");
+  auto orphan = q.hosts->sync(ClaimContext{}, {}, {}, {}, now, std::chrono::seconds(30));
+  ASSERT_TRUE(orphan.ok()) << orphan.error();
+  ASSERT_EQ(orphan->claimed.size(), 1u);
+  EXPECT_EQ(orphan->claimed[0].id, 1002u);
+  EXPECT_EQ(orphan->claimed[0].state, LeaseState::granted);
+  EXPECT_EQ(orphan->claimed[0].gpu, 0u);
+  auto known = q.hosts->sync(ClaimContext{}, {}, {1002}, {}, now, std::chrono::seconds(30));
+  ASSERT_TRUE(known.ok()) << known.error();
+  EXPECT_TRUE(known->claimed.empty());
 }
 
 TEST_F(PostgresStore, AServerRestartFailsACallAndTheNextOneConnectsAgain) {

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/lease.h"
 #include "core/units.h"
 #include "server/target.h"
 
@@ -23,6 +24,8 @@ void values(std::string_view v) {
     (void)vramd::format_age(*d);
   }
   if (auto t = vramd::parse_rfc3339(v)) (void)vramd::format_rfc3339(*t);
+  // A lease's on_host_lost (several hosts): what parses prints back as itself.
+  if (auto o = vramd::parse_on_host_lost(v); o && v != vramd::to_string(*o)) __builtin_trap();
 }
 
 }  // namespace

@@ -40,8 +40,9 @@ TEST(PostgresE2E, ThreeHostsOnOneDatabaseEachSeeAllThreeAndALostOne) {
   for (DaemonFixture* f : {&a, &b, &c}) f->start("");
   EXPECT_EQ(a.status()["host"], "gpu1");
   EXPECT_EQ(c.status()["host"], "gpu3");
-  // A lease names the host that holds it; events too.
-  auto r = http_request({b.url}, "POST", "/v1/leases", json{{"vram", "1GiB"}}.dump(), 5000);
+  // A lease names the host that holds it; events too (this one may be granted only on gpu2).
+  auto r = http_request({b.url}, "POST", "/v1/leases",
+                        json{{"vram", "1GiB"}, {"host", "gpu2"}}.dump(), 5000);
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(r->status, 201u) << r->body;
   EXPECT_EQ(json::parse(r->body)["host"], "gpu2");
