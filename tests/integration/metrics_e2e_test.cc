@@ -42,9 +42,13 @@ TEST(MetricsE2E, FamiliesFiguresAndAnUnloadAreInTheExposition) {
   DaemonFixture f;
   FakeService comfy(f, "comfyui", {"--model-bytes", "16GiB"});
   f.start(fmt::format("[services.comfyui]\nkind = \"comfyui\"\nurl = \"{}\"\n", comfy.url()));
+  // Memory comes with a sample and the service's state with its probe: wait for both (on a
+  // loaded machine the first probe can land after the first samples).
   ASSERT_TRUE(eventually([&] {
-    auto v = value(scrape(f), R"(vramd_owner_memory_bytes{gpu="0",owner="comfyui",kind="service",source="process"})");
-    return v && *v == static_cast<double>(16 * GiB);
+    std::string text = scrape(f);
+    auto v = value(text, R"(vramd_owner_memory_bytes{gpu="0",owner="comfyui",kind="service",source="process"})");
+    return v && *v == static_cast<double>(16 * GiB) &&
+           value(text, R"(vramd_service_state{service="comfyui",state="up"})") == 1.0;
   })) << scrape(f) << f.log();
 
   std::string before = scrape(f);
