@@ -73,6 +73,13 @@ struct Options {
 constexpr Bytes kTotal = 24 * GiB;
 constexpr Bytes kBaseline = 400 * MiB;  // used with no process: the daemon's baseline
 constexpr Bytes kWorker = 512 * MiB;    // the managed service's model
+// How soon a restarted daemon must serve: 1 s is the release binary's promise; a sanitizer's
+// runtime alone makes a start several times slower.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr double kServeLimitMs = 5000;
+#else
+constexpr double kServeLimitMs = 1000;
+#endif
 
 std::string build_dir() { return VRAMD_BUILD_DIR; }
 
@@ -551,8 +558,9 @@ int main(int argc, char** argv) {
   std::sort(serve_ms.begin(), serve_ms.end());
   double serve_max = serve_ms.empty() ? 0 : serve_ms.back();
   double serve_median = serve_ms.empty() ? 0 : serve_ms[serve_ms.size() / 2];
-  if (serve_max > 1000)
-    w.violation(fmt::format("a restart took {:.0f} ms to serve (> 1 s)", serve_max));
+  if (serve_max > kServeLimitMs)
+    w.violation(fmt::format("a restart took {:.0f} ms to serve (> {:.0f} ms)", serve_max,
+                            kServeLimitMs));
   json figures = {{"seed", w.opt.seed},
                   {"clients", w.opt.clients},
                   {"leases", w.opt.leases},
