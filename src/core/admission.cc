@@ -611,7 +611,7 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const Now& now,
       l = &leases_.emplace(copy.id, std::move(copy)).first->second;
     }
     granted_.insert(l->id);
-    actions.push_back(make_event(
+    actions.emplace_back(make_event(
         now, "lease.granted", l->gpu, l->owner_name(),
         fmt::format("lease #{} ({}) granted {} on GPU {} after {} (claimed from the shared queue)",
                     l->id, l->owner_name(), format_size(l->request.vram), l->gpu.value_or(0),
@@ -628,9 +628,9 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const Now& now,
     l.granted_at = now.mono;
     l.elsewhere = m.host;
     l.reason = LeaseReason{};
-    actions.push_back(make_event(now, "lease.claimed", l.gpu, l.owner_name(),
-                                 fmt::format("lease #{} ({}) was granted on host {}", l.id,
-                                             l.owner_name(), m.host)));
+    actions.emplace_back(make_event(
+        now, "lease.claimed", l.gpu, l.owner_name(),
+        fmt::format("lease #{} ({}) was granted on host {}", l.id, l.owner_name(), m.host)));
     ended_.push_back(std::move(l));
     if (ended_.size() > kEndedKept) ended_.pop_front();
   }
@@ -643,9 +643,9 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const Now& now,
     l.state = LeaseState::released;
     l.ended_at = now.mono;
     l.end_reason = "re-queued by another host while this one was taken for lost";
-    actions.push_back(make_event(now, "lease.dropped", l.gpu, l.owner_name(),
-                                 fmt::format("lease #{} ({}) dropped here: {}", l.id,
-                                             l.owner_name(), l.end_reason)));
+    actions.emplace_back(make_event(
+        now, "lease.dropped", l.gpu, l.owner_name(),
+        fmt::format("lease #{} ({}) dropped here: {}", l.id, l.owner_name(), l.end_reason)));
     ended_.push_back(std::move(l));
     if (ended_.size() > kEndedKept) ended_.pop_front();
   }
@@ -662,14 +662,14 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const Now& now,
     it->second.reason.considered = true;
   }
   for (const LostHost& h : e.lost_hosts) {
-    actions.push_back(make_event(
-        now, "host.lost", std::nullopt, h.host,
-        fmt::format("host {} lost (no heartbeat): {} of its leases re-queued, {} ended", h.host,
-                    h.requeued.size(), h.ended.size())));
+    actions.emplace_back(
+        make_event(now, "host.lost", std::nullopt, h.host,
+                   fmt::format("host {} lost (no heartbeat): {} of its leases re-queued, {} ended",
+                               h.host, h.requeued.size(), h.ended.size())));
     for (const Lease& r : h.requeued) {
-      actions.push_back(make_event(now, "lease.requeued", std::nullopt, r.owner_name(),
-                                   fmt::format("lease #{} ({}) re-queued: host {} was lost", r.id,
-                                               r.owner_name(), h.host)));
+      actions.emplace_back(make_event(
+          now, "lease.requeued", std::nullopt, r.owner_name(),
+          fmt::format("lease #{} ({}) re-queued: host {} was lost", r.id, r.owner_name(), h.host)));
       if (leases_.count(r.id)) continue;
       Lease l = r;
       l.last_heartbeat = now.mono;
@@ -677,9 +677,9 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const Now& now,
       leases_.emplace(l.id, std::move(l));
     }
     for (const Lease& r : h.ended)
-      actions.push_back(make_event(now, "lease.host_lost", std::nullopt, r.owner_name(),
-                                   fmt::format("lease #{} ({}) ended: {}", r.id, r.owner_name(),
-                                               r.end_reason)));
+      actions.emplace_back(
+          make_event(now, "lease.host_lost", std::nullopt, r.owner_name(),
+                     fmt::format("lease #{} ({}) ended: {}", r.id, r.owner_name(), r.end_reason)));
   }
 }
 
