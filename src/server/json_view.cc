@@ -167,7 +167,14 @@ json to_json(const ServiceStatus& s, const Now& now) {
                                        {"restart_at", time(s.managed->restart_at)},
                                        {"start_lease", opt(s.managed->start_lease)},
                                        {"docker_restart_policy",
-                                        s.managed->docker_restart_policy.empty()
+                                        s.managed->docker_restart_policy.empty() ||
+                                                s.control == Control::unit
+                                            ? json(nullptr)
+                                            : json(s.managed->docker_restart_policy)},
+                                       // A unit's Restart= (systemd restarts it, not vramd).
+                                       {"systemd_restart",
+                                        s.managed->docker_restart_policy.empty() ||
+                                                s.control != Control::unit
                                             ? json(nullptr)
                                             : json(s.managed->docker_restart_policy)}}
                                 : json(nullptr)}};
