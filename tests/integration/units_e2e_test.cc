@@ -262,10 +262,9 @@ TEST(UnitsE2E, AKillIsSeenAsAnExitFromTheUnitsState) {
   EXPECT_EQ(sd.show("comfyui.service", "ActiveState"), "failed");  // vramd left it down
 }
 
-TEST(UnitsE2E, ASystemctlThatFailsIsAFaultNotAStuckState) {
+TEST(UnitsE2E, AStartSystemdRefusesIsAFailureWithItsReason) {
   DaemonFixture f;
   FakeSystemd sd(f);
-  f.daemon_toml += "";
   f.start(fmt::format("[services.comfy]\nkind = \"comfyui\"\nurl = \"http://127.0.0.1:{}\"\n"
                       "match = {{ unit = \"comfyui.service\" }}\n",
                       free_port()));
@@ -277,6 +276,28 @@ TEST(UnitsE2E, ASystemctlThatFailsIsAFaultNotAStuckState) {
   EXPECT_NE((r.out + r.err).find("Unit comfyui.service not found"), std::string::npos)
       << r.out << r.err;
   EXPECT_EQ(process_of(f, "comfy").value("state", ""), "failed");
+}
+
+TEST(UnitsE2E, UserUnitsAreAskedOfTheUsersManager) {
+  DaemonFixture f;
+  FakeSystemd sd(f);
+  f.daemon_toml += "systemd_user = true\n";
+  int port = free_port();
+  sd.unit("comfyui.service", server_unit(f, port));
+  f.start(fmt::format("[services.comfy]\nkind = \"comfyui\"\nurl = \"http://127.0.0.1:{}\"\n"
+                      "match = {{ unit = \"comfyui.service\" }}\n",
+                      port));
+  auto r = run_cli({"start", "comfy", "--wait", "--url", f.url}, {}, f.dir);
+  ASSERT_EQ(r.code, 0) << r.out << r.err << f.log();
+  EXPECT_TRUE(eventually([&] { return held(f, "comfy") == 8 * GiB; })) << f.log();
+  json logs = get(f, "/v1/services/comfy/logs?lines=5");
+  EXPECT_NE(logs["lines"].dump().find(fmt::format("ready {}", port)), std::string::npos)
+      << logs.dump(2);
+  std::string calls = sd.calls();
+  EXPECT_NE(calls.find("systemctl --user start -- comfyui.service"), std::string::npos) << calls;
+  EXPECT_NE(calls.find("systemctl --user show -p "), std::string::npos) << calls;
+  EXPECT_NE(calls.find("journalctl --user -u comfyui.service"), std::string::npos) << calls;
+  EXPECT_EQ(calls.find("systemctl show"), std::string::npos) << calls;  // never the system's
 }
 
 TEST(UnitsE2E, NoSystemctlIsAFaultThatTheStatusShows) {
