@@ -35,7 +35,12 @@ class FakeSystemd {
       while (std::getline(in, line)) {
         int pid = 0;
         if (line.starts_with("ManagerPID=")) pid = std::atoi(line.c_str() + 11);
-        if (pid > 1) ::kill(-pid, SIGKILL);  // its session: the manager and the unit's process
+        if (pid <= 1) continue;
+        // Its process group (the session the fake systemctl made; the manager is not its
+        // leader): the manager and the unit's processes.
+        pid_t group = ::getpgid(pid);
+        if (group > 1) ::kill(-group, SIGKILL);
+        ::kill(pid, SIGKILL);
       }
     }
   }
