@@ -10,12 +10,13 @@ DEB_PACKAGES := g++ cmake ninja-build pkg-config libboost1.74-dev nlohmann-json3
   libtomlplusplus-dev libsqlitecpp-dev libsqlite3-dev libspdlog-dev libfmt-dev libcli11-dev \
   libgtest-dev libgmock-dev googletest libbenchmark-dev \
   nodejs npm chromium prometheus libfaketime docker.io busybox-static libpq-dev postgresql ccache \
-  python3-yaml
+  python3-yaml podman
 # nodejs + npm: the build fetches the dashboard's uPlot and the browser tests' playwright-core
 # (pinned in package-lock.json files). chromium: the browser tests. prometheus: promtool checks
 # /metrics. libfaketime: a test steps the daemon's wall clock. docker.io + busybox-static: the
 # container tests (tests/docker/) start a private dockerd and import a busybox rootfs as their
-# image. libpq-dev: the PostgreSQL store; postgresql: its tests start a private server (initdb,
+# image; podman: the same tests over a private `podman system service` (ctest podman_e2e).
+# libpq-dev: the PostgreSQL store; postgresql: its tests start a private server (initdb,
 # postgres). python3-yaml: the check of the Kubernetes manifests. ccache: rebuilds in the several
 # build folders (release, ASan, TSan, fuzz) and in CI's clean clones cost little. An npm that
 # came with another nodejs package (NodeSource's provides it) counts.

@@ -19,6 +19,7 @@
 #include "daemon/config_file.h"
 #include "daemon/daemon.h"
 #include "daemon/sampler.h"
+#include "host/docker_engine.h"
 #include "host/linux_host_scanner.h"
 #include "server/json_view.h"
 
@@ -95,9 +96,15 @@ int watch_status(const DaemonClient& client, const StatusOptions& o) {
 }  // namespace
 
 Result<Config> load_cli_config(const CommonOptions& opts) {
-  if (!opts.config_path.empty()) return load_config(opts.config_path);
-  if (std::filesystem::exists(kDefaultConfig)) return load_config(kDefaultConfig);
-  return Config{};
+  Result<Config> c = !opts.config_path.empty()                ? load_config(opts.config_path)
+                     : std::filesystem::exists(kDefaultConfig) ? load_config(kDefaultConfig)
+                                                               : Result<Config>(Config{});
+  // No docker_socket in the file: Docker's, else Podman's (rootless, then rootful).
+  if (c && !c->daemon.docker_socket_given) {
+    const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+    c->daemon.docker_socket = find_engine_socket(xdg ? xdg : "");
+  }
+  return c;
 }
 
 DaemonAddress daemon_address(const CommonOptions& opts, const Config& config) {

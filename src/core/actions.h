@@ -78,8 +78,9 @@ struct SignalService {
 struct CheckHealth {
   std::string service;
 };
-// A managed child or a container died unexpectedly: keep its log tail and diagnose it (the
-// shell reads the log: the child's file, or the container's logs from the engine).
+// A managed child, a container or a unit died unexpectedly: keep its log tail and diagnose it
+// (the shell reads the log: the child's file, the container's logs from the engine, the unit's
+// from the journal).
 struct RecordCrash {
   std::string service;
   int pid = 0;
@@ -90,6 +91,7 @@ struct RecordCrash {
   std::vector<std::pair<std::string, Bytes>>
       gpu_holders;  // who held GPU memory then, largest first
   std::string container;  // a container's exit: its logs come from the engine, by this name
+  std::string unit;       // a unit's exit: its logs come from the journal, by this name
   bool oom = false;       // the engine says the kernel killed it for memory
 };
 // A start/stop/restart request has its outcome.

@@ -108,6 +108,7 @@ void Arbiter::on_sample(const SampleTaken& s, const Now& now, std::vector<Action
                         Intents& intents) {
   OwnerHints hints;
   hints.managed = supervision_.children();
+  hints.unit_pids = supervision_.unit_main_pids();
   hints.lease_pids = admission_.granted_holder_pids();
   ledger_.on_sample(s, hints, services_.self_reports(), now, actions);
   const World w = world();

@@ -152,7 +152,7 @@ const std::vector<std::string> kShutdownActions = {"leave", "stop"};
 const std::vector<std::string> kDaemonKeys = {
     "listen",     "state_dir",     "sample_interval", "token",
     "token_file", "docker_socket", "probe_interval",  "events_retention", "lease_heartbeat",
-    "discover",   "discover_unload", "discover_interval",
+    "discover",   "discover_unload", "discover_interval", "systemctl", "journalctl", "systemd_user",
     "store",      "store_url_file", "host",          "host_timeout"};
 const std::vector<std::string> kGpuKeys = {"backend", "baseline", "residual_tolerance", "reserve"};
 const std::vector<std::string> kBackends = {"auto", "nvml", "nvidia-smi"};
@@ -433,7 +433,16 @@ class ConfigParser {
         if (auto s = string_value(node, field, /*allow_empty=*/false)) out.token_file = *s;
         token_file = &node;
       } else if (k == "docker_socket") {
-        if (auto s = string_value(node, field, /*allow_empty=*/false)) out.docker_socket = *s;
+        if (auto s = string_value(node, field, /*allow_empty=*/false)) {
+          out.docker_socket = *s;
+          out.docker_socket_given = true;
+        }
+      } else if (k == "systemctl") {
+        if (auto s = string_value(node, field, /*allow_empty=*/false)) out.systemctl = *s;
+      } else if (k == "journalctl") {
+        if (auto s = string_value(node, field, /*allow_empty=*/false)) out.journalctl = *s;
+      } else if (k == "systemd_user") {
+        if (auto b = bool_value(node, field)) out.systemd_user = *b;
       } else if (k == "probe_interval") {
         if (auto d = duration_value(node, field)) {
           if (*d < kMinSampleInterval) {

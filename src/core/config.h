@@ -107,7 +107,15 @@ struct DaemonConfig {
   Duration sample_interval = std::chrono::seconds(1);
   std::string token;
   std::string token_file;
+  // The container engine's API socket (Docker, or Podman's Docker-compatible one). Empty in the
+  // file: the shell finds one (daemon/config_file.cc: find_engine_socket).
   std::string docker_socket = "/var/run/docker.sock";
+  bool docker_socket_given = false;  // set in the file (else the shell may look for Podman's)
+  // Units (match.unit): the tools, by path or looked up in PATH; `systemd_user`: the user's
+  // manager (`systemctl --user`, `journalctl --user`) instead of the system's.
+  std::string systemctl = "systemctl";
+  std::string journalctl = "journalctl";
+  bool systemd_user = false;
   Duration probe_interval = std::chrono::seconds(2);  // how often each service is probed
   std::int64_t events_retention = 10000;              // events kept in the store
   // A lease without a holder pid ends when no request about it came for this long.

@@ -51,17 +51,27 @@ struct LifecycleDone {
 };
 // What the container engine says about the container of `service` (matched by
 // match.container): from its /events stream (a die, with its exit code), or from a list or
-// inspect when that stream (re)connects (a state read: died = false).
+// inspect when that stream (re)connects (a state read: died = false). The same for a unit
+// (match.unit): systemd's word, from its state polled (supervisor/unit_watch.h): a run that
+// ended is a die with ExecMainStatus (an exit code, or the signal that killed it).
 struct ContainerChanged {
   std::string service;
   bool running = false;
-  bool died = false;  // it exited (a die event)
+  bool died = false;  // it exited (a die event; a unit's run ended)
   std::optional<int> exit_code;
-  bool oom = false;  // the kernel killed it for memory (an oom event, State.OOMKilled)
+  bool oom = false;  // the kernel killed it for memory (an oom event, State.OOMKilled, oom-kill)
   // HostConfig.RestartPolicy.Name: "no" (or ""), "always", "unless-stopped", "on-failure".
+  // A unit: its Restart= ("no", "always", "on-success", "on-failure", "on-abnormal",
+  // "on-abort", "on-watchdog").
   std::string restart_policy;
   int restart_max = 0;    // on-failure's MaximumRetryCount (0: no limit)
-  int restart_count = 0;  // RestartCount: Docker's restarts of it so far
+  int restart_count = 0;  // RestartCount: Docker's restarts of it so far (a unit: NRestarts)
+  // Units only: the signal that ended the run (ExecMainCode killed or dumped), systemd's
+  // Result= ("success", "exit-code", "signal", "core-dump", "timeout", "watchdog", "oom-kill",
+  // ...), and its MainPID while it runs (0 when none).
+  std::optional<int> signal;
+  std::string result;
+  int main_pid = 0;
 };
 // Time passes: the shell sends one at Arbiter::next_deadline() (and may send more), so deadlines
 // fire even when no sample arrives.

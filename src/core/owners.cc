@@ -105,6 +105,8 @@ std::unordered_map<int, ResolvedOwner> OwnerResolver::resolve(const HostSnapshot
 
   for (const auto& [service, pid] : hints.managed)
     name_pid(pid, 0, {OwnerKind::service, service}, "started by vramd");
+  for (const auto& [service, pid] : hints.unit_pids)
+    name_pid(pid, 1, {OwnerKind::service, service}, "MainPID of its unit");
   for (const auto& [lease, pid] : hints.lease_pids)
     name_pid(pid, 2, {OwnerKind::lease, lease}, "lease holder");
 

@@ -18,6 +18,9 @@ namespace vramd {
 struct OwnerHints {
   std::vector<std::pair<std::string, int>> managed;     // (service, root pid vramd started)
   std::vector<std::pair<std::string, int>> lease_pids;  // (lease id, holder pid)
+  // (service, MainPID systemd gives its unit): its tree is the unit's even where the cgroup
+  // does not say so (a unit inside a container, a cgroup vramd cannot read)
+  std::vector<std::pair<std::string, int>> unit_pids;
 };
 
 // An owner and the evidence that named it ("match cmdline", "port 8188", "container comfyui").

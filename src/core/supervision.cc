@@ -54,7 +54,9 @@ Supervision::Supervision(const Config& config) : config_(config) {
     if (!svc.start.empty())
       managed_[svc.name] = ManagedState{};
     else if (!svc.match.container.empty())
-      containers_[svc.name] = ContainerState{};
+      containers_[svc.name] = ContainerState{Control::container, svc.match.container};
+    else if (!svc.match.unit.empty())
+      containers_[svc.name] = ContainerState{Control::unit, svc.match.unit};
 }
 
 const ManagedState* Supervision::find(const std::string& service) const {
@@ -68,6 +70,13 @@ std::vector<std::pair<std::string, int>> Supervision::children() const {
   std::vector<std::pair<std::string, int>> out;
   for (const auto& [name, m] : managed_)
     if (m.pid) out.emplace_back(name, *m.pid);
+  return out;
+}
+
+std::vector<std::pair<std::string, int>> Supervision::unit_main_pids() const {
+  std::vector<std::pair<std::string, int>> out;
+  for (const auto& [name, c] : containers_)
+    if (c.via == Control::unit && c.m.pid) out.emplace_back(name, *c.m.pid);
   return out;
 }
 

@@ -4,7 +4,8 @@
 // exclusive groups. Containers (match.container, no `start`) the same way through their engine
 // (core/supervision_containers.cc): start, stop with stop_timeout, restart, health, restarts per
 // policy unless Docker's own restart policy restarts them, crash records from their exits. Units
-// are handed to systemctl.
+// (match.unit, no `start`) by the same code through systemd: its state read for their exits,
+// its Restart= respected as Docker's policy is.
 #pragma once
 
 #include <map>
@@ -53,7 +54,7 @@ class Supervision {
   void verify_stops(const World& world, const Now& now, std::vector<Action>& actions);
   // A container's engine did a start, stop or restart that Lifecycle asked for.
   void on_lifecycle_done(const LifecycleDone& e, const Now& now, std::vector<Action>& actions);
-  // The engine says a container runs, or died.
+  // The engine (or systemd) says a container (a unit) runs, or died.
   void on_container_changed(const ContainerChanged& e, const World& world, const Now& now,
                             std::vector<Action>& actions);
 
@@ -61,6 +62,8 @@ class Supervision {
   const ManagedState* find(const std::string& service) const;
   // (service, root pid) of every child: the ledger names their processes' memory.
   std::vector<std::pair<std::string, int>> children() const;
+  // (service, MainPID) of every unit systemd says runs.
+  std::vector<std::pair<std::string, int>> unit_main_pids() const;
   // The earliest moment a deadline of supervise falls due; nullopt when none.
   std::optional<MonoTime> next_deadline() const;
 
@@ -79,12 +82,18 @@ class Supervision {
   void verify_stop(const std::string& service, ManagedState& m, const World& world, const Now& now,
                    std::vector<Action>& actions);
 
-  // A container: its phase as vramd last saw or asked for it, kept in a ManagedState (pid
-  // unset: the engine runs it).
+  // A container or a unit: its phase as vramd last saw or asked for it, kept in a ManagedState
+  // (pid: a unit's MainPID; unset for a container: the engine runs it).
   struct ContainerState {
+    Control via = Control::container;  // container | unit
+    std::string target;                // match.container, or match.unit
     ManagedState m;
     bool known = false;      // the engine has told its state at least once
     int expected_exits = 0;  // stops and restarts vramd asked for whose die has not come yet
+    // The stop under way was counted in expected_exits (it was up, or not known yet). A unit's
+    // die comes from a state read, maybe after systemctl's answer: a stop that was not counted
+    // must not take the count of one that was.
+    bool stop_counted = false;
   };
   void container_command(const std::string& service, ContainerState& c, Command action,
                          uint64_t request_id, const World& world, const Now& now,
@@ -96,7 +105,7 @@ class Supervision {
 
   const Config& config_;
   std::map<std::string, ManagedState> managed_;      // services with `start`, by name
-  std::map<std::string, ContainerState> containers_;  // match.container without `start`
+  std::map<std::string, ContainerState> containers_;  // match.container or .unit, no `start`
 };
 
 }  // namespace vramd

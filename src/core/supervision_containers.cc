@@ -1,11 +1,14 @@
-// Supervision of containers (match.container, no `start`): the engine runs them, vramd decides.
+// Supervision of containers (match.container, no `start`) and of units (match.unit, no
+// `start`): the engine (systemd) runs them, vramd decides; one code for both.
 // Starts, stops (with stop_timeout) and restarts are Lifecycle actions; their answers
 // (LifecycleDone) and the engine's own word (ContainerChanged: running, or a die with its exit
 // code) move the phase. A die that vramd did not ask for is a crash (RecordCrash: the shell reads
 // the container's logs); it is restarted per the service's `restart` policy, with backoff and
-// max_restarts, unless Docker's own restart policy already brings it back. Health as for the
+// max_restarts, unless Docker's own restart policy (a unit's Restart=) already brings it back. Health as for the
 // processes vramd runs: health_failures failed checks in a row restart it. A stop is verified
 // against the GPU holdings before a waiting client hears "stopped".
+#include <csignal>
+
 #include <fmt/format.h>
 
 #include "core/ledger.h"
@@ -25,6 +28,36 @@ bool docker_restarts(const ContainerChanged& e, const std::string& policy, bool 
   return policy == "on-failure" && failure && (e.restart_max == 0 || e.restart_count < e.restart_max);
 }
 
+// systemd.service(5), Restart=: which ends of a run systemd restarts, by the run's Result=
+// (derived from the exit when systemd did not say). A stop that systemctl asked for is never
+// restarted, and is an expected exit here.
+std::string unit_result(const ContainerChanged& e) {
+  if (!e.result.empty()) return e.result;
+  if (e.oom) return "oom-kill";
+  if (e.signal) {
+    int s = *e.signal;
+    return s == SIGHUP || s == SIGINT || s == SIGTERM || s == SIGPIPE ? "success" : "signal";
+  }
+  if (!e.exit_code) return "unknown";  // a run that ended and was restarted between two reads
+  return *e.exit_code != 0 ? "exit-code" : "success";
+}
+
+bool systemd_restarts(const std::string& result, const std::string& policy) {
+  if (result == "start-limit-hit") return false;  // systemd gave up on it
+  if (policy == "always") return true;
+  if (policy == "on-success") return result == "success";
+  if (policy == "on-failure") return result != "success";
+  if (policy == "on-abnormal") return result != "success" && result != "exit-code";
+  if (policy == "on-abort") return result == "signal" || result == "core-dump";
+  if (policy == "on-watchdog") return result == "watchdog";
+  return false;  // "no", or unknown
+}
+
+// "container comfyui", "unit comfyui.service".
+std::string what(Control via, const std::string& target) {
+  return fmt::format("{} {}", via == Control::unit ? "unit" : "container", target);
+}
+
 }  // namespace
 
 void Supervision::container_command(const std::string& service, ContainerState& c, Command action,
@@ -34,14 +67,14 @@ void Supervision::container_command(const std::string& service, ContainerState& 
   ManagedState& m = c.m;
   bool up = m.state == ManagedPhase::running || m.state == ManagedPhase::starting;
   auto ask = [&](Command a) {
-    actions.emplace_back(
-        Lifecycle{service, a, Control::container, cfg->match.container, cfg->stop_timeout});
+    actions.push_back(Lifecycle{service, a, c.via, c.target, cfg->stop_timeout});
   };
   if (action == Command::stop) {
     m.restart_at.reset();
     if (request_id) m.waiting.emplace_back(request_id, Command::stop);
     if (m.state == ManagedPhase::stopping) return;  // one stop at a time: wait with it
-    if (up || !c.known) ++c.expected_exits;
+    c.stop_counted = up || !c.known;
+    if (c.stop_counted) ++c.expected_exits;
     m.state = ManagedPhase::stopping;
     m.stop_sent_at = now.mono;
     m.stop_requested_at = now.mono;
@@ -85,7 +118,7 @@ void Supervision::on_lifecycle_done(const LifecycleDone& e, const Now& now,
   }
   if (e.action == Command::stop) {
     if (!e.changed) {
-      if (c.expected_exits > 0) --c.expected_exits;  // no die will come
+      if (c.stop_counted && c.expected_exits > 0) --c.expected_exits;  // no die will come
       m.state = ManagedPhase::stopped;
       c.known = true;
       finish_waiters(m, Command::stop, true, fmt::format("{} was not running", e.service),
@@ -122,6 +155,13 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
   if (!e.restart_policy.empty()) m.docker_restart_policy = e.restart_policy;
   bool first = !c.known;
   c.known = true;
+  const bool unit = c.via == Control::unit;
+  const std::string label = what(c.via, c.target);
+  if (unit && e.main_pid > 0) {
+    m.pid = e.main_pid;  // its memory is the unit's (OwnerHints::unit_pids)
+  } else if (unit && !e.running && m.state != ManagedPhase::stopping && !m.verify_until) {
+    m.pid.reset();  // kept while a stop is verified: its memory must go
+  }
 
   if (!e.died) {
     if (e.running) {
@@ -140,9 +180,8 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
         m.health_failures = 0;
         m.health_in_flight = false;
         m.next_health = now.mono;
-        actions.emplace_back(make_event(
-            now, "service.started", std::nullopt, e.service,
-            fmt::format("{} (container {}) runs again", e.service, cfg->match.container)));
+        actions.push_back(make_event(now, "service.started", std::nullopt, e.service,
+                                     fmt::format("{} ({}) runs again", e.service, label)));
       }
     } else if (m.state != ManagedPhase::stopping && m.state != ManagedPhase::backoff &&
                m.state != ManagedPhase::failed) {
@@ -153,37 +192,46 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
   }
 
   m.last_exit_code = e.exit_code;
-  m.last_signal.reset();
+  m.last_signal = e.signal;
   m.last_exit_at = now.mono;
   if (c.expected_exits > 0) {  // a stop or restart vramd asked for
     --c.expected_exits;
     return;
   }
-  bool failure = e.oom || !e.exit_code || *e.exit_code != 0;
+  const std::string result = unit ? unit_result(e) : "";
+  bool failure = unit ? result != "success" : e.oom || !e.exit_code || *e.exit_code != 0;
   std::string how = e.oom ? fmt::format("was killed for memory (OOM), status {}",
                                         e.exit_code.value_or(-1))
-                          : exit_text(e.exit_code, std::nullopt);
+                          : exit_text(e.exit_code, e.signal);
+  if (unit && result == "unknown")
+    how = "ended, and systemd started it again before vramd read how (NRestarts grew)";
+  else if (unit && result != "success" && result != "exit-code" && result != "signal" &&
+           result != "oom-kill")
+    how += fmt::format(" (systemd: {})", result);  // timeout, watchdog, core-dump, ...
   if (failure)
-    actions.emplace_back(RecordCrash{e.service, 0, e.exit_code, std::nullopt, now.wall,
-                                     e.oom ? "the kernel killed it for memory (OOM)" : "",
-                                     world.ledger.holders(kHeld), cfg->match.container, e.oom});
-  actions.emplace_back(
-      make_event(now, failure ? "service.crashed" : "service.exited", std::nullopt, e.service,
-                 fmt::format("{} (container {}) {}", e.service, cfg->match.container, how)));
+    actions.push_back(RecordCrash{e.service, 0, e.exit_code, e.signal, now.wall,
+                                  e.oom ? "the kernel killed it for memory (OOM)" : "",
+                                  world.ledger.holders(kHeld), unit ? "" : c.target,
+                                  unit ? c.target : "", e.oom});
+  actions.push_back(make_event(now, failure ? "service.crashed" : "service.exited", std::nullopt,
+                               e.service, fmt::format("{} ({}) {}", e.service, label, how)));
   finish_waiters(m, std::nullopt, false, fmt::format("{} {}", e.service, how), actions);
   m.health_in_flight = false;
   m.healthy_since.reset();
 
-  if (docker_restarts(e, m.docker_restart_policy, failure)) {
-    // Docker brings it back itself: vramd does not fight its policy (a second start would race
-    // Docker's own); its start is seen as a state read.
+  if (unit ? systemd_restarts(result, m.docker_restart_policy)
+           : docker_restarts(e, m.docker_restart_policy, failure)) {
+    // Docker (systemd) brings it back itself: vramd does not fight its policy (a second start
+    // would race its own); its start is seen as a state read.
     m.state = ManagedPhase::stopped;
-    m.reason = fmt::format("{}; Docker restarts it (restart policy {})", how,
-                           m.docker_restart_policy);
-    actions.emplace_back(
-        make_event(now, "service.docker_restarts", std::nullopt, e.service,
-                   fmt::format("{} {}: Docker restarts it (restart: {}), not vramd", e.service, how,
-                               m.docker_restart_policy)));
+    const char* by = unit ? "systemd" : "Docker";
+    m.reason = fmt::format("{}; {} restarts it ({} {})", how, by,
+                           unit ? "Restart=" : "restart policy", m.docker_restart_policy);
+    actions.push_back(make_event(
+        now, unit ? "service.systemd_restarts" : "service.docker_restarts", std::nullopt,
+        e.service,
+        fmt::format("{} {}: {} restarts it ({}{}), not vramd", e.service, how, by,
+                    unit ? "Restart=" : "restart: ", m.docker_restart_policy)));
     return;
   }
   std::string policy = cfg->restart;
@@ -228,9 +276,9 @@ void Supervision::container_health(const HealthChecked& e, ContainerState& c, co
     m.reason.clear();
     m.next_health = now.mono + cfg->health_interval;
     std::string took = m.started_at ? format_age(now.mono - *m.started_at) : "?";
-    actions.emplace_back(make_event(
-        now, "service.healthy", std::nullopt, e.service,
-        fmt::format("{} (container {}) is up after {}", e.service, cfg->match.container, took)));
+    actions.push_back(make_event(now, "service.healthy", std::nullopt, e.service,
+                                 fmt::format("{} ({}) is up after {}", e.service,
+                                             what(c.via, c.target), took)));
     finish_waiters(m, Command::start, true, fmt::format("{} is up after {}", e.service, took),
                    actions);
     return;
@@ -240,8 +288,10 @@ void Supervision::container_health(const HealthChecked& e, ContainerState& c, co
   std::string why =
       fmt::format("failed {} health checks in a row (last: {})", m.health_failures, e.message);
   // A failure whatever its exit: recorded now, the restart counted against max_restarts.
-  actions.emplace_back(RecordCrash{e.service, 0, std::nullopt, std::nullopt, now.wall, why,
-                                   world.ledger.holders(kHeld), cfg->match.container, false});
+  const bool unit = c.via == Control::unit;
+  actions.push_back(RecordCrash{e.service, 0, std::nullopt, std::nullopt, now.wall, why,
+                                world.ledger.holders(kHeld), unit ? "" : c.target,
+                                unit ? c.target : "", false});
   if (restart_over_limit(m, *cfg, now)) {
     m.state = ManagedPhase::failed;
     m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
@@ -257,8 +307,7 @@ void Supervision::container_health(const HealthChecked& e, ContainerState& c, co
   m.state = ManagedPhase::stopping;
   m.stop_sent_at = now.mono;
   m.reason = why;
-  actions.emplace_back(Lifecycle{e.service, Command::restart, Control::container,
-                                 cfg->match.container, cfg->stop_timeout});
+  actions.push_back(Lifecycle{e.service, Command::restart, c.via, c.target, cfg->stop_timeout});
 }
 
 void Supervision::container_tick(const World& world, const Now& now,
@@ -272,11 +321,10 @@ void Supervision::container_tick(const World& world, const Now& now,
       ++m.restart_count;
       m.state = ManagedPhase::starting;
       m.started_at = now.mono;
-      actions.emplace_back(
-          make_event(now, "service.restarting", std::nullopt, name,
-                     fmt::format("starting {} (container {}) again", name, cfg->match.container)));
-      actions.emplace_back(Lifecycle{name, Command::start, Control::container, cfg->match.container,
-                                     cfg->stop_timeout});
+      actions.push_back(make_event(now, "service.restarting", std::nullopt, name,
+                                   fmt::format("starting {} ({}) again", name,
+                                               what(c.via, c.target))));
+      actions.push_back(Lifecycle{name, Command::start, c.via, c.target, cfg->stop_timeout});
       continue;
     }
     if (m.state == ManagedPhase::starting && m.started_at &&

@@ -55,7 +55,8 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
                   ? std::move(world.runner)
                   : make_local_process_runner(io, worker_, arbiter_.config().daemon.state_dir)),
       lifecycle_(world.lifecycle ? std::move(world.lifecycle)
-                                 : make_lifecycle_backend(arbiter_.config().daemon.docker_socket)),
+                                 : make_lifecycle_backend(arbiter_.config().daemon.docker_socket,
+                                                          systemd_tools(arbiter_.config()))),
       sample_timer_(io),
       tick_timer_(io),
       stream_(io),
@@ -115,6 +116,7 @@ Status Daemon::start() {
   if (cfg.daemon.discovers(!cfg.services.empty())) asio::co_spawn(io_, discover_loop(), asio::detached);
   runner_->adopt(cfg.services);
   start_container_watch();
+  start_unit_watch();
   sd_notify("READY=1\nSTATUS=sampling GPUs; API on " + cfg.daemon.listen);  // Type=notify
   if (auto interval = sd_watchdog_interval()) asio::co_spawn(io_, watchdog_loop(*interval), asio::detached);
   return Ok{};
@@ -157,6 +159,7 @@ void Daemon::stop() {
   for (auto& [id, w] : waiters_) w->timer.cancel();
   stream_.close();
   container_watch_.reset();  // joins its thread
+  unit_watch_.reset();
   for (auto& [id, t] : lease_waiters_) t->cancel();
   for (auto& [id, w] : command_waiters_) w->timer.cancel();
   // Managed children outlive vramd unless on_shutdown = "stop" (they are adopted again).

@@ -34,6 +34,7 @@
 #include "store/peak_store.h"
 #include "store/stores.h"
 #include "supervisor/container_watch.h"
+#include "supervisor/unit_watch.h"
 #include "supervisor/lifecycle.h"
 #include "supervisor/process_runner.h"
 
@@ -41,6 +42,11 @@ namespace vramd {
 
 // The Daemon's world, handed in at construction: what it reads and what it acts through. Tests
 // (and fault injection) hand in their own; nullptr parts get the real ones.
+// How the daemon reaches systemd ([daemon] systemctl, journalctl, systemd_user).
+inline SystemdTools systemd_tools(const Config& c) {
+  return SystemdTools{c.daemon.systemctl, c.daemon.journalctl, c.daemon.systemd_user};
+}
+
 struct DaemonWorld {
   std::unique_ptr<GpuReader> reader;
   std::unique_ptr<HostScanner> scanner;
@@ -158,6 +164,13 @@ class Daemon : public DaemonControl, public ProxyHooks {
   void record_crash(const RecordCrash& crash);
   // Containers (daemon_containers.cc): the engine's events on a thread of their own.
   void start_container_watch();
+  void start_unit_watch();
+  // A unit's journal: the last `lines` (after: the realtime µs of the last line already read).
+  boost::asio::awaitable<Result<LogPage>> read_unit_log(std::string unit, size_t lines,
+                                                        std::optional<uint64_t> after) override;
+  // A unit's output up to its exit (from the journal), or one line saying why not.
+  static std::vector<std::string> unit_crash_log(const SystemdTools& tools,
+                                                 const RecordCrash& crash);
   boost::asio::awaitable<Result<LogPage>> read_container_log(std::string container, size_t lines,
                                                              std::optional<uint64_t> after) override;
   // A container's output before its exit (from the engine), or one line saying why not.
@@ -226,6 +239,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   std::unique_ptr<ProcessRunner> runner_;
   std::unique_ptr<LifecycleBackend> lifecycle_;
   std::unique_ptr<ContainerWatch> container_watch_;  // when any service is a container
+  std::unique_ptr<UnitWatch> unit_watch_;            // when any service is a unit
   boost::asio::thread_pool store_thread_{1};
   boost::asio::steady_timer sample_timer_;
   boost::asio::steady_timer tick_timer_;

@@ -59,12 +59,15 @@ void Daemon::record_crash(const RecordCrash& crash) {
   for (const auto& r : arbiter_.config().crash_rules)
     rules.push_back({r.signature, r.title, r.pattern, r.requires_pattern, r.explanation, r.suggestion});
   // Reading the log and the kernel's and diagnosing: the worker; storing: the store thread.
-  asio::post(worker_, [this, crash, log, rules, socket = arbiter_.config().daemon.docker_socket] {
+  asio::post(worker_, [this, crash, log, rules, socket = arbiter_.config().daemon.docker_socket,
+                       tools = systemd_tools(arbiter_.config())] {
     CrashInput in;
     // Only what this run printed: an older run's error must not be blamed for this crash.
-    std::vector<std::string> run = crash.container.empty() ? boot_lines(log, 1'000'000)
-                                                           : container_crash_log(socket, crash);
-    if (run.empty() && crash.container.empty()) run = log_tail(log, kCrashLogLines);
+    bool ours = crash.container.empty() && crash.unit.empty();
+    std::vector<std::string> run = !crash.container.empty() ? container_crash_log(socket, crash)
+                                   : !crash.unit.empty()    ? unit_crash_log(tools, crash)
+                                                            : boot_lines(log, 1'000'000);
+    if (run.empty() && ours) run = log_tail(log, kCrashLogLines);
     in.boot_log.assign(run.begin(), run.begin() + static_cast<long>(std::min<size_t>(run.size(), 2000)));
     in.log_tail.assign(run.end() - static_cast<long>(std::min(run.size(), kCrashLogLines)), run.end());
     in.exit_code = crash.exit_code;

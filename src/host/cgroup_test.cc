@@ -84,6 +84,24 @@ TEST(CgroupTest, PodmanRootless) {
   EXPECT_EQ(c.unit, "");  // user@1000.service is not its direct parent
 }
 
+TEST(CgroupTest, PodmanRootlessWithoutTheContainerLeafAndItsConmon) {
+  auto c = parse_fixture("v2-podman-rootless-noleaf.txt");
+  expect_container(c, "podman", "3bea85fdd51c1f2ac73955707d6782ed6ac6db85890c38ff9924d5dfcb706e25");
+  auto conmon = parse_fixture("v2-podman-rootless-conmon.txt");
+  EXPECT_EQ(conmon.kind, Kind::unit);
+  EXPECT_EQ(conmon.container_id, "");
+}
+
+// Podman 4.3 with `--cgroup-manager cgroupfs` (no systemd), as it ran on this project's build
+// machine: the container under /libpod_parent/libpod-<id> in every hierarchy, conmon beside it.
+TEST(CgroupTest, PodmanCgroupfsManagerHybrid) {
+  auto c = parse_fixture("hybrid-podman-cgroupfs.txt");
+  expect_container(c, "podman", "2a801fce2850105459408eaa4ca40aea886b447283c4c157ab42765624728472");
+  auto conmon = parse_fixture("hybrid-podman-cgroupfs-conmon.txt");
+  EXPECT_NE(conmon.kind, Kind::container);
+  EXPECT_EQ(conmon.container_id, "");
+}
+
 TEST(CgroupTest, PodmanQuadletRecordsUnit) {
   auto c = parse_fixture("v2-podman-quadlet.txt");
   expect_container(c, "podman", "979846c862efe3f4b8c4040609f0f74ede03b72c11829de0051590c36439cfaf");

@@ -1,6 +1,7 @@
 #include "host/docker_engine.h"
 
 #include <poll.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -17,6 +18,21 @@
 #include "host/docker.h"
 
 namespace vramd {
+
+std::vector<std::string> engine_socket_candidates(const std::string& xdg_runtime_dir) {
+  std::vector<std::string> out = {"/run/docker.sock", "/var/run/docker.sock"};
+  if (!xdg_runtime_dir.empty()) out.push_back(xdg_runtime_dir + "/podman/podman.sock");
+  out.emplace_back("/run/podman/podman.sock");
+  return out;
+}
+
+std::string find_engine_socket(const std::string& xdg_runtime_dir) {
+  for (const auto& path : engine_socket_candidates(xdg_runtime_dir)) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return path;
+  }
+  return "/var/run/docker.sock";
+}
 
 namespace {
 
@@ -274,10 +290,12 @@ Result<std::vector<StampedLine>> container_log_since(const std::string& socket_p
                                                      const std::string& container, size_t tail,
                                                      uint64_t after_ns,
                                                      std::chrono::milliseconds timeout) {
+  constexpr uint64_t kSecond = 1'000'000'000ull;
   std::string query = "&timestamps=1";
   if (after_ns > 0) {
-    uint64_t since = after_ns + 1;  // `since` includes its own moment
-    query += fmt::format("&since={}.{:09}", since / 1'000'000'000ull, since % 1'000'000'000ull);
+    // From the start of its second (`since` includes its moment; Podman reads whole seconds):
+    // what is not after after_ns is left out below.
+    query += fmt::format("&since={}", after_ns / kSecond);
   } else {
     query += fmt::format("&tail={}", tail);
   }
@@ -285,6 +303,7 @@ Result<std::vector<StampedLine>> container_log_since(const std::string& socket_p
   if (!fetched) return make_error(fetched.error());
   std::vector<std::string>& lines = *fetched;
   std::vector<StampedLine> out;
+  uint64_t second = 0, nth = 0;  // lines so far stamped on the whole second `second`
   for (auto& l : lines) {
     size_t space = l.find(' ');
     auto ns = parse_docker_timestamp(std::string_view(l).substr(0, space));
@@ -292,7 +311,14 @@ Result<std::vector<StampedLine>> container_log_since(const std::string& socket_p
       out.push_back({out.empty() ? after_ns : out.back().ns, std::move(l)});
       continue;
     }
-    out.push_back({*ns, space == std::string::npos ? std::string() : l.substr(space + 1)});
+    uint64_t stamp = *ns;
+    if (stamp % kSecond == 0) {  // whole seconds (Podman 4): numbered within the second
+      nth = stamp == second ? nth + 1 : 0;
+      second = stamp;
+      stamp += nth;
+    }
+    if (after_ns > 0 && stamp <= after_ns) continue;  // read already
+    out.push_back({stamp, space == std::string::npos ? std::string() : l.substr(space + 1)});
   }
   return out;
 }

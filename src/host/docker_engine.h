@@ -17,6 +17,15 @@
 
 namespace vramd {
 
+// Where the container engine's API socket may be, in the order looked at: Docker's
+// (`/run/docker.sock`, `/var/run/docker.sock`), rootless Podman's
+// (`$XDG_RUNTIME_DIR/podman/podman.sock`, when `xdg_runtime_dir` is not empty), rootful
+// Podman's (`/run/podman/podman.sock`, which speaks the same API).
+std::vector<std::string> engine_socket_candidates(const std::string& xdg_runtime_dir);
+// The first of those that is a socket here; none: `/var/run/docker.sock` (so that what fails
+// later names the usual place).
+std::string find_engine_socket(const std::string& xdg_runtime_dir);
+
 // GET /containers/{id}/json, the parts vramd uses.
 struct ContainerInspect {
   std::string id;
@@ -86,6 +95,10 @@ std::optional<uint64_t> parse_docker_timestamp(std::string_view text);
 
 // A container's output with the engine's timestamps: the last `tail` lines, or (after_ns > 0)
 // every line stamped after after_ns. Each line's stamp is kept, to ask for what follows it.
+// Podman 4's Docker-compatible logs stamp whole seconds only (and its `since` is whole
+// seconds): a line stamped on a whole second is numbered within it (second + 0, 1, 2 ... ns) so
+// that lines of one second are told apart; a `tail` that begins inside a second numbers from
+// there, so the first page may repeat lines of that second once.
 struct StampedLine {
   uint64_t ns = 0;
   std::string text;

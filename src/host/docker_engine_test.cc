@@ -2,6 +2,13 @@
 // byte by byte, and logs with and without the 8-byte stream headers.
 #include "host/docker_engine.h"
 
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+
 #include <gtest/gtest.h>
 
 namespace vramd {
@@ -114,6 +121,50 @@ TEST(DockerEngine, LogsWithATtyAreRawLines) {
   ASSERT_TRUE(demux.feed("ee", lines).ok());
   ASSERT_TRUE(demux.finish(lines).ok());
   EXPECT_EQ(lines, (std::vector<std::string>{"one", "two", "three"}));
+}
+
+}  // namespace
+}  // namespace vramd
+
+namespace vramd {
+namespace {
+
+TEST(EngineSocket, DockerFirstThenRootlessThenRootfulPodman) {
+  EXPECT_EQ(engine_socket_candidates("/run/user/1000"),
+            (std::vector<std::string>{"/run/docker.sock", "/var/run/docker.sock",
+                                      "/run/user/1000/podman/podman.sock",
+                                      "/run/podman/podman.sock"}));
+  EXPECT_EQ(engine_socket_candidates("").size(), 3u);  // no XDG_RUNTIME_DIR: no rootless one
+}
+
+TEST(EngineSocket, FindsARootlessPodmanSocket) {
+  char tmpl[] = "/tmp/vramd-xdg-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string xdg = tmpl;
+  ASSERT_EQ(::mkdir((xdg + "/podman").c_str(), 0700), 0);
+  std::string path = xdg + "/podman/podman.sock";
+  // What Docker's places hold on this machine decides what comes first.
+  auto is_socket = [](const std::string& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+  };
+  std::string docker = is_socket("/run/docker.sock")       ? "/run/docker.sock"
+                       : is_socket("/var/run/docker.sock") ? "/var/run/docker.sock"
+                                                           : "";
+  std::string none = is_socket("/run/podman/podman.sock") ? "/run/podman/podman.sock"
+                                                          : "/var/run/docker.sock";
+  EXPECT_EQ(find_engine_socket(xdg), docker.empty() ? none : docker);  // no socket there yet
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_EQ(find_engine_socket(xdg), docker.empty() ? path : docker);
+  ::close(fd);
+  ::unlink(path.c_str());
+  ::rmdir((xdg + "/podman").c_str());
+  ::rmdir(xdg.c_str());
 }
 
 }  // namespace

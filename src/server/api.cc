@@ -445,6 +445,16 @@ boost::asio::awaitable<HttpResponse> Api::logs(const std::string& service, const
                 {"container", cfg->match.container}};
     co_return json_reply(200, out);
   }
+  // A unit's output is the journal's (its offsets are the entries' realtime µs).
+  if (cfg && cfg->start.empty() && cfg->match.container.empty() && !cfg->match.unit.empty()) {
+    auto from_journal = daemon_.read_unit_log(cfg->match.unit, lines, after);
+    Result<LogPage> got = co_await std::move(from_journal);
+    if (!got)
+      co_return error(502, "backend_failed",
+                      fmt::format("journal of unit {}: {}", cfg->match.unit, got.error()));
+    json out = {{"lines", std::move(got->lines)}, {"offset", got->offset}, {"unit", cfg->match.unit}};
+    co_return json_reply(200, out);
+  }
   // Up to 20 MiB of log: read on the worker, not on the event loop.
   auto read = daemon_.read_log(path, lines, after);  // GCC 12: no temporaries inside co_await
   LogPage page = co_await std::move(read);

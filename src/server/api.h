@@ -91,6 +91,9 @@ class DaemonControl {
   virtual boost::asio::awaitable<Result<LogPage>> read_container_log(std::string container,
                                                                      size_t lines,
                                                                      std::optional<uint64_t> after) = 0;
+  // A unit's output from the journal: the same, the offset the realtime µs of the last entry.
+  virtual boost::asio::awaitable<Result<LogPage>> read_unit_log(std::string unit, size_t lines,
+                                                                std::optional<uint64_t> after) = 0;
   // Counters for /metrics since the daemon started.
   virtual const MetricsCounters& metrics() const = 0;
 };

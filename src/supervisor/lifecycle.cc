@@ -1,10 +1,5 @@
 #include "supervisor/lifecycle.h"
 
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
-#include <csignal>
-
 #include <fmt/format.h>
 
 #include "host/docker.h"
@@ -13,42 +8,31 @@ namespace vramd {
 
 namespace {
 
-// `systemctl ACTION UNIT`, waited for up to a minute. Runs on a worker thread.
-std::pair<bool, std::string> run_systemctl(const std::string& action, const std::string& unit) {
-  pid_t pid = fork();
-  if (pid < 0) return {false, "fork failed"};
-  if (pid == 0) {
-    if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)  // none of vramd's sockets and files
-      for (int fd = 3; fd < 65536; ++fd) close(fd);
-    execlp("systemctl", "systemctl", action.c_str(), unit.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  for (int i = 0; i < 600; ++i) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        return {true, fmt::format("systemctl {} {}", action, unit)};
-      return {false, fmt::format("systemctl {} {} exited with {}", action, unit,
-                                 WIFEXITED(status) ? WEXITSTATUS(status) : -1)};
-    }
-    usleep(100'000);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  return {false, fmt::format("systemctl {} {} did not finish in 60 s", action, unit)};
-}
-
 class LocalLifecycle final : public LifecycleBackend {
  public:
-  explicit LocalLifecycle(std::string docker_socket) : socket_(std::move(docker_socket)) {}
+  LocalLifecycle(std::string docker_socket, SystemdTools tools)
+      : socket_(std::move(docker_socket)), tools_(std::move(tools)) {}
 
   LifecycleDone run(const Lifecycle& lc) override {
     LifecycleDone done{lc.service, lc.action, false, ""};
     std::string action = to_string(lc.action);
     if (lc.via == Control::unit) {
-      auto [ok, message] = run_systemctl(action, lc.target);
-      done.ok = ok;
-      done.message = message;
+      // systemd kills it after its own TimeoutStopSec=: systemctl's wait is bounded by that.
+      auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(lc.stop_timeout) +
+                   std::chrono::seconds(90);
+      if (lc.action == Command::stop) {
+        auto before = show_unit(tools_, lc.target, std::chrono::seconds(10));
+        if (before && !before->active() && before->active_state != "activating" &&
+            before->active_state != "deactivating") {
+          done.ok = true;
+          done.changed = false;
+          done.message = fmt::format("unit {} is already {}", lc.target, before->active_state);
+          return done;
+        }
+      }
+      auto r = systemctl_action(tools_, action, lc.target, limit);
+      done.ok = r.ok();
+      done.message = r ? *r + ": done" : r.error();
     } else {
       // The engine answers a stop or restart once the container has stopped (and started
       // again): after at most stop_timeout, when it kills it. 304: nothing to do.
@@ -76,12 +60,14 @@ class LocalLifecycle final : public LifecycleBackend {
 
  private:
   std::string socket_;
+  SystemdTools tools_;
 };
 
 }  // namespace
 
-std::unique_ptr<LifecycleBackend> make_lifecycle_backend(std::string docker_socket) {
-  return std::make_unique<LocalLifecycle>(std::move(docker_socket));
+std::unique_ptr<LifecycleBackend> make_lifecycle_backend(std::string docker_socket,
+                                                         SystemdTools tools) {
+  return std::make_unique<LocalLifecycle>(std::move(docker_socket), std::move(tools));
 }
 
 }  // namespace vramd

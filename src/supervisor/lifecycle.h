@@ -7,6 +7,7 @@
 
 #include "core/actions.h"
 #include "core/events.h"
+#include "host/systemd.h"
 
 namespace vramd {
 
@@ -17,7 +18,10 @@ class LifecycleBackend {
   virtual LifecycleDone run(const Lifecycle& lc) = 0;
 };
 
-// Containers through the Engine API on `docker_socket`, units through `systemctl`.
-std::unique_ptr<LifecycleBackend> make_lifecycle_backend(std::string docker_socket);
+// Containers through the Engine API on `docker_socket`, units through `systemctl` (`tools`):
+// a stop or restart is done when systemctl is (it waits for systemd's job: the unit inactive,
+// or active again), a stop of a unit that was not active changes nothing.
+std::unique_ptr<LifecycleBackend> make_lifecycle_backend(std::string docker_socket,
+                                                         SystemdTools tools = {});
 
 }  // namespace vramd

@@ -1,5 +1,7 @@
 // A private Docker Engine for the container tests: its own dockerd (own socket, data and exec
-// roots under the build folder, vfs storage, no bridge, no iptables), one locally made image
+// roots under the build folder, vfs storage, no bridge, no iptables), or with
+// VRAMD_TEST_ENGINE=podman Podman's Docker-compatible `podman system service` (its own config,
+// storage and socket there too), one locally made image
 // (busybox and the fake GPU servers, `docker import`ed, never pulled), and everything torn down
 // after. Started once per run of vramd_docker_tests (tests/docker/main.cc).
 #pragma once
@@ -39,13 +41,16 @@ class DockerEngine {
   // Imports a rootfs of static busybox and `binaries` with the libraries each links (at their
   // paths on this machine) as `image`. An error message, or "" when it worked.
   std::string import_rootfs(const std::string& image, const std::vector<std::string>& binaries) const;
+  // The engine runs Podman's service, not dockerd (VRAMD_TEST_ENGINE=podman).
+  bool podman() const { return podman_; }
   // The engine's own directory (under the build folder).
   const std::string& dir() const { return dir_; }
 
  private:
   std::string dir_;     // under the build folder, short (unix socket paths are 108 bytes at most)
   std::string socket_;
-  int pid_ = -1;        // dockerd, our child
+  int pid_ = -1;        // dockerd (or `podman system service`), our child
+  bool podman_ = false;  // VRAMD_TEST_ENGINE=podman: Podman's Docker-compatible service
   std::string why_;
 };
 

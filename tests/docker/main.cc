@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
                 engine.why().c_str());
     return 77;
   }
-  std::printf("private dockerd on %s\n", engine.socket().c_str());
+  std::printf("private %s on %s\n", engine.podman() ? "podman service" : "dockerd",
+              engine.socket().c_str());
   ::testing::AddGlobalTestEnvironment(new EngineEnvironment);
   return RUN_ALL_TESTS();
 }

@@ -1,0 +1,217 @@
+// Supervision of systemd units (match.unit, no `start`) on a virtual clock: the same code as
+// containers (supervision_containers.cc), asked through systemctl (Lifecycle via unit), told by
+// systemd's state (ContainerChanged with ExecMainStatus, a signal, Result=). A stop is answered
+// once systemd stopped it and its memory went (named by the unit's MainPID); systemd's own
+// Restart= is respected; a run vramd did not end is a crash record whose logs are the journal's.
+#include <csignal>
+
+#include <gtest/gtest.h>
+
+#include "core/arbiter.h"
+
+namespace vramd {
+namespace {
+
+using namespace std::chrono_literals;
+
+class World {
+ public:
+  explicit World(ServiceConfig svc) {
+    Config c;
+    c.gpu.baseline = 0;
+    c.services = {std::move(svc)};
+    arbiter_ = std::make_unique<Arbiter>(c);
+  }
+  void feed(const Event& e) {
+    for (auto& a : arbiter_->handle(e, now_)) {
+      if (auto* s = std::get_if<Lifecycle>(&a)) asked.push_back(*s);
+      if (auto* s = std::get_if<RecordCrash>(&a)) crashes.push_back(*s);
+      if (auto* s = std::get_if<CommandFinished>(&a)) finished.push_back(*s);
+      if (auto* s = std::get_if<EmitEvent>(&a)) events.push_back(s->event);
+    }
+  }
+  // A sample: `pid` (when not 0) holds `bytes` on GPU 0; its cgroup is no unit's.
+  void sample(int pid, Bytes bytes) {
+    SampleTaken s;
+    GpuSample g;
+    g.index = 0;
+    g.total = 24 * GiB;
+    g.used = bytes;
+    if (pid) {
+      g.processes.push_back(ProcessMemory{pid, bytes});
+      ProcessInfo p;
+      p.pid = pid;
+      p.ppid = 1;
+      p.cmdline = "python main.py";
+      s.host.processes.push_back(p);
+    }
+    s.gpus.gpus.push_back(g);
+    feed(s);
+  }
+  void tick(Duration d) {
+    for (Duration t{0}; t < d; t += 250ms) {
+      now_ += 250ms;
+      feed(Tick{});
+    }
+  }
+  ContainerChanged read(bool running, const std::string& restart = "no", int pid = 0) {
+    ContainerChanged e;
+    e.service = "comfy";
+    e.running = running;
+    e.restart_policy = restart;
+    e.main_pid = pid;
+    return e;
+  }
+  ContainerChanged died(std::optional<int> code, std::optional<int> sig, std::string result,
+                        const std::string& restart = "no") {
+    ContainerChanged e = read(false, restart);
+    e.died = true;
+    e.exit_code = code;
+    e.signal = sig;
+    e.result = std::move(result);
+    return e;
+  }
+  const ManagedState* m() {
+    const ServiceStatus* s = arbiter_->service("comfy");
+    return s && s->managed ? &*s->managed : nullptr;
+  }
+  Bytes bytes() { return arbiter_->service("comfy")->bytes; }
+  size_t count(const std::string& type) const {
+    size_t n = 0;
+    for (const auto& e : events) n += e.type == type;
+    return n;
+  }
+
+  std::vector<Lifecycle> asked;
+  std::vector<RecordCrash> crashes;
+  std::vector<CommandFinished> finished;
+  std::vector<EventRecord> events;
+
+ private:
+  std::unique_ptr<Arbiter> arbiter_;
+  MonoTime now_{Duration(1'800'000'000'000)};
+};
+
+ServiceConfig comfy() {
+  ServiceConfig s;
+  s.name = "comfy";
+  s.kind = "comfyui";
+  s.url = "http://127.0.0.1:8188";
+  s.match.unit = "comfyui.service";
+  s.stop_timeout = 7s;
+  s.health_failures = 3;
+  s.max_restarts = 2;
+  return s;
+}
+
+TEST(UnitSupervision, ItsMainPidsMemoryIsTheUnitsAndAStopWaitsForItToGo) {
+  World w(comfy());
+  EXPECT_EQ(w.m(), nullptr);  // nothing shown before systemd answers
+  w.feed(w.read(true, "no", 4242));
+  ASSERT_NE(w.m(), nullptr);
+  EXPECT_EQ(w.m()->state, ManagedPhase::running);
+  EXPECT_EQ(w.m()->pid, 4242);
+  w.sample(4242, 10 * GiB);
+  EXPECT_EQ(w.bytes(), 10 * GiB);  // named by MainPID, though its cgroup says nothing
+
+  w.feed(ServiceCommand{"comfy", Command::stop, 1, false});
+  ASSERT_EQ(w.asked.size(), 1u);
+  EXPECT_EQ(w.asked[0].via, Control::unit);
+  EXPECT_EQ(w.asked[0].target, "comfyui.service");
+  EXPECT_EQ(w.asked[0].action, Command::stop);
+  w.feed(w.died(std::nullopt, SIGTERM, "success"));  // the stop it asked for: no crash
+  EXPECT_TRUE(w.crashes.empty());
+  w.feed(LifecycleDone{"comfy", Command::stop, true, "systemctl stop comfyui.service: done"});
+  w.sample(4242, 10 * GiB);  // systemctl returned, the memory is still there: no answer yet
+  EXPECT_TRUE(w.finished.empty());
+  w.sample(0, 0);
+  ASSERT_EQ(w.finished.size(), 1u);
+  EXPECT_TRUE(w.finished[0].ok) << w.finished[0].message;
+  EXPECT_EQ(w.m()->state, ManagedPhase::stopped);
+  EXPECT_EQ(w.count("service.stopped"), 1u);
+}
+
+TEST(UnitSupervision, ACrashIsRecordedWithTheUnitAndRestartedByVramdWhenRestartIsNo) {
+  World w(comfy());
+  w.feed(w.read(true, "no", 10));
+  w.feed(w.died(1, std::nullopt, "exit-code"));
+  ASSERT_EQ(w.crashes.size(), 1u);
+  EXPECT_EQ(w.crashes[0].unit, "comfyui.service");  // its logs: the journal's
+  EXPECT_EQ(w.crashes[0].container, "");
+  EXPECT_EQ(w.crashes[0].exit_code, 1);
+  EXPECT_EQ(w.m()->state, ManagedPhase::backoff);
+  w.tick(2s);
+  ASSERT_EQ(w.asked.size(), 1u);
+  EXPECT_EQ(w.asked[0].action, Command::start);
+  EXPECT_EQ(w.asked[0].via, Control::unit);
+}
+
+TEST(UnitSupervision, SystemdsOwnRestartIsRespectedAsItsTableSays) {
+  struct Case {
+    std::string restart;
+    std::optional<int> code, sig;
+    std::string result;
+    bool systemd_restarts;
+  };
+  const Case cases[] = {
+      {"always", 0, std::nullopt, "success", true},
+      {"on-failure", 1, std::nullopt, "exit-code", true},
+      {"on-failure", std::nullopt, SIGKILL, "signal", true},
+      {"on-abnormal", 1, std::nullopt, "exit-code", false},
+      {"on-abnormal", std::nullopt, SIGSEGV, "core-dump", true},
+      {"on-abort", std::nullopt, SIGABRT, "signal", true},
+      {"on-abort", 2, std::nullopt, "exit-code", false},
+      {"on-success", 3, std::nullopt, "exit-code", false},
+      {"on-watchdog", std::nullopt, SIGABRT, "watchdog", true},
+      {"on-failure", 1, std::nullopt, "start-limit-hit", false},
+  };
+  for (const Case& c : cases) {
+    ServiceConfig svc = comfy();
+    svc.restart = "on-failure";
+    World w(svc);
+    w.feed(w.read(true, c.restart, 10));
+    w.feed(w.died(c.code, c.sig, c.result, c.restart));
+    EXPECT_EQ(w.count("service.systemd_restarts"), c.systemd_restarts ? 1u : 0u)
+        << c.restart << " " << c.result;
+    if (c.systemd_restarts) {
+      EXPECT_EQ(w.m()->state, ManagedPhase::stopped) << c.restart;  // systemd's to bring back
+      w.tick(3s);
+      EXPECT_TRUE(w.asked.empty()) << c.restart;  // vramd does not start it too
+      w.feed(w.read(true, c.restart, 11));        // systemd's new run
+      EXPECT_EQ(w.m()->state, ManagedPhase::starting);
+      EXPECT_EQ(w.m()->pid, 11);
+    }
+  }
+}
+
+TEST(UnitSupervision, AKillBySignalIsACrashAndACleanSigtermIsAnExit) {
+  {
+    World w(comfy());
+    w.feed(w.read(true, "no", 10));
+    w.feed(w.died(std::nullopt, SIGKILL, ""));  // no Result=: derived from the signal
+    ASSERT_EQ(w.crashes.size(), 1u);
+    EXPECT_EQ(w.crashes[0].signal, SIGKILL);
+    EXPECT_EQ(w.m()->last_signal, SIGKILL);
+    EXPECT_EQ(w.count("service.crashed"), 1u);
+  }
+  {
+    World w(comfy());
+    w.feed(w.read(true, "no", 10));
+    w.feed(w.died(std::nullopt, SIGTERM, "success"));  // someone else's `systemctl stop`
+    EXPECT_TRUE(w.crashes.empty());
+    EXPECT_EQ(w.count("service.exited"), 1u);
+    EXPECT_EQ(w.m()->state, ManagedPhase::stopped);
+  }
+}
+
+TEST(UnitSupervision, ARunThatEndedBetweenTwoReadsIsStillACrash) {
+  World w(comfy());
+  w.feed(w.read(true, "always", 10));
+  // systemd restarted it before the next read: how the run ended is gone (ExecMainCode 0).
+  w.feed(w.died(std::nullopt, std::nullopt, "", "always"));
+  ASSERT_EQ(w.crashes.size(), 1u);
+  EXPECT_EQ(w.count("service.systemd_restarts"), 1u);
+}
+
+}  // namespace
+}  // namespace vramd
