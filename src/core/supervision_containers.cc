@@ -67,7 +67,7 @@ void Supervision::container_command(const std::string& service, ContainerState& 
   ManagedState& m = c.m;
   bool up = m.state == ManagedPhase::running || m.state == ManagedPhase::starting;
   auto ask = [&](Command a) {
-    actions.push_back(Lifecycle{service, a, c.via, c.target, cfg->stop_timeout});
+    actions.emplace_back(Lifecycle{service, a, c.via, c.target, cfg->stop_timeout});
   };
   if (action == Command::stop) {
     m.restart_at.reset();
@@ -180,8 +180,8 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
         m.health_failures = 0;
         m.health_in_flight = false;
         m.next_health = now.mono;
-        actions.push_back(make_event(now, "service.started", std::nullopt, e.service,
-                                     fmt::format("{} ({}) runs again", e.service, label)));
+        actions.emplace_back(make_event(now, "service.started", std::nullopt, e.service,
+                                        fmt::format("{} ({}) runs again", e.service, label)));
       }
     } else if (m.state != ManagedPhase::stopping && m.state != ManagedPhase::backoff &&
                m.state != ManagedPhase::failed) {
@@ -209,12 +209,12 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
            result != "oom-kill")
     how += fmt::format(" (systemd: {})", result);  // timeout, watchdog, core-dump, ...
   if (failure)
-    actions.push_back(RecordCrash{e.service, 0, e.exit_code, e.signal, now.wall,
-                                  e.oom ? "the kernel killed it for memory (OOM)" : "",
-                                  world.ledger.holders(kHeld), unit ? "" : c.target,
-                                  unit ? c.target : "", e.oom});
-  actions.push_back(make_event(now, failure ? "service.crashed" : "service.exited", std::nullopt,
-                               e.service, fmt::format("{} ({}) {}", e.service, label, how)));
+    actions.emplace_back(RecordCrash{e.service, 0, e.exit_code, e.signal, now.wall,
+                                     e.oom ? "the kernel killed it for memory (OOM)" : "",
+                                     world.ledger.holders(kHeld), unit ? "" : c.target,
+                                     unit ? c.target : "", e.oom});
+  actions.emplace_back(make_event(now, failure ? "service.crashed" : "service.exited", std::nullopt,
+                                  e.service, fmt::format("{} ({}) {}", e.service, label, how)));
   finish_waiters(m, std::nullopt, false, fmt::format("{} {}", e.service, how), actions);
   m.health_in_flight = false;
   m.healthy_since.reset();
@@ -227,9 +227,8 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
     const char* by = unit ? "systemd" : "Docker";
     m.reason = fmt::format("{}; {} restarts it ({} {})", how, by,
                            unit ? "Restart=" : "restart policy", m.docker_restart_policy);
-    actions.push_back(make_event(
-        now, unit ? "service.systemd_restarts" : "service.docker_restarts", std::nullopt,
-        e.service,
+    actions.emplace_back(make_event(
+        now, unit ? "service.systemd_restarts" : "service.docker_restarts", std::nullopt, e.service,
         fmt::format("{} {}: {} restarts it ({}{}), not vramd", e.service, how, by,
                     unit ? "Restart=" : "restart: ", m.docker_restart_policy)));
     return;
@@ -276,9 +275,9 @@ void Supervision::container_health(const HealthChecked& e, ContainerState& c, co
     m.reason.clear();
     m.next_health = now.mono + cfg->health_interval;
     std::string took = m.started_at ? format_age(now.mono - *m.started_at) : "?";
-    actions.push_back(make_event(now, "service.healthy", std::nullopt, e.service,
-                                 fmt::format("{} ({}) is up after {}", e.service,
-                                             what(c.via, c.target), took)));
+    actions.emplace_back(
+        make_event(now, "service.healthy", std::nullopt, e.service,
+                   fmt::format("{} ({}) is up after {}", e.service, what(c.via, c.target), took)));
     finish_waiters(m, Command::start, true, fmt::format("{} is up after {}", e.service, took),
                    actions);
     return;
@@ -289,9 +288,9 @@ void Supervision::container_health(const HealthChecked& e, ContainerState& c, co
       fmt::format("failed {} health checks in a row (last: {})", m.health_failures, e.message);
   // A failure whatever its exit: recorded now, the restart counted against max_restarts.
   const bool unit = c.via == Control::unit;
-  actions.push_back(RecordCrash{e.service, 0, std::nullopt, std::nullopt, now.wall, why,
-                                world.ledger.holders(kHeld), unit ? "" : c.target,
-                                unit ? c.target : "", false});
+  actions.emplace_back(RecordCrash{e.service, 0, std::nullopt, std::nullopt, now.wall, why,
+                                   world.ledger.holders(kHeld), unit ? "" : c.target,
+                                   unit ? c.target : "", false});
   if (restart_over_limit(m, *cfg, now)) {
     m.state = ManagedPhase::failed;
     m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
@@ -307,7 +306,7 @@ void Supervision::container_health(const HealthChecked& e, ContainerState& c, co
   m.state = ManagedPhase::stopping;
   m.stop_sent_at = now.mono;
   m.reason = why;
-  actions.push_back(Lifecycle{e.service, Command::restart, c.via, c.target, cfg->stop_timeout});
+  actions.emplace_back(Lifecycle{e.service, Command::restart, c.via, c.target, cfg->stop_timeout});
 }
 
 void Supervision::container_tick(const World& world, const Now& now,
@@ -321,10 +320,10 @@ void Supervision::container_tick(const World& world, const Now& now,
       ++m.restart_count;
       m.state = ManagedPhase::starting;
       m.started_at = now.mono;
-      actions.push_back(make_event(now, "service.restarting", std::nullopt, name,
-                                   fmt::format("starting {} ({}) again", name,
-                                               what(c.via, c.target))));
-      actions.push_back(Lifecycle{name, Command::start, c.via, c.target, cfg->stop_timeout});
+      actions.emplace_back(
+          make_event(now, "service.restarting", std::nullopt, name,
+                     fmt::format("starting {} ({}) again", name, what(c.via, c.target))));
+      actions.emplace_back(Lifecycle{name, Command::start, c.via, c.target, cfg->stop_timeout});
       continue;
     }
     if (m.state == ManagedPhase::starting && m.started_at &&

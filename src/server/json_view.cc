@@ -122,63 +122,67 @@ json to_json(const ServiceStatus& s, const Now& now) {
   auto time = [&](const std::optional<MonoTime>& t) { return when(now, t); };
   json per_gpu = json::array();
   for (const auto& [gpu, b] : s.per_gpu) per_gpu.push_back({{"gpu", gpu}, {"bytes", b}});
-  return {{"name", s.name},
-          {"kind", s.kind},
-          {"url", s.url},
-          {"state", to_string(s.state)},
-          {"busy", s.requests_in_flight > 0 ? json(true) : opt(s.busy)},
-          {"requests_in_flight", s.requests_in_flight},
-          {"queue_depth", opt(s.queue_depth)},
-          {"models", s.models},
-          {"probe_error", s.probe_error.empty() ? json(nullptr) : json(s.probe_error)},
-          {"last_probe", time(s.last_probe)},
-          {"last_activity", time(s.last_activity)},
-          {"idle_since", time(s.idle_since)},
-          {"idle_seconds", s.idle_since ? json((now.mono - *s.idle_since).count() / 1000.0) : json(nullptr)},
-          {"bytes", s.bytes},
-          {"per_gpu", per_gpu},
-          {"rss_bytes", opt(s.rss)},
-          {"self_reported_vram_bytes", opt(s.self_reported_vram)},
-          {"unload_after_idle_seconds",
-           s.unload_after_idle ? json(s.unload_after_idle->count() / 1000.0) : json(nullptr)},
-          {"last_unload", s.last_unload ? to_json(*s.last_unload) : json(nullptr)},
-          {"backoff_until", time(s.backoff_until)},
-          {"can_restart", s.control == Control::none ? json(nullptr) : json(to_string(s.control))},
-          // Which actions the kind has: a `process` service has no API to unload through.
-          {"can_unload", s.can_unload},
-          {"reload_cost_seconds", s.reload_cost.count() / 1000.0},
-          {"reload_cost_measured", s.reload_measured},
-          // What a wake or start is admitted for (core/wake.h): learned per model.
-          {"load_peaks", s.load_peaks.empty() ? json::object() : json(s.load_peaks)},
-          {"last_load_bytes", opt(s.last_load_bytes)},
-          // Found by `[daemon] discover`, not configured (and left alone unless discover_unload).
-          {"discovered", s.discovered},
-          {"discovered_by", s.discovered ? json(s.discovered_by) : json(nullptr)},
-          {"process", s.managed ? json{{"state", to_string(s.managed->state)},
-                                       {"pid", opt(s.managed->pid)},
-                                       {"adopted", s.managed->adopted},
-                                       {"started_at", time(s.managed->started_at)},
-                                       {"healthy_since", time(s.managed->healthy_since)},
-                                       {"health_failures", s.managed->health_failures},
-                                       {"last_health", s.managed->last_health},
-                                       {"restarts", s.managed->restart_count},
-                                       {"reason", s.managed->reason.empty() ? json(nullptr) : json(s.managed->reason)},
-                                       {"last_exit_code", opt(s.managed->last_exit_code)},
-                                       {"last_signal", opt(s.managed->last_signal)},
-                                       {"restart_at", time(s.managed->restart_at)},
-                                       {"start_lease", opt(s.managed->start_lease)},
-                                       {"docker_restart_policy",
-                                        s.managed->docker_restart_policy.empty() ||
-                                                s.control == Control::unit
-                                            ? json(nullptr)
-                                            : json(s.managed->docker_restart_policy)},
-                                       // A unit's Restart= (systemd restarts it, not vramd).
-                                       {"systemd_restart",
-                                        s.managed->docker_restart_policy.empty() ||
-                                                s.control != Control::unit
-                                            ? json(nullptr)
-                                            : json(s.managed->docker_restart_policy)}}
-                                : json(nullptr)}};
+  return {
+      {"name", s.name},
+      {"kind", s.kind},
+      {"url", s.url},
+      {"state", to_string(s.state)},
+      {"busy", s.requests_in_flight > 0 ? json(true) : opt(s.busy)},
+      {"requests_in_flight", s.requests_in_flight},
+      {"queue_depth", opt(s.queue_depth)},
+      {"models", s.models},
+      {"probe_error", s.probe_error.empty() ? json(nullptr) : json(s.probe_error)},
+      {"last_probe", time(s.last_probe)},
+      {"last_activity", time(s.last_activity)},
+      {"idle_since", time(s.idle_since)},
+      {"idle_seconds", s.idle_since
+                           ? json(static_cast<double>((now.mono - *s.idle_since).count()) / 1000.0)
+                           : json(nullptr)},
+      {"bytes", s.bytes},
+      {"per_gpu", per_gpu},
+      {"rss_bytes", opt(s.rss)},
+      {"self_reported_vram_bytes", opt(s.self_reported_vram)},
+      {"unload_after_idle_seconds",
+       s.unload_after_idle ? json(static_cast<double>(s.unload_after_idle->count()) / 1000.0)
+                           : json(nullptr)},
+      {"last_unload", s.last_unload ? to_json(*s.last_unload) : json(nullptr)},
+      {"backoff_until", time(s.backoff_until)},
+      {"can_restart", s.control == Control::none ? json(nullptr) : json(to_string(s.control))},
+      // Which actions the kind has: a `process` service has no API to unload through.
+      {"can_unload", s.can_unload},
+      {"reload_cost_seconds", static_cast<double>(s.reload_cost.count()) / 1000.0},
+      {"reload_cost_measured", s.reload_measured},
+      // What a wake or start is admitted for (core/wake.h): learned per model.
+      {"load_peaks", s.load_peaks.empty() ? json::object() : json(s.load_peaks)},
+      {"last_load_bytes", opt(s.last_load_bytes)},
+      // Found by `[daemon] discover`, not configured (and left alone unless discover_unload).
+      {"discovered", s.discovered},
+      {"discovered_by", s.discovered ? json(s.discovered_by) : json(nullptr)},
+      {"process",
+       s.managed
+           ? json{{"state", to_string(s.managed->state)},
+                  {"pid", opt(s.managed->pid)},
+                  {"adopted", s.managed->adopted},
+                  {"started_at", time(s.managed->started_at)},
+                  {"healthy_since", time(s.managed->healthy_since)},
+                  {"health_failures", s.managed->health_failures},
+                  {"last_health", s.managed->last_health},
+                  {"restarts", s.managed->restart_count},
+                  {"reason", s.managed->reason.empty() ? json(nullptr) : json(s.managed->reason)},
+                  {"last_exit_code", opt(s.managed->last_exit_code)},
+                  {"last_signal", opt(s.managed->last_signal)},
+                  {"restart_at", time(s.managed->restart_at)},
+                  {"start_lease", opt(s.managed->start_lease)},
+                  {"docker_restart_policy",
+                   s.managed->docker_restart_policy.empty() || s.control == Control::unit
+                       ? json(nullptr)
+                       : json(s.managed->docker_restart_policy)},
+                  // A unit's Restart= (systemd restarts it, not vramd).
+                  {"systemd_restart",
+                   s.managed->docker_restart_policy.empty() || s.control != Control::unit
+                       ? json(nullptr)
+                       : json(s.managed->docker_restart_policy)}}
+           : json(nullptr)}};
 }
 
 json to_json(const Lease& l, const Arbiter& arbiter, const Now& now) {
