@@ -1,5 +1,6 @@
 #include "gpu/nvidia_smi.h"
 #include "core/text.h"
+#include "host/subprocess.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -334,85 +335,6 @@ void attach_smi_apps(std::vector<GpuSample>& gpus, const std::vector<SmiApp>& ap
   }
 }
 
-SmiProcessOutput run_smi_process(const std::vector<std::string>& argv, Duration timeout) {
-  SmiProcessOutput result;
-  if (argv.empty()) {
-    result.spawn_error = "no command";
-    return result;
-  }
-  int out_pipe[2], err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
-    result.spawn_error = std::string("pipe: ") + std::strerror(errno);
-    return result;
-  }
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
-    result.spawn_error = std::string("pipe: ") + std::strerror(errno);
-    ::close(out_pipe[0]);
-    ::close(out_pipe[1]);
-    return result;
-  }
-  // Everything the child needs is prepared before fork: after it only async-signal-safe calls.
-  std::vector<char*> args;
-  args.reserve(argv.size() + 1);
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out_pipe[1], STDOUT_FILENO);
-    ::dup2(err_pipe[1], STDERR_FILENO);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
-    ::execv(args[0], args.data());
-    static const char kMsg[] = "exec failed\n";
-    ssize_t ignored = ::write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
-    (void)ignored;
-    ::_exit(127);
-  }
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  if (pid < 0) {
-    result.spawn_error = std::string("fork: ") + std::strerror(errno);
-    ::close(out_pipe[0]);
-    ::close(err_pipe[0]);
-    return result;
-  }
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  int open_fds = 2;
-  char buffer[4096];
-  while (open_fds > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      result.timed_out = true;
-      ::kill(pid, SIGKILL);
-      break;
-    }
-    int n = ::poll(fds, 2, static_cast<int>(left.count()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-      ssize_t got = ::read(fds[i].fd, buffer, sizeof buffer);
-      if (got > 0) {
-        (i == 0 ? result.out : result.err).append(buffer, static_cast<std::size_t>(got));
-      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  for (pollfd& f : fds) {
-    if (f.fd >= 0) ::close(f.fd);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  return result;
-}
-
 Result<std::string> find_nvidia_smi() {
   const char* env = std::getenv("VRAMD_NVIDIA_SMI");
   if (env != nullptr && *env != '\0') {
@@ -452,8 +374,7 @@ GpuReading NvidiaSmiReader::read() {
   reading.backend = "nvidia-smi";
   warnings_.clear();
   auto run = [&](const char* query, std::string& out) -> bool {
-    SmiProcessOutput r =
-        run_smi_process({binary_, query, "--format=csv,noheader,nounits"}, timeout_);
+    ProcessOutput r = run_process({binary_, query, "--format=csv,noheader,nounits"}, timeout_);
     if (!r.spawn_error.empty()) {
       reading.error = "cannot run " + binary_ + ": " + r.spawn_error;
     } else if (r.timed_out) {
@@ -494,7 +415,7 @@ GpuReading NvidiaSmiReader::read() {
   // MIG mode changes only with a GPU reset); while there are some, their memory and processes
   // come from the plain table, the only output that names the instance of each process.
   auto run_args = [&](std::vector<std::string> argv, std::string& out) {
-    SmiProcessOutput r = run_smi_process(argv, timeout_);
+    ProcessOutput r = run_process(argv, timeout_);
     if (!r.spawn_error.empty() || r.timed_out || r.exit_code != 0) {
       warnings_.push_back(argv.size() > 1 ? "nvidia-smi " + argv[1] + " failed"
                                           : "nvidia-smi (table) failed");

@@ -72,17 +72,6 @@ Result<SmiApps> parse_smi_compute_apps_headered(std::string_view output);
 void attach_smi_apps(std::vector<GpuSample>& gpus, const std::vector<SmiApp>& apps,
                      std::vector<std::string>& warnings);
 
-// What a child process wrote and how it ended.
-struct SmiProcessOutput {
-  std::string out;
-  std::string err;
-  int exit_code = -1;       // -1 when it did not exit normally
-  bool timed_out = false;   // killed after the timeout
-  std::string spawn_error;  // non-empty: it could not be started at all
-};
-// Runs argv[0] (a path) with fork/exec, no shell; kills it after `timeout`.
-SmiProcessOutput run_smi_process(const std::vector<std::string>& argv, Duration timeout);
-
 // Where nvidia-smi is: $VRAMD_NVIDIA_SMI when set, else the first executable "nvidia-smi" on
 // PATH. Error says where it looked.
 Result<std::string> find_nvidia_smi();

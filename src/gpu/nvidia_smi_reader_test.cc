@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu/nvidia_smi.h"
+#include "host/subprocess.h"
 #include "testgpu/fake_gpu_state.h"
 
 namespace vramd {
@@ -86,7 +87,7 @@ TEST(NvidiaSmiReader, ReadsTheFakeThroughTheRealBinaryPath) {
 TEST(NvidiaSmiReader, HeaderedOutputOfTheFakeParsesByColumnName) {
   SmiGpu gpu;
   gpu.write(state());
-  SmiProcessOutput out = run_smi_process(
+  ProcessOutput out = run_process(
       {kFakeSmi, "--query-compute-apps=gpu_uuid,pid,process_name,used_memory", "--format=csv"},
       std::chrono::seconds(10));
   ASSERT_EQ(out.exit_code, 0) << out.err;

@@ -1,5 +1,7 @@
 #include "host/systemd.h"
 
+#include "host/subprocess.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/syscall.h>
@@ -122,78 +124,11 @@ std::optional<JournalLine> parse_journal_json_line(std::string_view line) {
 
 Result<ToolRun> run_tool(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
   if (argv.empty() || argv[0].empty()) return make_error("no command");
-  int out_pipe[2], err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return make_error(std::string("pipe: ") + strerror(errno));
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
-    ::close(out_pipe[0]);
-    ::close(out_pipe[1]);
-    return make_error(std::string("pipe: ") + strerror(errno));
-  }
-  std::vector<char*> args;
-  args.reserve(argv.size() + 1);
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out_pipe[1], STDOUT_FILENO);
-    ::dup2(err_pipe[1], STDERR_FILENO);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
-    if (::syscall(SYS_close_range, 3u, ~0u, 0u) != 0)  // none of vramd's sockets and files
-      for (int fd = 3; fd < 65536; ++fd) ::close(fd);
-    ::execvp(args[0], args.data());
-    static const char kMsg[] = "exec failed\n";
-    ssize_t ignored = ::write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
-    (void)ignored;
-    ::_exit(127);
-  }
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  if (pid < 0) {
-    ::close(out_pipe[0]);
-    ::close(err_pipe[0]);
-    return make_error(std::string("fork: ") + strerror(errno));
-  }
-  ToolRun run;
-  bool timed_out = false;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  int open_fds = 2;
-  char buffer[8192];
-  while (open_fds > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
-      ::kill(pid, SIGKILL);
-      break;
-    }
-    int n = ::poll(fds, 2, static_cast<int>(left.count()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-      ssize_t got = ::read(fds[i].fd, buffer, sizeof buffer);
-      if (got > 0) {
-        (i == 0 ? run.out : run.err).append(buffer, static_cast<size_t>(got));
-      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  for (pollfd& f : fds)
-    if (f.fd >= 0) ::close(f.fd);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (timed_out)
+  ProcessOutput r = run_process(argv, timeout);
+  if (!r.spawn_error.empty()) return make_error(fmt::format("{}: {}", argv[0], r.spawn_error));
+  if (r.timed_out)
     return make_error(fmt::format("{} did not finish in {} ms", command_text(argv), timeout.count()));
-  if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
-  if (run.exit_code == 127 && run.err == "exec failed\n")
-    return make_error(fmt::format("{}: cannot run it (not found, or not executable)", argv[0]));
-  return run;
+  return ToolRun{r.exit_code, std::move(r.out), std::move(r.err)};
 }
 
 Result<UnitShow> show_unit(const SystemdTools& t, const std::string& unit,
