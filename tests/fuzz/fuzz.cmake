@@ -11,7 +11,8 @@ add_library(vramd_fuzz_lib STATIC
   src/core/config.cc src/core/units.cc src/core/model.cc src/core/text.cc src/core/service_kinds.cc
   src/core/gpu_select.cc src/core/lease.cc src/gpu/nvidia_smi_mig.cc
   src/gpu/nvidia_smi.cc
-  src/host/cgroup.cc src/host/docker.cc src/host/docker_engine.cc src/host/systemd.cc src/host/ports.cc src/host/proc_table.cc
+  src/host/cgroup.cc src/host/docker.cc src/host/docker_engine.cc src/host/systemd.cc src/host/subprocess.cc
+  src/host/ports.cc src/host/proc_table.cc
   src/services/parsers.cc src/services/prometheus.cc src/services/fingerprint.cc
   src/server/target.cc src/sim/trace.cc src/proxy/wire.cc src/supervisor/unit_watch.cc)
 target_include_directories(vramd_fuzz_lib PUBLIC src)
