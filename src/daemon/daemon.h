@@ -12,10 +12,11 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <deque>
+#include <functional>
 #include <list>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <type_traits>
 
 #include "core/arbiter.h"
@@ -165,6 +166,9 @@ class Daemon : public DaemonControl, public ProxyHooks {
   // Containers (daemon_containers.cc): the engine's events on a thread of their own.
   void start_container_watch();
   void start_unit_watch();
+  // Callbacks for a watch's own thread: post to the loop, then feed / report the backend.
+  std::function<void(ContainerChanged)> post_watch_change();
+  std::function<void(bool, const std::string&)> post_backend_health(std::string backend);
   // A unit's journal: the last `lines` (after: the realtime µs of the last line already read).
   boost::asio::awaitable<Result<LogPage>> read_unit_log(std::string unit, size_t lines,
                                                         std::optional<uint64_t> after) override;

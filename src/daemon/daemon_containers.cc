@@ -13,6 +13,28 @@ namespace vramd {
 
 namespace asio = boost::asio;
 
+// A watch's thread hands its changes and its health to the loop through these (the core is
+// touched on the loop only).
+std::function<void(ContainerChanged)> Daemon::post_watch_change() {
+  return [this](ContainerChanged e) {
+    asio::post(io_, [this, e = std::move(e)] {
+      if (!stopping_) feed(e);
+    });
+  };
+}
+
+std::function<void(bool, const std::string&)> Daemon::post_backend_health(std::string backend) {
+  return [this, backend = std::move(backend)](bool ok, const std::string& why) {
+    asio::post(io_, [this, backend, ok, why] {
+      if (stopping_) return;
+      if (ok)
+        backend_works(backend);
+      else
+        backend_failed(backend, why);
+    });
+  };
+}
+
 void Daemon::start_container_watch() {
   const Config& cfg = arbiter_.config();
   std::vector<ContainerWatch::Watched> watched;
@@ -20,22 +42,9 @@ void Daemon::start_container_watch() {
     if (svc.start.empty() && !svc.match.container.empty())
       watched.push_back({svc.name, svc.match.container});
   if (watched.empty()) return;
-  container_watch_ = std::make_unique<ContainerWatch>(
-      cfg.daemon.docker_socket, std::move(watched),
-      [this](ContainerChanged e) {
-        asio::post(io_, [this, e = std::move(e)] {
-          if (!stopping_) feed(e);
-        });
-      },
-      [this](bool ok, const std::string& why) {
-        asio::post(io_, [this, ok, why] {
-          if (stopping_) return;
-          if (ok)
-            backend_works("docker");
-          else
-            backend_failed("docker", why);
-        });
-      });
+  container_watch_ =
+      std::make_unique<ContainerWatch>(cfg.daemon.docker_socket, std::move(watched),
+                                       post_watch_change(), post_backend_health("docker"));
 }
 
 asio::awaitable<Result<LogPage>> Daemon::read_container_log(std::string container, size_t lines,

@@ -19,22 +19,8 @@ void Daemon::start_unit_watch() {
     if (svc.start.empty() && svc.match.container.empty() && !svc.match.unit.empty())
       watched.push_back({svc.name, svc.match.unit});
   if (watched.empty()) return;
-  unit_watch_ = std::make_unique<UnitWatch>(
-      systemd_tools(cfg), std::move(watched),
-      [this](ContainerChanged e) {
-        asio::post(io_, [this, e = std::move(e)] {
-          if (!stopping_) feed(e);
-        });
-      },
-      [this](bool ok, const std::string& why) {
-        asio::post(io_, [this, ok, why] {
-          if (stopping_) return;
-          if (ok)
-            backend_works("systemd");
-          else
-            backend_failed("systemd", why);
-        });
-      });
+  unit_watch_ = std::make_unique<UnitWatch>(systemd_tools(cfg), std::move(watched),
+                                            post_watch_change(), post_backend_health("systemd"));
 }
 
 asio::awaitable<Result<LogPage>> Daemon::read_unit_log(std::string unit, size_t lines,
