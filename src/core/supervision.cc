@@ -40,6 +40,36 @@ bool supervision_detail::restart_over_limit(ManagedState& m, const ServiceConfig
   return static_cast<int>(m.restarts.size()) > cfg.max_restarts;
 }
 
+supervision_detail::AfterExit supervision_detail::apply_restart_policy(
+    ManagedState& m, const std::string& service, const ServiceConfig& cfg, bool failure,
+    const std::string& how, const Now& now, std::vector<Action>& actions) {
+  bool again = cfg.restart == "always" || (cfg.restart == "on-failure" && failure);
+  if (!again) {
+    m.state = failure ? ManagedPhase::failed : ManagedPhase::stopped;
+    m.reason = how;
+    return AfterExit::ended;
+  }
+  if (restart_over_limit(m, cfg, now)) {
+    m.state = ManagedPhase::failed;
+    m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
+                           format_duration(cfg.restart_window), how);
+    actions.emplace_back(
+        make_event(now, "service.failed", std::nullopt, service,
+                   fmt::format("{} failed: crashed {}; start it by hand once fixed "
+                               "(vramd doctor {})",
+                               service, m.reason, service)));
+    return AfterExit::failed;
+  }
+  m.backoff = m.backoff == Duration(0) ? kFirstBackoff : std::min(m.backoff * 2, kMaxBackoff);
+  m.restart_at = now.mono + m.backoff;
+  m.state = ManagedPhase::backoff;
+  m.reason = how;
+  actions.emplace_back(
+      make_event(now, "service.backoff", std::nullopt, service,
+                 fmt::format("{} {}; restarting in {}", service, how, format_duration(m.backoff))));
+  return AfterExit::backoff;
+}
+
 std::string supervision_detail::exit_text(std::optional<int> code, std::optional<int> sig) {
   if (sig) {
     const char* name = sigabbrev_np(*sig);
@@ -390,34 +420,19 @@ void Supervision::on_child_exited(const ChildExited& e, const World& world, cons
   actions.emplace_back(make_event(now, failure ? "service.crashed" : "service.exited", std::nullopt,
                                   e.service, fmt::format("{} {}", e.service, why)));
 
-  std::string policy = cfg ? cfg->restart : "on-failure";
-  bool again = policy == "always" || (policy == "on-failure" && failure);
-  if (!again) {
-    m.state = failure ? ManagedPhase::failed : ManagedPhase::stopped;
-    m.reason = why;
-    finish_waiters(m, std::nullopt, false, fmt::format("{} {}", e.service, why), actions);
-    return;
+  // A service gone from the config (it cannot be here without one) gets the defaults.
+  static const ServiceConfig kDefaults;
+  switch (apply_restart_policy(m, e.service, cfg ? *cfg : kDefaults, failure, why, now, actions)) {
+    case AfterExit::ended:
+      finish_waiters(m, std::nullopt, false, fmt::format("{} {}", e.service, why), actions);
+      break;
+    case AfterExit::failed:
+      finish_waiters(m, std::nullopt, false,
+                     fmt::format("{} failed: crashed {}", e.service, m.reason), actions);
+      break;
+    case AfterExit::backoff:
+      break;
   }
-  if (restart_over_limit(m, *cfg, now)) {
-    m.state = ManagedPhase::failed;
-    m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
-                           format_duration(cfg->restart_window), why);
-    actions.emplace_back(
-        make_event(now, "service.failed", std::nullopt, e.service,
-                   fmt::format("{} failed: crashed {}; start it by hand once fixed "
-                               "(vramd doctor {})",
-                               e.service, m.reason, e.service)));
-    finish_waiters(m, std::nullopt, false,
-                   fmt::format("{} failed: crashed {}", e.service, m.reason), actions);
-    return;
-  }
-  m.backoff = m.backoff == Duration(0) ? kFirstBackoff : std::min(m.backoff * 2, kMaxBackoff);
-  m.restart_at = now.mono + m.backoff;
-  m.state = ManagedPhase::backoff;
-  m.reason = why;
-  actions.emplace_back(make_event(
-      now, "service.backoff", std::nullopt, e.service,
-      fmt::format("{} {}; restarting in {}", e.service, why, format_duration(m.backoff))));
 }
 
 void Supervision::on_health_checked(const HealthChecked& e, const World& world, const Now& now,

@@ -233,31 +233,7 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
                     unit ? "Restart=" : "restart: ", m.docker_restart_policy)));
     return;
   }
-  std::string policy = cfg->restart;
-  bool again = policy == "always" || (policy == "on-failure" && failure);
-  if (!again) {
-    m.state = failure ? ManagedPhase::failed : ManagedPhase::stopped;
-    m.reason = how;
-    return;
-  }
-  if (restart_over_limit(m, *cfg, now)) {
-    m.state = ManagedPhase::failed;
-    m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
-                           format_duration(cfg->restart_window), how);
-    actions.emplace_back(
-        make_event(now, "service.failed", std::nullopt, e.service,
-                   fmt::format("{} failed: crashed {}; start it by hand once fixed "
-                               "(vramd doctor {})",
-                               e.service, m.reason, e.service)));
-    return;
-  }
-  m.backoff = m.backoff == Duration(0) ? kFirstBackoff : std::min(m.backoff * 2, kMaxBackoff);
-  m.restart_at = now.mono + m.backoff;
-  m.state = ManagedPhase::backoff;
-  m.reason = how;
-  actions.emplace_back(make_event(
-      now, "service.backoff", std::nullopt, e.service,
-      fmt::format("{} {}; restarting in {}", e.service, how, format_duration(m.backoff))));
+  apply_restart_policy(m, e.service, *cfg, failure, how, now, actions);
 }
 
 void Supervision::container_health(const HealthChecked& e, ContainerState& c, const World& world,

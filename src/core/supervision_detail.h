@@ -32,6 +32,16 @@ bool count_health_check(ManagedState& m, const HealthChecked& e, const ServiceCo
 // (the caller marks it failed).
 bool restart_over_limit(ManagedState& m, const ServiceConfig& cfg, const Now& now);
 
+// What the restart policy made of an exit (restart, max_restarts in restart_window, backoff).
+enum class AfterExit { ended, failed, backoff };
+// Applies `cfg.restart` to an exit described by `how` (a failure or not), for a process or a
+// container alike: stopped or failed when the policy does not restart it; failed, with
+// `service.failed`, when this restart would be one too many; else a backoff doubling from
+// kFirstBackoff to kMaxBackoff, with `service.backoff`. The caller then answers its waiters.
+AfterExit apply_restart_policy(ManagedState& m, const std::string& service,
+                               const ServiceConfig& cfg, bool failure, const std::string& how,
+                               const Now& now, std::vector<Action>& actions);
+
 // "exited with status 1", "killed by SIGKILL".
 std::string exit_text(std::optional<int> code, std::optional<int> sig);
 
