@@ -55,7 +55,9 @@ struct Lifecycle {
   Duration stop_timeout{0};          // stop, restart: how long before the engine kills it
 };
 // A lease was created or changed state: persist it, wake whoever waits on it; an ended one
-// leaves the Arbiter (its job record is the shell's to keep).
+// leaves the Arbiter (its job record is the shell's to keep). The EmitEvent right before it
+// ("lease.<state>", its message starting "lease #<id> ") tells this change: the shell writes the
+// two in one transaction, so a kill -9 cannot keep one and lose the other.
 struct LeaseChanged {
   Lease lease;
 };

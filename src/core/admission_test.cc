@@ -107,6 +107,7 @@ class World {
       if (auto* x = std::get_if<T>(&a)) out.push_back(*x);
     return out;
   }
+  const std::vector<Action>& actions() const { return all_; }
   std::vector<std::string> unload_calls;
 
  private:
@@ -374,6 +375,58 @@ TEST(ArbiterLeases, HolderDeathHeartbeatsAndWaitTimeouts) {
   uint64_t c = w.request(patient);
   w.run(6s);  // deadlines are checked once a second
   EXPECT_EQ(w.state(c), LeaseState::timed_out);
+}
+
+// The shell writes each lease change with the event telling it, in one transaction, and finds
+// that event as the action right before the LeaseChanged (core/actions.h): so every change of
+// every kind (queued, granted, released, expired, timed out, restored and ended) comes so.
+void expect_each_change_told_right_before(const std::vector<Action>& actions) {
+  int changes = 0;
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const auto* lc = std::get_if<LeaseChanged>(&actions[i]);
+    if (!lc) continue;
+    ++changes;
+    const auto* e = i > 0 ? std::get_if<EmitEvent>(&actions[i - 1]) : nullptr;
+    ASSERT_NE(e, nullptr) << "lease #" << lc->lease.id << " changed to "
+                          << to_string(lc->lease.state) << " with no event right before";
+    EXPECT_EQ(e->event.type, fmt::format("lease.{}", to_string(lc->lease.state)));
+    EXPECT_TRUE(e->event.message.starts_with(fmt::format("lease #{} ", lc->lease.id)))
+        << e->event.message;
+  }
+  EXPECT_GT(changes, 0);
+}
+
+TEST(ArbiterLeases, EveryLeaseChangeComesRightAfterTheEventTellingIt) {
+  std::vector<Lease> kept;
+  {
+    World w({});
+    w.sample();
+    LeaseRequest with_pid = req(1 * GiB);
+    with_pid.pid = 4242;
+    uint64_t a = w.request(with_pid);          // granted
+    uint64_t b = w.request(req(1 * GiB));      // granted, heartbeats
+    LeaseRequest patient = req(30 * GiB);      // queued, then timed out
+    patient.wait_timeout = 2s;
+    w.request(patient);
+    uint64_t c = w.request(req(2 * GiB));      // granted, then released
+    w.feed(HolderExited{a});                   // expired
+    w.feed(LeaseReleased{c, 0});
+    w.run(3s);
+    LeaseRequest held = req(2 * GiB);
+    held.pid = 11;
+    w.request(held);
+    w.request(req(30 * GiB, 0, 0, "waits"));
+    uint64_t d = w.request(req(30 * GiB, 0, 0, "gives up"));
+    w.feed(LeaseReleased{d, std::nullopt});   // cancelled
+    w.run(31s);                                 // b: no heartbeat
+    EXPECT_EQ(w.state(b), LeaseState::expired);
+    expect_each_change_told_right_before(w.actions());
+    kept = w.arbiter().leases();
+  }
+  World w({});
+  w.sample();
+  auto actions = w.arbiter().restore_leases(kept, {}, w.now());  // holder 11 is gone
+  expect_each_change_told_right_before(actions);
 }
 
 TEST(ArbiterLeases, HolderUsingMoreThanLeasedIsAnEventOnce) {

@@ -180,7 +180,11 @@ void Daemon::feed(const Event& event) {
 }
 
 void Daemon::apply(std::vector<Action> actions) {
-  for (auto& a : actions) {
+  // The event telling a lease's change comes right before its LeaseChanged (core/actions.h): it
+  // is written with the lease, in one transaction.
+  std::vector<StoredEvent> told;
+  for (size_t i = 0; i < actions.size(); ++i) {
+    Action& a = actions[i];
     metrics_.observe(a);
     if (auto* e = std::get_if<EmitEvent>(&a)) {
       spdlog::info("{}: {}", e->event.type, e->event.message);
@@ -188,6 +192,12 @@ void Daemon::apply(std::vector<Action> actions) {
       nlohmann::json data = e->event.verdict ? to_json(*e->event.verdict) : nlohmann::json(nullptr);
       // SSE subscribers first (they are on this loop), then the store on its own thread.
       stream_.publish(id, e->event, data);
+      const auto* next = i + 1 < actions.size() ? std::get_if<LeaseChanged>(&actions[i + 1]) : nullptr;
+      if (next && e->event.type.starts_with("lease.") &&
+          e->event.message.starts_with(fmt::format("lease #{} ", next->lease.id))) {
+        told.push_back(StoredEvent{id, e->event, std::move(data)});
+        continue;
+      }
       asio::post(store_thread_, [this, ev = e->event, data, id] {
         store_event(UnstoredEvent{ev, data, id});
       });
@@ -205,7 +215,7 @@ void Daemon::apply(std::vector<Action> actions) {
     } else if (auto* l = std::get_if<Lifecycle>(&a)) {
       run_lifecycle(*l);
     } else if (auto* lc = std::get_if<LeaseChanged>(&a)) {
-      save_lease(lc->lease);
+      save_lease(lc->lease, std::exchange(told, {}));
       // A lease for the shared queue, or room given back: claim soon rather than at the round.
       if (lc->lease.request.cluster || !is_active(lc->lease.state)) claim_soon();
     } else if (auto* sp = std::get_if<SpawnService>(&a)) {
@@ -443,19 +453,38 @@ asio::awaitable<void> Daemon::stream_events(HttpStream& stream, int64_t after_id
   co_await stream_.serve(stream, after_id, [this](int64_t after) { return events(after, std::nullopt, 1000); });
 }
 
-void Daemon::save_lease(const Lease& lease) {
+void Daemon::save_lease(const Lease& lease, std::vector<StoredEvent> told) {
   ++lease_writes_pending_[lease.id];
   lease_latest_.insert_or_assign(lease.id, lease);
-  asio::post(store_thread_, [this, store = lease_store_, lease, now = clock_()] {
-    Status r = store->save(lease, now);
+  std::vector<StoredEvent> events;
+  if (!told.empty() || lease_events_unwritten_.count(lease.id)) {
+    auto& unwritten = lease_events_unwritten_[lease.id];
+    for (auto& e : told) unwritten.push_back(std::move(e));
+    events = unwritten;
+  }
+  asio::post(store_thread_, [this, store = lease_store_, lease, now = clock_(),
+                             events = std::move(events)] {
+    Status r = store->save(lease, now, events);
     if (!r) spdlog::error("{}", r.error());
     store_ok_ = r.ok();
-    asio::post(io_, [this, lease, r] { lease_saved(lease, r); });
+    std::vector<int64_t> told;
+    told.reserve(events.size());
+    for (const auto& e : events) told.push_back(e.id);
+    asio::post(io_, [this, lease, r, told = std::move(told)] { lease_saved(lease, r, told); });
   });
 }
 
-void Daemon::lease_saved(const Lease& lease, const Status& written) {
+void Daemon::lease_saved(const Lease& lease, const Status& written,
+                         const std::vector<int64_t>& told) {
   uint64_t id = lease.id;
+  if (written && !told.empty()) {
+    if (auto it = lease_events_unwritten_.find(id); it != lease_events_unwritten_.end()) {
+      std::erase_if(it->second, [&](const StoredEvent& e) {
+        return std::find(told.begin(), told.end(), e.id) != told.end();
+      });
+      if (it->second.empty()) lease_events_unwritten_.erase(it);
+    }
+  }
   if (!written) {
     backend_failed("store", written.error());
     // The write stays pending (no client hears of this change) until it lands: the newest

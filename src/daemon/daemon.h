@@ -138,8 +138,9 @@ class Daemon : public DaemonControl, public ProxyHooks {
   void feed(const Event& event);
   void apply(std::vector<Action> actions);
   void run_lifecycle(const Lifecycle& lc);
-  void save_lease(const Lease& lease);
-  void lease_saved(const Lease& lease, const Status& written);
+  // Writes `lease` with `told` (the events telling this change) in one store transaction.
+  void save_lease(const Lease& lease, std::vector<StoredEvent> told = {});
+  void lease_saved(const Lease& lease, const Status& written, const std::vector<int64_t>& told);
   // A backend failed (an event when it starts failing or its error changes) or works again.
   void backend_failed(const std::string& backend, const std::string& error);
   void backend_works(const std::string& backend);
@@ -232,6 +233,9 @@ class Daemon : public DaemonControl, public ProxyHooks {
   MonoTime tick_at_{};  // when the tick loop wakes next
   std::map<uint64_t, int> lease_writes_pending_;                  // lease id -> writes in flight
   std::map<uint64_t, Lease> lease_latest_;  // the newest state of each lease with writes pending
+  // Events telling a lease's changes whose write has not landed yet: each write of the lease
+  // carries all of them, so a failed write's events go with the next one, still atomically.
+  std::map<uint64_t, std::vector<StoredEvent>> lease_events_unwritten_;
   std::multimap<uint64_t, boost::asio::steady_timer*> lease_waiters_;  // woken on changes
   bool holder_check_running_ = false;
   Api api_;

@@ -307,7 +307,9 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     co_return error(404, "not_found", fmt::format("no such endpoint: {}", t.path));
   } else if (get) {
     daemon_.lease_heartbeat(id);
-    if (wait) co_await daemon_.wait_lease(id, *wait);
+    // Without ?wait this waits only for a write in flight (milliseconds; a restart's restored
+    // leases are being written as the first requests come in).
+    co_await daemon_.wait_lease(id, wait.value_or(Duration(0)));
     if (!daemon_.lease_written(id))
       co_return error(
           503, "store",

@@ -48,22 +48,37 @@ Result<std::unique_ptr<EventStore>> EventStore::open(const std::string& path, in
   }
 }
 
+namespace {
+
+// One INSERT for both: `replace` for a write that may be repeated (a lease's events, written again
+// with the lease after a failed try).
+void insert_event(SQLite::Database& db, const EventRecord& e, const nlohmann::json& data,
+                  int64_t id, bool replace) {
+  SQLite::Statement insert(db, fmt::format("INSERT {}INTO events (at_ms, type, gpu, subject, "
+                                           "message, data, id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                           replace ? "OR REPLACE " : ""));
+  if (id > 0) insert.bind(7, id);
+  else insert.bind(7);
+  insert.bind(1, static_cast<int64_t>(e.at.time_since_epoch().count()));
+  insert.bind(2, e.type);
+  if (e.gpu) insert.bind(3, static_cast<int64_t>(*e.gpu));
+  else insert.bind(3);
+  insert.bind(4, e.subject);
+  insert.bind(5, e.message);
+  if (data.is_null()) insert.bind(6);
+  else insert.bind(6, data.dump());
+  insert.exec();
+}
+
+}  // namespace
+
+void sqlite_put_event(SQLite::Database& db, const StoredEvent& e) {
+  insert_event(db, e.event, e.data, e.id, true);
+}
+
 Result<int64_t> SqliteEventStore::append(const EventRecord& e, const nlohmann::json& data, int64_t id_in) {
   try {
-    SQLite::Statement insert(*db_,
-                             "INSERT INTO events (at_ms, type, gpu, subject, message, data, id) "
-                             "VALUES (?, ?, ?, ?, ?, ?, ?)");
-    if (id_in > 0) insert.bind(7, id_in);
-    else insert.bind(7);
-    insert.bind(1, static_cast<int64_t>(e.at.time_since_epoch().count()));
-    insert.bind(2, e.type);
-    if (e.gpu) insert.bind(3, static_cast<int64_t>(*e.gpu));
-    else insert.bind(3);
-    insert.bind(4, e.subject);
-    insert.bind(5, e.message);
-    if (data.is_null()) insert.bind(6);
-    else insert.bind(6, data.dump());
-    insert.exec();
+    insert_event(*db_, e, data, id_in, false);
     int64_t id = db_->getLastInsertRowid();
     // Trim now and then rather than on every insert.
     if (++appends_ % 64 == 1) {

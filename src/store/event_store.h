@@ -13,6 +13,10 @@
 #include "core/arbiter.h"
 #include "core/result.h"
 
+namespace SQLite {
+class Database;
+}
+
 namespace vramd {
 
 struct StoredEvent {
@@ -20,6 +24,10 @@ struct StoredEvent {
   EventRecord event;
   nlohmann::json data;  // structured details (an unload verdict, ...); null when none
 };
+
+// Writes `e` (its id given) into the SQLite events table of `db`, replacing one of the same id:
+// the lease store writes a lease's events with it, in its transaction (LeaseStore::save).
+void sqlite_put_event(SQLite::Database& db, const StoredEvent& e);
 
 // One host's events (with PostgreSQL, each host numbers and reads its own).
 class EventStore {

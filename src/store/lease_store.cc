@@ -120,7 +120,8 @@ namespace {
 class SqliteLeaseStore final : public LeaseStore {
  public:
   explicit SqliteLeaseStore(std::unique_ptr<SQLite::Database> db) : db_(std::move(db)) {}
-  Status save(const Lease& lease, const Now& now) override;
+  using LeaseStore::save;
+  Status save(const Lease& lease, const Now& now, const std::vector<StoredEvent>& events) override;
   Result<std::vector<Lease>> active(const Now& now) const override;
   Result<uint64_t> max_id() const override;
   Result<std::vector<JobRecord>> jobs(const std::string& label, size_t limit) const override;
@@ -152,9 +153,11 @@ Result<std::unique_ptr<LeaseStore>> LeaseStore::open(const std::string& path) {
   }
 }
 
-Status SqliteLeaseStore::save(const Lease& l, const Now& now) {
+Status SqliteLeaseStore::save(const Lease& l, const Now& now,
+                              const std::vector<StoredEvent>& events) {
   try {
     SQLite::Transaction tx(*db_);
+    for (const auto& e : events) sqlite_put_event(*db_, e);
     if (is_active(l.state)) {
       SQLite::Statement q(*db_, "INSERT OR REPLACE INTO leases (id, data) VALUES (?, ?)");
       q.bind(1, static_cast<int64_t>(l.id));

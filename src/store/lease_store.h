@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "core/lease.h"
 #include "core/result.h"
+#include "store/event_store.h"
 
 namespace vramd {
 
@@ -37,9 +38,13 @@ class LeaseStore {
   virtual ~LeaseStore() = default;
 
   // An active lease is written as it is; an ended one leaves the active table for the jobs table,
-  // in one transaction.
+  // in one transaction, with `events` (those telling this change, their ids given; one written
+  // before is replaced). So a kill -9 never leaves a lease's end told and not done: the restarted
+  // daemon would end it again, and tell it twice.
   // `now`: the clocks at the moment, to store the lease's (monotonic) times as wall times.
-  virtual Status save(const Lease& lease, const Now& now) = 0;
+  virtual Status save(const Lease& lease, const Now& now,
+                      const std::vector<StoredEvent>& events) = 0;
+  Status save(const Lease& lease, const Now& now) { return save(lease, now, {}); }
   // The active leases, their times turned back into monotonic ones by `now`.
   virtual Result<std::vector<Lease>> active(const Now& now) const = 0;
   // The highest lease id ever stored (active or ended); 0 when none.

@@ -313,6 +313,22 @@ auto guarded(const std::string& what, F&& f) -> decltype(f()) {
   }
 }
 
+// Writes event `id` of `host` (replacing one of that id), in the caller's transaction if any.
+void put_event(PgConnection& c, const std::string& host, const EventRecord& e,
+               const nlohmann::json& data, int64_t id) {
+  c.exec(
+      "INSERT INTO events (host, id, at_ms, type, gpu, subject, message, data)"
+      " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+      " ON CONFLICT (host, id) DO UPDATE SET at_ms = excluded.at_ms, type = excluded.type,"
+      " gpu = excluded.gpu, subject = excluded.subject, message = excluded.message,"
+      " data = excluded.data",
+      {host, id, static_cast<int64_t>(e.at.time_since_epoch().count()), e.type, e.gpu, e.subject,
+       e.message,
+       data.is_null()
+           ? Param(std::nullopt)
+           : Param(data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))});
+}
+
 class PgEventStore final : public EventStore {
  public:
   PgEventStore(std::shared_ptr<PgConnection> c, std::string host, int64_t retention)
@@ -321,16 +337,7 @@ class PgEventStore final : public EventStore {
   Result<int64_t> append(const EventRecord& e, const nlohmann::json& data, int64_t id) override {
     return guarded("cannot store event", [&]() -> Result<int64_t> {
       if (id <= 0) id = next_id();
-      c_->exec(
-          "INSERT INTO events (host, id, at_ms, type, gpu, subject, message, data)"
-          " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-          " ON CONFLICT (host, id) DO UPDATE SET at_ms = excluded.at_ms, type = excluded.type,"
-          " gpu = excluded.gpu, subject = excluded.subject, message = excluded.message,"
-          " data = excluded.data",
-          {host_, id, static_cast<int64_t>(e.at.time_since_epoch().count()), e.type, e.gpu,
-           e.subject, e.message,
-           data.is_null() ? Param(std::nullopt) : Param(data.dump(-1, ' ', false,
-                                                                  nlohmann::json::error_handler_t::replace))});
+      put_event(*c_, host_, e, data, id);
       if (++appends_ % 64 == 1)
         c_->exec("DELETE FROM events WHERE host = $1 AND id <= $2", {host_, id - retention_});
       return id;
@@ -417,11 +424,13 @@ class PgLeaseStore final : public LeaseStore {
   PgLeaseStore(std::shared_ptr<PgConnection> c, std::string host)
       : c_(std::move(c)), host_(std::move(host)) {}
 
-  Status save(const Lease& l, const Now& now) override {
+  using LeaseStore::save;
+  Status save(const Lease& l, const Now& now, const std::vector<StoredEvent>& events) override {
     return guarded(fmt::format("cannot store lease {}", l.id), [&]() -> Status {
       int64_t id = static_cast<int64_t>(l.id);
       PgTransaction tx(*c_);
       c_->exec("SET LOCAL synchronous_commit = on");  // on disk before the client hears of it
+      for (const auto& e : events) put_event(*c_, host_, e.event, e.data, e.id);
       // The row may have moved to another host (claimed there, or re-queued while this host was
       // taken for lost): it is that host's now. An end from here asks that host to end it.
       PgResult where = c_->exec(

@@ -44,6 +44,18 @@ class Backend {
       pg_->psql(db_, "INSERT INTO vramd_schema (version) VALUES (99)");
     }
   }
+  // Makes every write of a job record fail (a full disk, as the lease store sees it).
+  void refuse_job_writes() const {
+    if (kind_ == "sqlite") {
+      SQLite::Database db(dir_.file("vramd.db"), SQLite::OPEN_READWRITE);
+      db.exec("CREATE TRIGGER refuse_jobs BEFORE INSERT ON jobs BEGIN SELECT RAISE(ABORT, 'disk full'); END");
+    } else {
+      pg_->psql(db_,
+                "CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'disk full'; "
+                "END $$ LANGUAGE plpgsql; CREATE TRIGGER refuse_jobs BEFORE INSERT ON jobs "
+                "FOR EACH ROW EXECUTE FUNCTION refuse()");
+    }
+  }
   PostgresServer* pg() const { return pg_; }
   const std::string& db() const { return db_; }
 
@@ -134,6 +146,46 @@ TEST_P(StoreContract, EventsSurviveReopenAndKeepOnlyTheRetention) {
   ASSERT_EQ(all->size(), 50u);
   EXPECT_EQ(all->front().event.message, "250");
   EXPECT_EQ(all->back().event.message, "299");
+}
+
+// A lease's change and the events telling it are one write: both land, or neither (so a kill
+// between two writes cannot leave an end told and not done, to be done and told again).
+TEST_P(StoreContract, ALeaseChangeAndItsEventsAreOneWrite) {
+  Now now(MonoTime(std::chrono::hours(5)), TimePoint(std::chrono::hours(400000)));
+  Stores s = open();
+  ASSERT_TRUE(s.leases && s.events);
+  Lease one = lease(1, LeaseState::granted, now);
+  ASSERT_TRUE(s.leases->save(one, now, {{5, ev(1000, "lease.granted", "lease #1 granted"), nullptr}}).ok());
+  one.state = LeaseState::released;
+  one.ended_at = now.mono;
+  StoredEvent released{6, ev(2000, "lease.released", "lease #1 released"), {{"k", 1}}};
+  ASSERT_TRUE(s.leases->save(one, now, {released}).ok());
+  // Written again (a retry after a failed write, or a second try of the same): not twice.
+  ASSERT_TRUE(s.leases->save(one, now, {released}).ok());
+  auto events = s.events->list(0, std::nullopt, 10);
+  ASSERT_TRUE(events.ok()) << events.error();
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[0].id, 5);
+  EXPECT_EQ((*events)[1].id, 6);
+  EXPECT_EQ((*events)[1].event.type, "lease.released");
+  EXPECT_EQ((*events)[1].data["k"], 1);
+  EXPECT_TRUE(s.leases->job(1)->has_value());
+  EXPECT_EQ(*s.events->max_id(), 6);
+
+  // The job record cannot be written: the lease stays active and its event is not written.
+  backend_->refuse_job_writes();
+  Lease two = lease(2, LeaseState::granted, now);
+  ASSERT_TRUE(s.leases->save(two, now).ok());
+  two.state = LeaseState::expired;
+  two.ended_at = now.mono;
+  Status refused = s.leases->save(two, now, {{7, ev(3000, "lease.expired", "lease #2 expired"), nullptr}});
+  EXPECT_FALSE(refused.ok());
+  EXPECT_EQ(s.events->list(6, std::nullopt, 10)->size(), 0u);
+  auto active = s.leases->active(now);
+  ASSERT_TRUE(active.ok()) << active.error();
+  ASSERT_EQ(active->size(), 1u);
+  EXPECT_EQ((*active)[0].id, 2u);
+  EXPECT_EQ((*active)[0].state, LeaseState::granted);
 }
 
 TEST_P(StoreContract, ActiveLeasesSurviveReopenAndAnEndedOneBecomesAJob) {

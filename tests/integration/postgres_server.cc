@@ -255,9 +255,15 @@ std::string PostgresServer::create_database(const std::string& prefix) {
 
 std::string PostgresServer::psql(const std::string& db, const std::string& sql) const {
   std::string file = root_ + "/psql.out";
+  // The statement goes in a file, not through the shell: `$$`, quotes and backslashes stay.
+  std::string script = root_ + "/psql.sql";
+  {
+    std::ofstream out(script, std::ios::trunc);
+    out << sql << "\n";
+  }
   std::string cmd = fmt::format(
-      "{}/psql -X -q -A -t -v ON_ERROR_STOP=1 -h 127.0.0.1 -p {} -U vramd -d {} -c \"{}\" >{} 2>&1",
-      bin_, port_, db, sql, file);
+      "{}/psql -X -q -A -t -v ON_ERROR_STOP=1 -h 127.0.0.1 -p {} -U vramd -d {} -f {} >{} 2>&1",
+      bin_, port_, db, script, file);
   int st = std::system(cmd.c_str());
   std::string out = slurp_file(file);
   if (st != 0) throw std::runtime_error(fmt::format("psql {}: {}", sql, out));
