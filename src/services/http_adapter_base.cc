@@ -26,6 +26,7 @@ boost::asio::awaitable<Result<HttpReply>> HttpAdapter::call(std::string_view met
   options.total_timeout = left;
   options.connect_timeout = std::min(config_.connect_timeout, left);
   options.bearer_token = api_key_;
+  options.connections = &connections_;
   co_return co_await http_call(executor_, method, resolve_url(config_.url, path), std::move(body),
                                std::move(options));
 }

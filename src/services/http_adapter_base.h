@@ -83,6 +83,7 @@ class HttpAdapter : public Adapter {
  private:
   std::string api_key_;  // never logged
   Duration default_unload_timeout_;
+  HttpConnections connections_;  // its GETs (probes, health) reuse a kept-alive connection
 };
 
 // Percent-encodes a path segment (model names contain '/' and ':').

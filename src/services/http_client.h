@@ -1,8 +1,10 @@
-// A small async HTTP/1.1 client for talking to GPU servers on the event loop: one request per
-// connection, bounded by a connect timeout and a total timeout, so a server that accepts and
-// never answers costs at most the total timeout and never blocks other coroutines.
+// A small async HTTP/1.1 client for talking to GPU servers on the event loop, bounded by a
+// connect timeout and a total timeout, so a server that accepts and never answers costs at most
+// the total timeout and never blocks other coroutines. One request per connection, unless the
+// caller hands in its HttpConnections: then GETs reuse a kept-alive connection.
 #pragma once
 
+#include <memory>
 #include <utility>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -23,6 +25,27 @@ struct HttpReply {
   std::string content_type;  // as sent, "" when absent
 };
 
+// Idle kept-alive connections, for GETs to the same servers again and again (a service's probes,
+// every few seconds: a request each, not a TCP handshake, an accept and a teardown each). A
+// connection the server has closed is noticed before reuse; a reused one that fails before any
+// byte of the answer is retried once on a new connection (GET only: it is safe to repeat).
+// Belongs to one executor's coroutines (not thread-safe); destroy it before that io_context.
+class HttpConnections {
+ public:
+  HttpConnections();
+  ~HttpConnections();
+  HttpConnections(const HttpConnections&) = delete;
+  HttpConnections& operator=(const HttpConnections&) = delete;
+  size_t idle() const;  // connections kept now
+  uint64_t opened() const;  // connections opened through it, ever
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 struct HttpOptions {
   Duration connect_timeout = std::chrono::seconds(2);
   Duration total_timeout = std::chrono::seconds(5);  // resolve + connect + write + read
@@ -31,6 +54,8 @@ struct HttpOptions {
   // Content-Type of the body; when empty and the body is not, "application/json".
   std::string content_type;
   std::size_t body_limit = std::size_t{16} * 1024 * 1024;
+  // Where a GET may take and give back a kept-alive connection; null: a connection per request.
+  HttpConnections* connections = nullptr;
 };
 
 // Sends `method` ("GET", "POST", "PUT", "DELETE") to `url` ("http://host:port/path?query") with
