@@ -2,8 +2,14 @@
 // `GET /v1/leases?host=all` from any host lists every host's leases, each once and under the host
 // whose row it is; `?host=NAME` one host's; the default stays this host's; an unknown host is a
 // 400 that names the known ones; a lease of a host killed with SIGKILL is listed where it went;
-// with SQLite `all` is this host. `vramd leases --all-hosts` prints them with their hosts.
+// with SQLite `all` is this host. `vramd leases --all-hosts` prints them with their hosts. And the
+// dashboard's all-hosts overview and host switcher in Debian's chromium
+// (tests/browser/cluster.test.mjs, run from here on the cluster this test sets up).
+#include <cstdlib>
+#include <fstream>
 #include <set>
+
+#include <sys/wait.h>
 
 #include <gtest/gtest.h>
 
@@ -200,6 +206,88 @@ TEST(ClusterViewE2E, WithSqliteAllIsThisHostAndAnotherHostIsRefused) {
   ASSERT_TRUE(other);
   EXPECT_EQ(other->status, 400u);
   EXPECT_NE(other->body.find("(hosts: solo; or all)"), std::string::npos) << other->body;
+}
+
+// Runs tests/browser/cluster.test.mjs for `phase` with `expect` (its JSON); its exit status, and
+// its output in `out`. node, chromium and playwright-core's folder are found at configure time
+// (cmake/browser_tests.cmake).
+int run_browser(const std::string& phase, const json& expect, const TempDir& dir, std::string& out) {
+#if defined(VRAMD_BROWSER_NODE) && defined(VRAMD_BROWSER_CHROMIUM) && defined(VRAMD_BROWSER_MODULES)
+  std::string file = dir.file("expect-" + phase + ".json");
+  std::ofstream(file) << expect.dump(2);
+  std::string log = dir.file("browser-" + phase + ".log");
+  std::string cmd = fmt::format(
+      "'{}' '{}/tests/browser/cluster.test.mjs' --phase {} --expect '{}' --node-modules '{}' "
+      "--chromium '{}' --screenshots '{}/screenshots' >'{}' 2>&1",
+      VRAMD_BROWSER_NODE, VRAMD_SOURCE_DIR, phase, file, VRAMD_BROWSER_MODULES,
+      VRAMD_BROWSER_CHROMIUM, VRAMD_BUILD_DIR, log);
+  int status = std::system(cmd.c_str());
+  out = slurp(log);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+#else
+  (void)phase, (void)expect, (void)dir;
+  out = "SKIPPED: node or chromium was not found when the build was configured (make deps)";
+  return 77;
+#endif
+}
+
+TEST(ClusterViewE2E, TheDashboardShowsEveryHostAndActsOnlyOnItsOwn) {
+  ViewCluster c("viewdash", {400 * MiB, 400 * MiB, 400 * MiB});
+  if (!c.pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  FakeService comfy(c.host[0], "comfyui", {"--model-bytes", "12GiB"});
+  FakeService ollama(c.host[1], "ollama", {"--model-bytes", "5GiB", "--model", "llama3.1:8b"});
+  FakeService vllm(c.host[2], "vllm", {"--model-bytes", "6GiB", "--model", "Qwen/Qwen2.5-7B"});
+  auto service = [](const char* name, const char* kind, const FakeService& f) {
+    return fmt::format("[services.{}]\nkind = \"{}\"\nurl = \"{}\"\n", name, kind, f.url());
+  };
+  c.start({service("comfyui", "comfyui", comfy), service("ollama", "ollama", ollama),
+           service("vllm", "vllm", vllm)});
+  DaemonFixture &gpu1 = c.host[0], &gpu3 = c.host[2];
+  // gpu2 holds one (asked of gpu1); gpu3 holds one and keeps one queued for gpu1 (no room there).
+  auto on2 = post_lease(gpu1, {{"vram", "2GiB"}, {"label", "embed"}, {"host", "gpu2"}});
+  auto on3 = post_lease(gpu3, {{"vram", "3GiB"}, {"label", "train"}, {"host", "gpu3"}});
+  auto waits = post_lease(gpu3, {{"vram", "20GiB"}, {"label", "big"}, {"host", "gpu1"}});
+  ASSERT_TRUE(on2 && on3 && waits);
+  ASSERT_EQ(lease_at(gpu1, (*on2)["id"], "10s").value("state", ""), "granted");
+  ASSERT_EQ(lease_at(gpu3, (*on3)["id"], "10s").value("state", ""), "granted");
+  // Every host's snapshot has its service's bytes and its leases before the browser looks.
+  const std::map<std::string, std::pair<std::string, size_t>> want = {
+      {"gpu1", {"comfyui", 0}}, {"gpu2", {"ollama", 1}}, {"gpu3", {"vllm", 2}}};
+  ASSERT_TRUE(eventually([&] {
+    json hosts = get(gpu1, "/v1/hosts");
+    size_t ready = 0;
+    for (const auto& h : hosts.value("hosts", json::array())) {
+      auto it = want.find(h.value("host", ""));
+      if (it == want.end() || !h["status"].is_object()) continue;
+      bool bytes = false;
+      for (const auto& s : h["status"].value("services", json::array()))
+        bytes |= s["name"] == it->second.first && s.value("bytes", Bytes{0}) > GiB;
+      if (bytes && h["status"].value("leases", json::array()).size() == it->second.second) ++ready;
+    }
+    return ready == 3;
+  }, std::chrono::seconds(30))) << get(gpu1, "/v1/hosts").dump(2);
+
+  json expect = {{"local", gpu1.url},
+                 {"hosts",
+                  {{"gpu1", {{"services", {"comfyui"}}, {"granted", 0}, {"queued", 0}}},
+                   {"gpu2", {{"services", {"ollama"}}, {"granted", 1}, {"queued", 0}}},
+                   {"gpu3", {{"services", {"vllm"}}, {"granted", 1}, {"queued", 1}}}}}};
+  TempDir dir;
+  std::string out;
+  int rc = run_browser("up", expect, dir, out);
+  if (rc == 77) GTEST_SKIP() << out;
+  EXPECT_EQ(rc, 0) << out;
+
+  // gpu3 killed: past host_timeout (3 s) the overview shows it lost, its services unknown.
+  gpu3.daemon->kill(SIGKILL);
+  ASSERT_TRUE(eventually([&] {
+    for (const auto& h : get(gpu1, "/v1/hosts").value("hosts", json::array()))
+      if (h["host"] == "gpu3") return h["state"] == "lost";
+    return false;
+  }, std::chrono::seconds(20))) << get(gpu1, "/v1/hosts").dump(2);
+  expect["lost"] = "gpu3";
+  rc = run_browser("lost", expect, dir, out);
+  EXPECT_EQ(rc, 0) << out;
 }
 
 }  // namespace
