@@ -34,3 +34,13 @@ else()
   add_test(NAME browser_dashboard COMMAND ${CMAKE_COMMAND} -E echo
            "SKIPPED: node is not installed (run `make deps`)")
 endif()
+
+# The dashboard's view of several hosts (tests/browser/cluster.test.mjs) runs from the gtest
+# ClusterViewE2E.TheDashboardShowsEveryHostAndActsOnlyOnItsOwn, which sets up PostgreSQL and
+# three daemons first: it is told where node, chromium and playwright-core are.
+if(VRAMD_NODE AND VRAMD_CHROMIUM AND TARGET vramd_tests)
+  set_property(SOURCE ${CMAKE_SOURCE_DIR}/tests/integration/cluster_view_e2e_test.cc APPEND PROPERTY
+    COMPILE_DEFINITIONS VRAMD_BROWSER_NODE="${VRAMD_NODE}" VRAMD_BROWSER_CHROMIUM="${VRAMD_CHROMIUM}"
+    VRAMD_BROWSER_MODULES="${browser_npm}/node_modules")
+  add_dependencies(vramd_tests browser_test_deps)
+endif()

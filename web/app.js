@@ -19,6 +19,10 @@
     seenEvents: new Set(),
     status: null,
     serviceNames: [],     // in config order: their colours
+    hosts: null,          // the last GET /v1/hosts (several hosts on one PostgreSQL store)
+    view: 'local',        // 'local' (this host), 'all' (every host) or another host's name
+    remote: null,         // that host's view: {host, gpus, services}
+    viewLeases: null,     // GET /v1/leases?host=... for the view, or {error}
   };
 
   // ---- helpers ----
@@ -179,7 +183,8 @@
   function renderGpus(status) {
     state.status = status;
     const b = status.backend ? `${status.backend}${status.driver_version ? ' · driver ' + status.driver_version : ''}` : '';
-    $('host').textContent = [location.host, b].filter(Boolean).join(' · ');
+    const named = manyHosts() && status.host ? status.host + ' (this host)' : '';
+    $('host').textContent = [named, location.host, b].filter(Boolean).join(' · ');
     const root = $('gpus');
     if (!status.gpus || status.gpus.length === 0) {
       root.replaceChildren(el('p', { class: 'empty', text: status.error ? 'No GPU: ' + status.error : 'No GPU found.' }));
@@ -208,7 +213,8 @@
     }
   }
 
-  function makeGpu(g) {
+  // `remote`: another host's GPU, from its snapshot: no chart (its history is that host's).
+  function makeGpu(g, remote) {
     const refs = {
       title: el('h3'),
       meta: el('span', { class: 'gpu-meta' }),
@@ -220,7 +226,7 @@
     };
     const root = el('article', { class: 'gpu' + (g.parent !== null && g.parent !== undefined ? ' mig-instance' : ''), dataset: { gpu: g.index } },
       el('div', { class: 'gpu-head' }, refs.title, refs.meta),
-      refs.usage, refs.usageText, refs.chart, refs.note,
+      refs.usage, refs.usageText, remote ? null : refs.chart, refs.note,
       el('div', { class: 'table-wrap' },
         el('table', { class: 'holdings' },
           el('thead', {}, el('tr', {},
@@ -428,7 +434,8 @@
     }
   }
 
-  function makeService(s) {
+  // `remote`: a service of another host, shown read-only (the API acts on its own host only).
+  function makeService(s, remote) {
     const refs = {
       badges: el('div', { class: 'badges' }),
       kind: el('span', { class: 'kind' }),
@@ -438,7 +445,8 @@
     const root = el('article', { class: 'card service', dataset: { service: s.name } },
       el('div', { class: 'card-head' }, el('div', {}, el('h3', { style: 'display:inline', text: s.name }), refs.kind), refs.badges),
       refs.facts, refs.actions);
-    const svc = { name: s.name, root, refs, data: s, action: null };
+    const svc = { name: s.name, root, refs, data: s, action: null, remote: remote || null };
+    if (remote) root.classList.add('remote');
     renderActions(svc);
     return svc;
   }
@@ -468,7 +476,7 @@
     fact('VRAM', fmtBytes(s.bytes) + (s.per_gpu && s.per_gpu.length > 1 ? ' (' + s.per_gpu.map((p) => `GPU ${gpuLabel(p.gpu)}: ${fmtBytes(p.bytes)}`).join(', ') + ')' : ''));
     const inFlight = s.requests_in_flight ? `, ${s.requests_in_flight} request${s.requests_in_flight === 1 ? '' : 's'} in flight` : '';
     // Through vramd's proxy (GET /v1/proxy): how many it answered, and how many failed.
-    const via = state.proxyServices && state.proxyServices.get(s.name);
+    const via = !svc.remote && state.proxyServices && state.proxyServices.get(s.name);
     if (via) {
       const n = via.requests_total;
       const bits = [`${n} request${n === 1 ? '' : 's'}`];
@@ -517,6 +525,11 @@
     const s = svc.data;
     const a = svc.action;
     const area = svc.refs.actions;
+    if (svc.remote) {
+      area.replaceChildren(el('p', { class: 'readonly', dataset: { readonly: svc.remote } },
+        `Read-only: unload, start, stop and restart act on ${svc.remote}'s own API (its dashboard).`));
+      return;
+    }
     if (a && a.phase === 'confirm') {
       const def = ACTIONS.find((x) => x.name === a.name);
       const extra = a.name === 'unload' ? ` It holds ${fmtBytes(s.bytes)}.` : a.name === 'stop' ? ' Its memory is freed; it stays down.' : '';
@@ -577,13 +590,21 @@
   // ---- leases ----
 
   function renderLeases(body) {
-    const list = (body.leases || []).filter((l) => l.state !== 'ended' && l.state !== 'released');
+    const list = activeLeases(body);
     $('leases-count').textContent = list.length ? `${list.length} active` : '';
-    if (!list.length) {
-      $('leases').replaceChildren(el('p', { class: 'empty', text: 'No leases: nothing is waiting for GPU memory.' }));
-      return;
-    }
-    list.sort((a, b) => (a.state === 'queued') - (b.state === 'queued') || (a.position ?? 0) - (b.position ?? 0) || a.id - b.id);
+    $('leases').replaceChildren(leaseTable(list, false));
+  }
+
+  function activeLeases(body) {
+    return ((body && body.leases) || []).filter((l) => l.state !== 'ended' && l.state !== 'released');
+  }
+
+  // The leases as a table; `withHost`: a column naming the host that holds (or keeps) each.
+  function leaseTable(list, withHost) {
+    if (!list.length) return el('p', { class: 'empty', text: 'No leases: nothing is waiting for GPU memory.' });
+    list = list.slice();
+    list.sort((a, b) => (withHost ? String(a.host).localeCompare(String(b.host)) : 0) ||
+      (a.state === 'queued') - (b.state === 'queued') || (a.position ?? 0) - (b.position ?? 0) || a.id - b.id);
     const rows = list.map((l) => {
       const who = l.label || l.holder || l.owner;
       const reason = l.reason && l.reason.text ? el('span', { class: 'lease-reason', text: l.reason.text }) : null;
@@ -592,15 +613,16 @@
       const details = [command, l.holder && l.holder !== who ? 'by ' + l.holder : '', l.priority ? 'priority ' + l.priority : '']
         .filter(Boolean).join(' · ');
       const position = l.state === 'queued' && l.position !== null && l.position !== undefined ? ` #${l.position + 1}` : '';
-      return el('tr', { dataset: { lease: l.id, state: l.state } },
+      return el('tr', { dataset: { lease: l.id, state: l.state, host: l.host } },
+        withHost ? el('td', { class: 'lease-host', text: l.host }) : null,
         el('td', {}, el('strong', { text: '#' + l.id }), ' ', who,
           details ? el('span', { class: 'sub', text: details }) : null, reason),
         el('td', {}, badge(l.state + position, stateTone)),
         el('td', { class: 'num' }, fmtBytes(l.vram_bytes), el('span', { class: 'sub', text: l.gpu === null || l.gpu === undefined ? 'any GPU' : 'GPU ' + (l.gpu_label || l.gpu) })));
     });
-    $('leases').replaceChildren(el('div', { class: 'table-wrap' }, el('table', {},
-      el('thead', {}, el('tr', {}, el('th', { text: 'Lease' }), el('th', { text: 'State' }), el('th', { class: 'num', text: 'VRAM' }))),
-      el('tbody', {}, rows))));
+    return el('div', { class: 'table-wrap' }, el('table', {},
+      el('thead', {}, el('tr', {}, withHost ? el('th', { text: 'Host' }) : null, el('th', { text: 'Lease' }), el('th', { text: 'State' }), el('th', { class: 'num', text: 'VRAM' }))),
+      el('tbody', {}, rows)));
   }
 
   // ---- the request path (GET /v1/proxy) ----
@@ -781,6 +803,218 @@
     refreshSoon();
   }
 
+  // ---- several hosts: the host switcher, the all-hosts overview, another host's view ----
+  // With more than one host on the shared PostgreSQL store (GET /v1/hosts), a switcher: this host
+  // (the dashboard as it is with one), All hosts (a card per host), or one other host's last
+  // status snapshot. Another host's view is read-only: this API acts only on its own host.
+
+  function manyHosts() { return !!(state.hosts && state.hosts.hosts && state.hosts.hosts.length > 1); }
+
+  function viewFromHash() {
+    let h = location.hash.slice(1);
+    try { h = decodeURIComponent(h); } catch (e) { return 'local'; }
+    if (h === 'all-hosts') return 'all';
+    if (h.startsWith('host=') && h.length > 5) return h.slice(5);
+    return 'local';
+  }
+
+  function viewHash(view) {
+    return view === 'local' ? '#' : view === 'all' ? '#all-hosts' : '#host=' + encodeURIComponent(view);
+  }
+
+  // The view asked for, as it can be shown now: this host's own name is the local view.
+  function currentView() {
+    if (!manyHosts()) return 'local';
+    if (state.status && state.view === state.status.host) return 'local';
+    return state.view;
+  }
+
+  window.addEventListener('hashchange', () => {
+    state.view = viewFromHash();
+    state.viewLeases = null;
+    renderHosts();
+    refreshSoon();
+  });
+
+  async function loadViewLeases() {
+    const view = currentView();
+    if (view === 'local') { state.viewLeases = null; return; }
+    try {
+      state.viewLeases = await api('/v1/leases?host=' + encodeURIComponent(view === 'all' ? 'all' : view));
+    } catch (e) {
+      if (e instanceof AuthNeeded) throw e;
+      state.viewLeases = { error: e.message };
+    }
+  }
+
+  function hostRow(name) {
+    return ((state.hosts && state.hosts.hosts) || []).find((h) => h.host === name) || null;
+  }
+
+  function heartbeatText(h) {
+    const age = fmtDuration((h.age_ms || 0) / 1000);
+    if (h.state !== 'lost') return `heartbeat ${age} ago`;
+    const timeout = state.hosts && state.hosts.host_timeout_ms ? fmtDuration(state.hosts.host_timeout_ms / 1000) : 'host_timeout';
+    return `lost: no heartbeat for ${age} (host_timeout ${timeout})`;
+  }
+
+  function renderHosts() {
+    const many = manyHosts();
+    const view = currentView();
+    const me = state.status && state.status.host;
+    $('host-switch').hidden = !many;
+    $('local-view').hidden = view !== 'local';
+    $('cluster-view').hidden = view === 'local';
+    if (!many) return;
+    const tabs = [['local', me || 'this host'], ['all', 'All hosts']];
+    for (const h of state.hosts.hosts) if (h.host !== me) tabs.push([h.host, h.host]);
+    $('host-switch').replaceChildren(...tabs.map(([v, label]) => {
+      const row = v === 'local' ? hostRow(me) : v === 'all' ? null : hostRow(v);
+      return el('a', { class: 'host-tab', href: viewHash(v), dataset: { view: v, state: row ? row.state : '' },
+        'aria-current': view === v ? 'page' : false, title: row ? heartbeatText(row) : 'every host on this store' },
+        row ? el('span', { class: 'dot' }) : null, label,
+        v === 'local' ? el('span', { class: 'tab-note', text: 'this host' }) : null,
+        row && row.state === 'lost' ? el('span', { class: 'tab-note bad', text: 'lost' }) : null);
+    }));
+    if (view === 'local') return;
+    if (view === 'all') renderOverview();
+    else renderRemote(view);
+  }
+
+  // Every host: one card each (heartbeat, GPUs, services, leases), then every host's leases.
+  function renderOverview() {
+    state.remote = null;
+    const me = state.status && state.status.host;
+    // The store's leases (?host=all) once read: a lost host's snapshot still lists what has
+    // moved to live hosts since.
+    const fresh = state.viewLeases && !state.viewLeases.error && state.viewLeases.leases ? activeLeases(state.viewLeases) : null;
+    const leases = fresh || [];
+    const cards = state.hosts.hosts.map((h) => hostCard(h, h.host === me, fresh && fresh.filter((l) => l.host === h.host)));
+    $('cluster-view').replaceChildren(
+      el('section', { class: 'panel', 'aria-labelledby': 'overview-title' },
+        el('div', { class: 'panel-head' }, el('h2', { id: 'overview-title', text: 'All hosts' }),
+          el('span', { class: 'count', text: `${state.hosts.hosts.length} hosts · ${state.hosts.hosts.filter((h) => h.state === 'lost').length} lost` })),
+        el('div', { class: 'host-cards', id: 'host-cards' }, cards)),
+      el('section', { class: 'panel', 'aria-labelledby': 'all-leases-title' },
+        el('div', { class: 'panel-head' }, el('h2', { id: 'all-leases-title', text: 'Leases on every host' }),
+          el('span', { class: 'count', text: leases.length ? `${leases.length} active` : '' })),
+        el('div', { id: 'all-leases' }, state.viewLeases && state.viewLeases.error
+          ? el('p', { class: 'error', text: 'Leases: ' + state.viewLeases.error }) : leaseTable(leases, true))));
+  }
+
+  function usageBar(g) {
+    const segs = orderSeries(g.holdings || []).map((h) => el('span', {
+      style: `width:${(100 * h.bytes / Math.max(1, g.total_bytes)).toFixed(2)}%;background:${ownerColor(h.owner, h.owner_kind)}`,
+      title: `${h.owner}: ${fmtBytes(h.bytes)}`,
+    }));
+    return el('div', { class: 'usage', role: 'img', 'aria-label': `${fmtBytes(g.used_bytes)} used of ${fmtBytes(g.total_bytes)}` }, segs);
+  }
+
+  // `leases`: the host's leases from the store, else (not read yet) its snapshot's.
+  function hostCard(h, local, leases) {
+    const s = h.status || {};
+    const lost = h.state === 'lost';
+    leases = leases || s.leases || [];
+    const granted = leases.filter((l) => l.state === 'granted').length;
+    const queued = leases.filter((l) => l.state === 'queued').length;
+    const gpus = (s.gpus || []).map((g) => {
+      const pct = g.total_bytes ? Math.round(100 * g.used_bytes / g.total_bytes) : 0;
+      return el('div', { class: 'host-gpu', dataset: { gpu: g.index, usedBytes: g.used_bytes, totalBytes: g.total_bytes } },
+        el('div', { class: 'host-gpu-name', text: `GPU ${g.label || g.index} · ${g.name || 'unknown'}` }),
+        usageBar(g),
+        el('div', { class: 'usage-text' }, el('strong', { text: fmtBytes(g.used_bytes) }), ` used of ${fmtBytes(g.total_bytes)} (${pct}%)`));
+    });
+    if (!gpus.length) gpus.push(el('p', { class: 'empty', text: h.status ? 'No GPU found.' : 'No status written yet.' }));
+    const services = (s.services || []).map((x) => el('tr', { dataset: { service: x.name, state: x.state, bytes: x.bytes } },
+      el('td', { text: x.name }), el('td', {}, badge(x.state, STATE_TONE[x.state])), el('td', { class: 'num', text: fmtBytes(x.bytes) })));
+    return el('article', { class: 'card host-card' + (lost ? ' lost' : ''), dataset: { host: h.host, state: h.state } },
+      el('div', { class: 'card-head' },
+        el('div', {}, el('h3', { style: 'display:inline', text: h.host }), local ? el('span', { class: 'kind', text: 'this host' }) : null),
+        el('div', { class: 'badges' }, badge(lost ? 'lost' : 'up', lost ? 'bad' : 'ok', heartbeatText(h)))),
+      el('div', { class: 'host-beat' + (lost ? ' error' : ' muted'), text: heartbeatText(h) }),
+      el('div', { class: 'host-gpus' }, gpus),
+      services.length
+        ? el('div', { class: 'table-wrap' }, el('table', { class: 'host-services' },
+          el('thead', {}, el('tr', {}, el('th', { text: 'Service' }), el('th', { text: 'State' }), el('th', { class: 'num', text: 'VRAM' }))),
+          el('tbody', {}, services)))
+        : el('p', { class: 'empty', text: 'No services.' }),
+      el('div', { class: 'host-foot' },
+        el('span', { class: 'host-leases', dataset: { granted, queued }, text: `${granted} granted · ${queued} queued` }),
+        el('a', { class: 'btn', href: viewHash(local ? 'local' : h.host), text: local ? 'Open' : 'View' })));
+  }
+
+  // One other host, from its last snapshot: GPUs and holdings, services (read-only), leases.
+  function renderRemote(name) {
+    const h = hostRow(name);
+    if (!h) {
+      state.remote = null;
+      $('cluster-view').replaceChildren(el('section', { class: 'panel' },
+        el('p', { class: 'empty', text: `No host named ${name} shares this store.` })));
+      return;
+    }
+    if (!state.remote || state.remote.host !== name) {
+      const gpusRoot = el('div', { class: 'gpus', id: 'remote-gpus' });
+      const servicesRoot = el('div', { class: 'services', id: 'remote-services' });
+      const leasesRoot = el('div', { id: 'remote-leases' });
+      const note = el('div', { class: 'readonly-note', id: 'readonly-note', role: 'note' });
+      const leasesCount = el('span', { class: 'count' });
+      state.remote = { host: name, gpus: new Map(), services: new Map(), gpusRoot, servicesRoot, leasesRoot, note, leasesCount };
+      $('cluster-view').replaceChildren(note,
+        el('div', { class: 'layout remote-layout' },
+          el('div', { class: 'col-main' },
+            el('section', { class: 'panel', 'aria-labelledby': 'remote-gpus-title' },
+              el('div', { class: 'panel-head' }, el('h2', { id: 'remote-gpus-title', text: `GPU memory · ${name}` })), gpusRoot),
+            el('section', { class: 'panel', 'aria-labelledby': 'remote-services-title' },
+              el('div', { class: 'panel-head' }, el('h2', { id: 'remote-services-title', text: `Services · ${name}` })), servicesRoot)),
+          el('div', { class: 'col-side' },
+            el('section', { class: 'panel', 'aria-labelledby': 'remote-leases-title' },
+              el('div', { class: 'panel-head' }, el('h2', { id: 'remote-leases-title', text: `Leases · ${name}` }), leasesCount), leasesRoot))));
+    }
+    const r = state.remote;
+    const s = h.status || {};
+    r.note.dataset.state = h.state;
+    const age = fmtDuration((h.age_ms || 0) / 1000);
+    r.note.replaceChildren(el('strong', { text: `${name}: ` }),
+      (h.state === 'lost' ? `${heartbeatText(h)}; this is the last status it wrote. ` : `its last status, written ${age} ago. `) +
+      `Read-only: this dashboard's actions act on this host only ` +
+      `(${state.status && state.status.host ? state.status.host : location.host}); use ${name}'s own dashboard to unload, start or stop its services.`);
+    // GPUs: the same cards as this host's, without the chart.
+    const seen = new Set();
+    for (const g of s.gpus || []) {
+      seen.add(g.index);
+      let gpu = r.gpus.get(g.index);
+      if (!gpu) {
+        gpu = makeGpu(g, true);
+        r.gpus.set(g.index, gpu);
+        r.gpusRoot.append(gpu.root);
+      }
+      updateGpu(gpu, g);
+      gpu.historyNote = `Its history is kept by ${name}.`;
+      updateNote(gpu);
+    }
+    for (const [i, gpu] of r.gpus) if (!seen.has(i)) { gpu.root.remove(); r.gpus.delete(i); }
+    if (!r.gpus.size) r.gpusRoot.replaceChildren(el('p', { class: 'empty', text: h.status ? 'No GPU found.' : 'No status written yet.' }));
+    else for (const e of r.gpusRoot.querySelectorAll(':scope > .empty')) e.remove();
+    const names = new Set();
+    for (const x of s.services || []) {
+      names.add(x.name);
+      let svc = r.services.get(x.name);
+      if (!svc) {
+        svc = makeService(x, name);
+        r.services.set(x.name, svc);
+        r.servicesRoot.append(svc.root);
+      }
+      updateService(svc, x);
+    }
+    for (const [n, svc] of r.services) if (!names.has(n)) { svc.root.remove(); r.services.delete(n); }
+    if (!r.services.size) r.servicesRoot.replaceChildren(el('p', { class: 'empty', text: 'No services.' }));
+    else for (const e of r.servicesRoot.querySelectorAll(':scope > .empty')) e.remove();
+    const vl = state.viewLeases;
+    const list = vl && !vl.error ? activeLeases(vl) : activeLeases(s);
+    r.leasesCount.textContent = list.length ? `${list.length} active` : '';
+    r.leasesRoot.replaceChildren(vl && vl.error ? el('p', { class: 'error', text: 'Leases: ' + vl.error }) : leaseTable(list, false));
+  }
+
   // ---- polling ----
 
   let refreshTimer = null;
@@ -803,7 +1037,11 @@
   async function refreshAll() {
     if (state.needToken) return;
     try {
-      const [status, services, leases, proxy] = await Promise.all([api('/v1/status'), api('/v1/services'), api('/v1/leases'), api('/v1/proxy')]);
+      // /v1/hosts: an older daemon, or a store that cannot be read, leaves the one-host view.
+      const [status, services, leases, proxy, hosts] = await Promise.all([api('/v1/status'), api('/v1/services'), api('/v1/leases'), api('/v1/proxy'),
+        api('/v1/hosts').catch((e) => { if (e instanceof AuthNeeded) throw e; return null; })]);
+      state.hosts = hosts;
+      await loadViewLeases();
       renderProxy(proxy);
       state.serviceNames = (services.services || []).map((x) => x.name);
       const present = new Set();
@@ -813,6 +1051,7 @@
       renderGpus(status);
       renderServices(services.services || []);
       renderLeases(leases);
+      renderHosts();
       showBanner(status.error ? 'GPU backend: ' + status.error : '');
       if (Date.now() - lastDoctor > 10000) {
         lastDoctor = Date.now();
@@ -833,6 +1072,7 @@
   }
 
   async function main() {
+    state.view = viewFromHash();
     await connect();
     setInterval(refreshAll, 2000);
     setInterval(() => {

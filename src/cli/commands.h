@@ -58,7 +58,8 @@ struct RunOptions {
 // Asks for a lease, waits (one live line on a terminal), runs the command with
 // CUDA_VISIBLE_DEVICES set to the granted GPU, releases at exit; exits with the command's status.
 int cmd_run(const CommonOptions& opts, const RunOptions& run);
-int cmd_leases(const CommonOptions& opts, bool json);
+// `host`: "" this host's leases; "all" every host's on the shared store; else that host's.
+int cmd_leases(const CommonOptions& opts, bool json, const std::string& host = "");
 // Finds the model servers that hold GPU memory, by their ports' answers (cli/discover.cc);
 // `write_path`: also writes them as a config there.
 int cmd_discover(const CommonOptions& opts, bool json, const std::string& write_path,

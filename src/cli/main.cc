@@ -99,6 +99,13 @@ int main(int argc, char** argv) {
   auto* leases = app.add_subcommand("leases", "leases granted and queued, with why each one waits");
   add_common(leases);
   leases->add_flag("--json", json, "print the API's JSON");
+  bool leases_all_hosts = false;
+  std::string leases_host;
+  auto* leases_all = leases->add_flag(
+      "--all-hosts", leases_all_hosts,
+      "every host's leases, from the shared PostgreSQL store (GET /v1/leases?host=all)");
+  leases->add_option("--host", leases_host, "the leases of this host (hosts on one PostgreSQL store)")
+      ->excludes(leases_all);
   std::vector<std::string> jobs_args;
   size_t jobs_limit = 20;
   auto* jobs = app.add_subcommand(
@@ -197,7 +204,7 @@ int main(int argc, char** argv) {
     if (*c) return vramd::cmd_lifecycle(common, action, life_name, life_wait, life_force);
   if (*logs) return vramd::cmd_logs(common, logs_name, logs_follow, logs_lines);
   if (*doctor) return vramd::cmd_doctor(common, doctor_name, json);
-  if (*leases) return vramd::cmd_leases(common, json);
+  if (*leases) return vramd::cmd_leases(common, json, leases_all_hosts ? "all" : leases_host);
   if (*discover) return vramd::cmd_discover(common, json, discover_write, discover_timeout_ms);
   if (*jobs) {
     if (jobs_args.empty()) return vramd::cmd_jobs(common, "", jobs_limit, json);

@@ -243,12 +243,20 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
   return exit_code;
 }
 
-int cmd_leases(const CommonOptions& opts, bool as_json) {
+int cmd_leases(const CommonOptions& opts, bool as_json, const std::string& host) {
   auto client = DaemonClient::from_options(opts);
   if (!client) return kExitFailure;
   const DaemonClient& s = *client;
   int code = 0;
-  auto body = s.call("GET", "/v1/leases", code, "", 10000);
+  std::string target = "/v1/leases";
+  if (!host.empty()) {
+    target += "?host=";
+    for (char c : host)
+      target += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'
+                    ? std::string(1, c)
+                    : fmt::format("%{:02X}", static_cast<unsigned char>(c));
+  }
+  auto body = s.call("GET", target, code, "", 10000);
   if (!body) return code;
   if (as_json) {
     std::cout << body->dump(2) << "\n";
@@ -258,11 +266,15 @@ int cmd_leases(const CommonOptions& opts, bool as_json) {
     std::cout << "no leases\n";
     return kExitOk;
   }
-  std::cout << fmt::format("{:>5}  {:<20} {:<8} {:>4} {:>10} {:>10}  {}\n", "ID", "OWNER", "STATE",
-                           "GPU", "LEASED", "HELD", "WHY / SINCE");
+  // With --all-hosts or --host, each row names the host that holds (or keeps queued) the lease.
+  const bool by_host = !host.empty();
+  std::string head = fmt::format("{:>5}  {:<20} {:<8} {:>4} {:>10} {:>10}  {}", "ID", "OWNER",
+                                 "STATE", "GPU", "LEASED", "HELD", "WHY / SINCE");
+  std::cout << (by_host ? fmt::format("{:<12} ", "HOST") : std::string()) << head << "\n";
   for (const auto& l : (*body)["leases"]) {
     std::string gpu = l["gpu"].is_number() ? gpu_label(l["gpu"].get<unsigned>()) : "any";
     std::string why = l["state"] == "queued" ? reason_text(l) : l["granted_at"].get<std::string>();
+    if (by_host) std::cout << fmt::format("{:<12} ", l.value("host", "?"));
     std::cout << fmt::format(
         "{:>5}  {:<20} {:<8} {:>4} {:>10} {:>10}  {}\n", l["id"].get<uint64_t>(),
         l["owner"].get<std::string>(), l["state"].get<std::string>(), gpu,

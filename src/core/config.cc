@@ -375,9 +375,10 @@ class ConfigParser {
         bool ok = s->size() <= 64 && std::all_of(s->begin(), s->end(), [](char c) {
           return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
         });
-        if (!ok || *s == "any")
+        // "any" names no host in a lease; "all" every host in GET /v1/leases?host=all.
+        if (!ok || *s == "any" || *s == "all")
           error(node.source().begin,
-                field + ": letters, digits, '-', '_' and '.' (at most 64, not \"any\"), got \"" +
+                field + ": letters, digits, '-', '_' and '.' (at most 64, not \"any\" or \"all\"), got \"" +
                     *s + "\"");
         else
           out.host = *s;

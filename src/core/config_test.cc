@@ -1,5 +1,6 @@
 #include "core/config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -585,9 +586,11 @@ TEST(Config, TheStoreAndTheHostParseAndBadValuesSayWhere) {
             "state_dir), got \"mysql://x\"");
   EXPECT_EQ(error_of("[daemon]\nstore = \"postgresql://a/b\"\nstore_url_file = \"/etc/u\"\n"),
             "vramd.toml:3:18: daemon: set store or store_url_file, not both");
-  EXPECT_EQ(error_of("[daemon]\nhost = \"any\"\n"),
-            "vramd.toml:2:8: daemon.host: letters, digits, '-', '_' and '.' (at most 64, not "
-            "\"any\"), got \"any\"");
+  for (const char* reserved : {"any", "all"})
+    EXPECT_EQ(error_of(fmt::format("[daemon]\nhost = \"{}\"\n", reserved)),
+              fmt::format("vramd.toml:2:8: daemon.host: letters, digits, '-', '_' and '.' (at most "
+                          "64, not \"any\" or \"all\"), got \"{}\"",
+                          reserved));
   EXPECT_NE(error_of("[daemon]\nhost = \"gpu 1\"\n"), "(ok)");
   EXPECT_NE(error_of("[daemon]\nhost_timeout = \"0s\"\n"), "(ok)");
 }

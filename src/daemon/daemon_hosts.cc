@@ -212,4 +212,55 @@ asio::awaitable<Result<nlohmann::json>> Daemon::hosts() {
   co_return nlohmann::json{{"hosts", std::move(out)}, {"host_timeout_ms", timeout.count()}};
 }
 
+asio::awaitable<Result<DaemonControl::OtherLeases>> Daemon::leases_elsewhere(std::string only) {
+  if (!host_store_) co_return OtherLeases{{host_}, {}};  // SQLite: this host alone
+  const Duration timeout = arbiter_.config().daemon.host_timeout;
+  Now now = clock_();
+  // Both reads on the store thread: the hosts (names, snapshots) and the other hosts' rows.
+  auto op = run_on(store_thread_, [store = host_store_, only, now, timeout] {
+    Result<std::vector<HostRow>> rows = store->all();
+    Result<std::vector<HostLease>> leases =
+        rows ? store->leases_elsewhere(only, now, timeout) : Result<std::vector<HostLease>>(make_error(rows.error()));
+    return std::make_pair(std::move(rows), std::move(leases));
+  });
+  auto [rows, leases] = co_await std::move(op);
+  if (!rows) co_return make_error(rows.error());
+  if (!leases) co_return make_error(leases.error());
+  OtherLeases out;
+  // What only the holding host knows (queue position, what its holder uses, its GPU's
+  // CUDA_VISIBLE_DEVICES, the reason of a lease for a service there) comes from its last
+  // snapshot, where that lease is there in the same state.
+  std::map<std::string, std::map<uint64_t, nlohmann::json>> seen;  // host -> id -> lease JSON
+  for (const auto& row : *rows) {
+    out.hosts.push_back(row.host);
+    if (row.host == host_ || row.status.empty()) continue;
+    if (!only.empty() && row.host != only) continue;
+    nlohmann::json status = nlohmann::json::parse(row.status, nullptr, false);
+    if (!status.is_object() || !status.contains("leases") || !status["leases"].is_array()) continue;
+    for (auto& l : status["leases"])
+      if (l.is_object() && l.contains("id") && l["id"].is_number_unsigned()) {
+        uint64_t id = l["id"].get<uint64_t>();  // read before the move (json's = takes by value)
+        seen[row.host][id] = std::move(l);
+      }
+  }
+  for (const HostLease& hl : *leases) {
+    nlohmann::json j = to_json(hl.lease, now);
+    j["host"] = hl.host;
+    j["elsewhere"] = true;
+    auto h = seen.find(hl.host);
+    if (h != seen.end()) {
+      auto it = h->second.find(hl.lease.id);
+      if (it != h->second.end() && it->second.value("state", "") == j["state"]) {
+        for (const char* key : {"position", "gpu_cuda_visible_devices", "held_bytes", "peak_bytes"})
+          if (it->second.contains(key)) j[key] = it->second[key];
+        // A shared lease's reason is the store's (every live host's, fresh); another's, that host's.
+        if (it->second.contains("reason") && (hl.lease.reason.text.empty() || !hl.lease.request.cluster))
+          j["reason"] = it->second["reason"];
+      }
+    }
+    out.leases.push_back(std::move(j));
+  }
+  co_return out;
+}
+
 }  // namespace vramd

@@ -8,8 +8,10 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/gpu_select.h"
 #include "supervisor/children.h"
@@ -156,7 +158,33 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     if (get) {
       json out = json::array();
       Now now = daemon_.now();
-      for (const auto& l : arbiter.leases()) out.push_back(lease_json(l, now));
+      // ?host=all: every host's leases (on a shared store); ?host=NAME: that host's. Without
+      // it (or naming this host), this host's, from the Arbiter, as before.
+      const std::string* host = t.param("host");
+      if (!host || *host == daemon_.host()) {
+        for (const auto& l : arbiter.leases()) out.push_back(lease_json(l, now));
+        co_return json_reply(200, json{{"leases", out}});
+      }
+      if (host->empty()) co_return error(400, "bad_request", "host: expected a host name or all");
+      bool all = *host == "all";
+      // (GCC 12: a temporary of a ?: inside a co_await expression is destroyed twice.)
+      std::string only = all ? std::string() : *host;
+      auto other = co_await daemon_.leases_elsewhere(only);
+      if (!other) co_return error(503, "store", other.error());
+      if (!all && std::find(other->hosts.begin(), other->hosts.end(), *host) == other->hosts.end())
+        co_return error(400, "bad_request",
+                        fmt::format("host: no host named '{}' shares this daemon's store (hosts: {}; or all)",
+                                    *host, fmt::join(other->hosts, ", ")));
+      std::set<uint64_t> there;  // the store's word on where a lease is beats this host's memory
+      for (const auto& j : other->leases) there.insert(j["id"].get<uint64_t>());
+      if (all)
+        for (const auto& l : arbiter.leases())
+          if (!there.count(l.id)) out.push_back(lease_json(l, now));
+      for (auto& j : other->leases) out.push_back(std::move(j));
+      std::stable_sort(out.begin(), out.end(), [](const json& a, const json& b) {
+        return std::make_pair(a.value("host", ""), a.value("id", uint64_t{0})) <
+               std::make_pair(b.value("host", ""), b.value("id", uint64_t{0}));
+      });
       co_return json_reply(200, json{{"leases", out}});
     }
     if (req.method() != http::verb::post)

@@ -41,6 +41,16 @@ class DaemonControl {
   virtual boost::asio::awaitable<Result<nlohmann::json>> hosts() {
     co_return make_error("this daemon has no view of other hosts");
   }
+  // GET /v1/leases?host=: the leases of the hosts other than this one (`only`, when not empty:
+  // of that host alone), as their rows in the shared store have them, each with its "host", and
+  // the names of every host the store knows (this one too). With SQLite: this host, no others.
+  struct OtherLeases {
+    std::vector<std::string> hosts;
+    std::vector<nlohmann::json> leases;
+  };
+  virtual boost::asio::awaitable<Result<OtherLeases>> leases_elsewhere(std::string /*only*/) {
+    co_return OtherLeases{{host()}, {}};
+  }
   // Several hosts on one store (core/cluster.h): whether leases go to the shared queue; a lease
   // this host does not hold, read from the store (null when no host has it); and asking the
   // host that holds one to end it (false when none does).

@@ -185,12 +185,21 @@ json to_json(const ServiceStatus& s, const Now& now) {
            : json(nullptr)}};
 }
 
-json to_json(const Lease& l, const Arbiter& arbiter, const Now& now) {
+namespace {
+
+// A lease; `arbiter`, when it is this host's (not another host's row), fills what only this host
+// knows: the queue position, the lease in front, the GPU's CUDA_VISIBLE_DEVICES.
+json lease_json(const Lease& l, const Arbiter* local, const Now& now) {
   auto time = [&](const std::optional<MonoTime>& t) { return when(now, t); };
   const LeaseRequest& r = l.request;
   json reason = nullptr;
   std::optional<size_t> position;
-  if (l.state == LeaseState::queued) {
+  if (l.state == LeaseState::queued && !local) {
+    reason = {{"text", l.reason.text}, {"gpu", opt(l.reason.gpu)}, {"needs_bytes", l.reason.needs},
+              {"free_bytes", l.reason.free}, {"behind", opt(l.reason.behind)},
+              {"blockers", json::array()}};
+  } else if (l.state == LeaseState::queued) {
+    const Arbiter& arbiter = *local;
     position = arbiter.queue_position(l.id);
     LeaseReason why = l.reason;
     // Leases far down the queue are not looked at on every pass: name the one in front.
@@ -220,8 +229,8 @@ json to_json(const Lease& l, const Arbiter& arbiter, const Now& now) {
   // What the holder's CUDA_VISIBLE_DEVICES names: a MIG instance by its UUID.
   std::optional<unsigned> gpu_or_requested = l.gpu ? l.gpu : r.gpu;
   std::string cuda_devices;
-  if (gpu_or_requested)
-    for (const auto& g : arbiter.status().gpus)
+  if (gpu_or_requested && local)
+    for (const auto& g : local->status().gpus)
       if (g.sample.index == *gpu_or_requested) cuda_devices = cuda_visible_devices(g.sample);
   return {{"id", l.id},
           {"state", to_string(l.state)},
@@ -254,6 +263,12 @@ json to_json(const Lease& l, const Arbiter& arbiter, const Now& now) {
           {"evicted", l.evicted},
           {"exit_status", opt(l.exit_status)}};
 }
+
+}  // namespace
+
+json to_json(const Lease& l, const Arbiter& arbiter, const Now& now) { return lease_json(l, &arbiter, now); }
+
+json to_json(const Lease& l, const Now& now) { return lease_json(l, nullptr, now); }
 
 json to_json(const JobRecord& j) {
   return {{"id", j.id},

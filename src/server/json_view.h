@@ -19,6 +19,9 @@ nlohmann::json to_json(const ServiceStatus& s, const Now& now);
 // A lease as the API shows it; `arbiter` fills its queue position and, for a lease behind
 // another, which one.
 nlohmann::json to_json(const Lease& l, const Arbiter& arbiter, const Now& now);
+// A lease as another host's row in the shared store has it (GET /v1/leases?host=all): no queue
+// position nor CUDA_VISIBLE_DEVICES (those are that host's to know); its reason as the row has it.
+nlohmann::json to_json(const Lease& l, const Now& now);
 nlohmann::json to_json(const JobRecord& j);
 
 // {"error": {"code": code, "message": message}}

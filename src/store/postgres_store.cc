@@ -905,6 +905,28 @@ Result<std::optional<ElsewhereLease>> HostStore::find(uint64_t id, const Now& no
   });
 }
 
+Result<std::vector<HostLease>> HostStore::leases_elsewhere(const std::string& only, const Now& now,
+                                                           Duration host_timeout) const {
+  return guarded("cannot read other hosts' leases", [&]() -> Result<std::vector<HostLease>> {
+    // One statement, one snapshot: a lease moving between hosts is read on one side only.
+    PgResult r = conn_->exec(
+        "SELECT l.host, l.data, (SELECT string_agg(r.text, '; ' ORDER BY r.host) FROM lease_reasons r"
+        "  JOIN hosts h ON h.host = r.host WHERE r.id = l.id AND l.state = 'queued' AND l.cluster"
+        "  AND h.heartbeat > now() - $3::bigint * interval '1 millisecond')"
+        " FROM leases l WHERE l.host <> $1 AND ($2 = '' OR l.host = $2) ORDER BY l.host, l.id",
+        {host_, only, millis(host_timeout)});
+    std::vector<HostLease> out;
+    out.reserve(static_cast<size_t>(r.rows()));
+    for (int i = 0; i < r.rows(); ++i) {
+      auto l = lease_from_json(r.text(i, 1), now);
+      if (!l) continue;  // a damaged row: shown by no one (as a claim round skips it)
+      if (!r.null(i, 2)) l->reason.text = r.text(i, 2);
+      out.push_back({r.text(i, 0), std::move(*l)});
+    }
+    return out;
+  });
+}
+
 Result<bool> HostStore::ask_release(uint64_t id, const std::string& why) {
   return guarded(fmt::format("cannot end lease {}", id), [&]() -> Result<bool> {
     PgResult r = conn_->exec(

@@ -45,6 +45,12 @@ struct ElsewhereLease {
   std::optional<JobRecord> job;  // ended there
 };
 
+// One lease row of another host (GET /v1/leases?host=all).
+struct HostLease {
+  std::string host;  // the host whose row it is: the one that holds it, or keeps it queued
+  Lease lease;       // while queued in the shared queue, `reason.text` is every live host's reason
+};
+
 // The hosts table (heartbeats and status snapshots) and the shared queue of several hosts
 // (core/cluster.h): claims, the liveness of hosts, leases held elsewhere.
 class HostStore {
@@ -77,6 +83,10 @@ class HostStore {
   Result<std::vector<LostHost>> handle_lost_hosts(Duration host_timeout, const Now& now);
   // Lease `id` wherever it is (this host's first); nullopt when no host has it.
   Result<std::optional<ElsewhereLease>> find(uint64_t id, const Now& now) const;
+  // Every lease row of the hosts other than this one (`only`, when not empty: of that host
+  // alone), by host then id; `host_timeout` says which hosts' reasons still count (live ones).
+  Result<std::vector<HostLease>> leases_elsewhere(const std::string& only, const Now& now,
+                                                  Duration host_timeout) const;
   // Asks the host that holds lease `id` (not this one) to end it; false when none holds it.
   Result<bool> ask_release(uint64_t id, const std::string& why);
 

@@ -192,6 +192,10 @@ async function main() {
 
     for (const name of ['comfyui', 'ollama', 'whisper'])
       check(await page.locator(`.service[data-service="${name}"]`).count() === 1, `service card for ${name}`);
+    // One host (the demo's SQLite store): no host switcher, the page as it always was.
+    check(await page.locator('#host-switch').isHidden() && await page.locator('#cluster-view').isHidden() &&
+          !/\(this host\)/.test(await page.locator('#host').innerText()),
+          'with one host there is no host switcher nor overview');
     // speaches is in no config: the demo's [daemon] discover finds it (every 5 s) and says so.
     // Its card can come a sample before its bytes do (its port is read from the next sample on).
     await page.waitForFunction(() => /1\.0 GiB/.test((document.querySelector('.service[data-service="speaches"]') || {}).innerText || ''),
