@@ -1,5 +1,6 @@
 #include "host/linux_host_scanner.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,14 +38,51 @@ std::optional<int> read_pid_file(const std::string& path) {
   return pid;
 }
 
+LinuxHostScanner::~LinuxHostScanner() {
+  for (const auto& [pid, fd] : stat_fds_) ::close(fd);
+}
+
+void LinuxHostScanner::forget(int pid) {
+  cache_.erase(pid);
+  if (auto it = stat_fds_.find(pid); it != stat_fds_.end()) {
+    ::close(it->second);
+    stat_fds_.erase(it);
+  }
+}
+
+std::optional<std::string> LinuxHostScanner::read_stat_line(int pid) {
+  char buf[4096];
+  auto line_of = [&](ssize_t n) -> std::optional<std::string> {
+    if (n <= 0) return std::nullopt;
+    std::string_view text(buf, static_cast<size_t>(n));
+    return std::string(text.substr(0, text.find('\n')));
+  };
+  if (auto it = stat_fds_.find(pid); it != stat_fds_.end()) {
+    ssize_t n = ::pread(it->second, buf, sizeof buf, 0);
+    if (n > 0) return line_of(n);
+    // That process is gone (ESRCH), even if its pid is taken again: read afresh below.
+    ::close(it->second);
+    stat_fds_.erase(it);
+  }
+  std::string path = procs_.root() + "/" + std::to_string(pid) + "/stat";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  ssize_t n = ::pread(fd, buf, sizeof buf, 0);
+  // A fixture root's files may be rewritten under the same name: kept for /proc only.
+  if (n > 0 && procs_.root() == "/proc" && stat_fds_.size() < kKeptStatFiles)
+    stat_fds_.emplace(pid, fd);
+  else
+    ::close(fd);
+  return line_of(n);
+}
+
 std::optional<ProcessInfo> LinuxHostScanner::read_cached(int pid) {
-  std::ifstream in(procs_.root() + "/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!in || !std::getline(in, line)) {
-    cache_.erase(pid);
+  std::optional<std::string> line = read_stat_line(pid);
+  if (!line) {
+    forget(pid);
     return std::nullopt;
   }
-  auto stat = parse_stat(line);
+  auto stat = parse_stat(*line);
   if (!stat) return std::nullopt;
   auto it = cache_.find(pid);
   if (it != cache_.end() && it->second.start_ticks == stat->start_ticks) {
@@ -57,7 +95,7 @@ std::optional<ProcessInfo> LinuxHostScanner::read_cached(int pid) {
   }
   auto full = procs_.read(pid);  // new process, or the pid was reused
   if (!full) {
-    cache_.erase(pid);
+    forget(pid);
     return std::nullopt;
   }
   const CgroupIdentity& cg = full->cgroup;
@@ -97,6 +135,14 @@ HostSnapshot LinuxHostScanner::scan(const HostScanRequest& request) {
     std::sort(snap.processes.begin(), snap.processes.end(),
               [](const ProcessInfo& a, const ProcessInfo& b) { return a.pid < b.pid; });
     std::erase_if(cache_, [&](const auto& entry) { return !seen.count(entry.first); });
+    for (auto it = stat_fds_.begin(); it != stat_fds_.end();) {
+      if (seen.count(it->first)) {
+        ++it;
+      } else {
+        ::close(it->second);
+        it = stat_fds_.erase(it);
+      }
+    }
   }
   std::vector<int> candidates;
   for (const auto& p : snap.processes) candidates.push_back(p.pid);

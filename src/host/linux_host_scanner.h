@@ -20,10 +20,18 @@ class LinuxHostScanner : public HostScanner {
 
   // Blocking: reads the processes asked for (or all); may ask the Docker socket (2 s at most).
   // What does not change in a process's life (comm, cmdline, user, cgroup, container name) is
-  // read once per (pid, start ticks); each scan reads only /proc/PID/stat.
+  // read once per (pid, start ticks); each scan reads only /proc/PID/stat, through a descriptor
+  // kept open (a pread each, no path lookup; it fails once that process is gone, even when its
+  // pid is reused). Descriptors are kept for /proc only, for at most kKeptStatFiles processes.
+  static constexpr size_t kKeptStatFiles = 256;
   HostSnapshot scan(const HostScanRequest& request) override;
 
+  ~LinuxHostScanner() override;
+  LinuxHostScanner(const LinuxHostScanner&) = delete;
+  LinuxHostScanner& operator=(const LinuxHostScanner&) = delete;
+
   size_t cached_processes() const { return cache_.size(); }
+  size_t kept_stat_files() const { return stat_fds_.size(); }
 
   // Where listening sockets come from. automatic: NETLINK_SOCK_DIAG when the proc root is
   // "/proc" (the same network namespace), else ROOT/net/tcp{,6}; and those files whenever
@@ -38,10 +46,14 @@ class LinuxHostScanner : public HostScanner {
 
  private:
   std::optional<ProcessInfo> read_cached(int pid);
+  // /proc/PID/stat's line, through the kept descriptor where there is one; nullopt when gone.
+  std::optional<std::string> read_stat_line(int pid);
+  void forget(int pid);
 
   ProcTable procs_;
   DockerNames docker_;
   std::unordered_map<int, ProcessInfo> cache_;
+  std::unordered_map<int, int> stat_fds_;  // pid -> open /proc/PID/stat
   ListenerSource listener_source_ = ListenerSource::automatic;
   ListenerCache listener_cache_;
   std::string last_source_;

@@ -1,6 +1,10 @@
 #include "host/linux_host_scanner.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
@@ -147,6 +151,45 @@ TEST(LinuxHostScannerTest, ReadsOnlyTheWantedPidsAndTheirAncestorsWithACache) {
   req.pids = {};
   EXPECT_TRUE(scanner.scan(req).processes.empty());
   EXPECT_EQ(scanner.cached_processes(), 0u);
+}
+
+}  // namespace
+}  // namespace vramd
+
+namespace vramd {
+namespace {
+
+// On /proc each wanted pid's stat is read through a descriptor kept open; a process that exits
+// (reaped) drops out of the scan and its descriptor is closed.
+TEST(LinuxHostScannerTest, KeepsStatDescriptorsOnProcAndDropsThoseOfExitedProcesses) {
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  LinuxHostScanner scanner("/proc", (fs::temp_directory_path() / "vramd-none.sock").string());
+  HostScanRequest r;
+  r.pids = {child};
+  HostSnapshot first = scanner.scan(r);
+  auto has = [](const HostSnapshot& s, int pid) {
+    return std::any_of(s.processes.begin(), s.processes.end(),
+                       [&](const ProcessInfo& p) { return p.pid == pid; });
+  };
+  ASSERT_TRUE(has(first, child));
+  EXPECT_TRUE(has(first, getpid()));  // its parent
+  size_t kept = scanner.kept_stat_files();
+  EXPECT_GE(kept, 2u);  // the child, this test, and up the chain
+  HostSnapshot again = scanner.scan(r);
+  EXPECT_TRUE(has(again, child));
+  EXPECT_EQ(scanner.kept_stat_files(), kept);
+
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  HostSnapshot after = scanner.scan(r);
+  EXPECT_FALSE(has(after, child));
+  EXPECT_EQ(scanner.kept_stat_files(), 0u);  // nothing wanted any more
 }
 
 }  // namespace
