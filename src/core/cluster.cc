@@ -152,6 +152,15 @@ ClaimDecision choose_claims(const ClaimContext& ctx, const std::vector<Lease>& c
     }
     out.reasons[l.id] = std::move(text);
   }
+  // A lease this host was making room for and no longer is, that it did not grant nor give back
+  // above (it waits behind another here now, or this host has no GPU for it): given back too, or
+  // the other hosts would leave it to this one for ever.
+  std::set<uint64_t> settled(out.unmark.begin(), out.unmark.end());
+  for (const auto& [id, gpu] : out.grant) settled.insert(id);
+  for (const Lease& l : candidates)
+    if (auto p = peers.find(l.id); p != peers.end() && p->second.making_room == ctx.host &&
+                                   !ctx.evicting.count(l.id) && !settled.count(l.id))
+      out.unmark.push_back(l.id);
   return out;
 }
 

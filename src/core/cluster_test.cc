@@ -182,6 +182,12 @@ TEST(ChooseClaims, WhileItUnloadsTheLeaseHoldsTheLineAndIfThatFreedTooLittleItGo
       std::string::npos)
       << d.reasons.at(1);
 
+  // Behind another lease here now (which took the room): given back all the same.
+  std::vector<Lease> behind = {queued_at(3, 20 * GiB, MonoTime(90s)), l[0]};
+  d = choose_claims(c, behind, peers);
+  EXPECT_EQ(d.unmark, std::vector<uint64_t>{1});
+  EXPECT_EQ(d.reasons.at(1), "gpu1: needs 12.0 GiB; queued behind lease #3");
+
   // It freed enough: granted here, where the memory went.
   c.gpus[0].free = 22 * GiB;
   d = choose_claims(c, l, peers);
