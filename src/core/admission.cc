@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/eviction.h"
 #include "core/gpu_select.h"
@@ -377,6 +378,7 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
     else
       ++it;
   }
+  prune_cluster_evictions();
   const StatusSnapshot& status = world.ledger.status();
   if (queue_.empty() || !status.sampled || claiming_) return;  // a claim has the room now
 
@@ -550,10 +552,36 @@ std::vector<uint64_t> Admission::cluster_granted() const {
   return out;
 }
 
+void Admission::prune_cluster_evictions() {
+  for (auto it = cluster_evicting_.begin(); it != cluster_evicting_.end();) {
+    bool under_way = false;
+    for (const auto& svc : it->second.services)
+      if (auto e = evicting_for_.find(svc); e != evicting_for_.end() && e->second == it->first)
+        under_way = true;
+    if (under_way)
+      ++it;
+    else
+      it = cluster_evicting_.erase(it);
+  }
+}
+
 ClaimContext Admission::claim_context(const World& world, const std::string& host,
                                      MonoTime now) {
+  // Evictions whose unload has its verdict are over (as at the start of a pass).
+  for (auto it = evicting_for_.begin(); it != evicting_for_.end();) {
+    const ServiceStatus* s = world.services.find(it->first);
+    if (!s || s->state != ServiceState::unloading)
+      it = evicting_for_.erase(it);
+    else
+      ++it;
+  }
+  prune_cluster_evictions();
   ClaimContext ctx;
   ctx.host = host;
+  ctx.at = now;
+  ctx.patience = config_.daemon.host_timeout;
+  ctx.evicting = cluster_evicting_;
+  std::set<std::string> in_use = services_in_use();
   const StatusSnapshot& status = world.ledger.status();
   ctx.sampled = status.sampled;
   ctx.ram = ram_available(world.ledger.mem_available());
@@ -580,16 +608,58 @@ ClaimContext Admission::claim_context(const World& world, const std::string& hos
       c.holders += fmt::format("{}{} holds {}, {}", shown++ ? "; " : "", h.owner.name,
                                format_size(h.bytes), state);
     }
+    // What may be unloaded here for a shared lease: as for this host's own (plan_evictions).
+    for (const auto& svc : config_.services) {
+      const ServiceStatus& st = world.services.at(svc.name);
+      if (evicting_for_.count(svc.name) || in_use.count(svc.name) || !evictable(st, svc, now))
+        continue;
+      Bytes b = world.services.bytes_on(svc.name, c.index);
+      if (b >= kWorthUnloading)
+        c.evictable.push_back({svc.name, b, st.reload_cost, *idle_since(st)});
+    }
     ctx.gpus.push_back(std::move(c));
   }
   claiming_ = true;
   return ctx;
 }
 
-void Admission::on_cluster_synced(const ClusterSynced& e, const Now& now,
-                                  std::vector<Action>& actions) {
+void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, const Now& now,
+                                  std::vector<Action>& actions, Intents& intents) {
   if (e.answers_claim) claiming_ = false;
   if (!e.ok) return;
+  // Room for shared leases: each service unloaded through ServicePolicy (its own API, the verdict
+  // from the GPU's numbers) if it is still evictable now; the claim's next round grants the lease
+  // where the memory went, or gives it back to the other hosts.
+  std::set<std::string> in_use = services_in_use();
+  for (const ClaimEviction& ev : e.evict) {
+    ClaimEviction started{ev.lease, ev.gpu, {}};
+    for (const auto& svc : ev.services) {
+      const ServiceConfig* cfg = config_.find_service(svc);
+      const ServiceStatus* st = world.services.find(svc);
+      if (!cfg || !st || evicting_for_.count(svc) || in_use.count(svc) ||
+          !evictable(*st, *cfg, now.mono))
+        continue;  // busy since, or being unloaded already: never evicted
+      evicting_for_[svc] = ev.lease;
+      intents.push_back(UnloadIntent{svc, "eviction", ev.lease});
+      started.services.push_back(svc);
+    }
+    if (started.services.empty()) continue;  // the store's mark is lifted by the next round
+    const Lease* l = find(ev.lease);
+    std::string owner = l ? l->owner_name() : fmt::format("#{}", ev.lease);
+    actions.emplace_back(make_event(
+        now, "lease.evicting", ev.gpu, owner,
+        fmt::format("unloading {} on GPU {} to make room for lease #{} of the shared queue",
+                    fmt::join(started.services, ", "), ev.gpu, ev.lease)));
+    cluster_evicting_[ev.lease] = std::move(started);
+  }
+  for (uint64_t id : e.unmarked) {
+    const Lease* l = find(id);
+    actions.emplace_back(make_event(
+        now, "lease.eviction_failed", std::nullopt, l ? l->owner_name() : fmt::format("#{}", id),
+        fmt::format("unloading for lease #{} of the shared queue freed too little (see the "
+                    "unload's verdict): back to the queue for every host",
+                    id)));
+  }
   for (const Lease& c : e.claimed) {
     if (!c.gpu) continue;  // a claim names its GPU; a row without one is no grant
     auto it = leases_.find(c.id);

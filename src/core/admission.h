@@ -48,7 +48,9 @@ class Admission {
   // Several hosts (core/cluster.h). This host's room for a claim from the shared queue; until
   // on_cluster_synced, admit() grants nothing (the room is the claim's).
   ClaimContext claim_context(const World& world, const std::string& host, MonoTime now);
-  void on_cluster_synced(const ClusterSynced& e, const Now& now, std::vector<Action>& actions);
+  // Also starts the unloads the claim chose to make room for shared leases (those still evictable).
+  void on_cluster_synced(const ClusterSynced& e, const World& world, const Now& now,
+                         std::vector<Action>& actions, Intents& intents);
   bool claiming() const { return claiming_; }
   // Cluster leases: the first `limit` queued here (in order), and those granted here.
   std::vector<uint64_t> cluster_queued(size_t limit) const;
@@ -117,6 +119,10 @@ class Admission {
   uint64_t next_id_ = 1;
   std::map<std::string, uint64_t> evicting_for_;  // service being unloaded -> lease id
   std::map<unsigned, uint64_t> heads_;            // GPU -> the queued lease first in line there
+  // Shared leases (maybe queued on another host) this host is unloading services for; pruned
+  // when none of their unloads is under way any more.
+  std::map<uint64_t, ClaimEviction> cluster_evicting_;
+  void prune_cluster_evictions();
 };
 
 // Why a lease waits on `gpu`: what it needs, what is free, and everyone in the way (the one

@@ -63,7 +63,9 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
           },
           [&](const RequestsInFlight& e) { services_.on_requests(e, now); },
           [&](const ServiceDiscovered& e) { add_discovered(e.config, now, actions); },
-          [&](const ClusterSynced& e) { admission_.on_cluster_synced(e, now, actions); }},
+          [&](const ClusterSynced& e) {
+            admission_.on_cluster_synced(e, w, now, actions, intents);
+          }},
       event);
   route(intents, now, actions);
   // Admission after anything that may change what fits (a heartbeat changes nothing).

@@ -65,6 +65,147 @@ TEST(ChooseClaims, NothingBeforeTheFirstSampleAndHostRamCounts) {
   EXPECT_NE(d.reasons.at(2).find("needs 16.0 GiB host RAM, 8.0 GiB available"), std::string::npos);
 }
 
+// gpu1's GPU 0: 6 GiB free, an idle comfyui holding 16 GiB that may be unloaded (20 s reload).
+ClaimContext with_idle_comfyui() {
+  ClaimContext c = one_gpu(6 * GiB);
+  c.gpus[0].holders = "comfyui holds 16.0 GiB, idle 5 min";
+  c.gpus[0].evictable.push_back({"comfyui", 16 * GiB, 20s, MonoTime(1s)});
+  c.at = MonoTime(100s);
+  c.patience = 30s;
+  return c;
+}
+
+Lease queued_at(uint64_t id, Bytes vram, MonoTime at) {
+  Lease l = queued(id, vram);
+  l.requested_at = at;
+  return l;
+}
+
+TEST(ChooseClaims, AHostMakesRoomOnlyOnceEveryOtherHostHasSaidItCannotTakeTheLeaseAsItIs) {
+  ClaimContext c = with_idle_comfyui();
+  // gpu2 has not said why it cannot take it yet (it may have room: then it grants it, and says
+  // nothing): gpu1 waits, and says what it could do.
+  std::map<uint64_t, ClaimPeers> peers;
+  peers[1].unconsidered = 1;
+  ClaimDecision d = choose_claims(c, {queued_at(1, 12 * GiB, MonoTime(95s))}, peers);
+  EXPECT_TRUE(d.grant.empty());
+  EXPECT_TRUE(d.evict.empty());
+  EXPECT_EQ(d.evict_costs.at(1), 20000);
+  EXPECT_EQ(d.reasons.at(1),
+            "gpu1: needs 12.0 GiB; GPU 0: 6.0 GiB free of 24.0 GiB; comfyui holds 16.0 GiB, idle 5 "
+            "min; could take it after unloading comfyui (16.0 GiB, idle); first, the other hosts' "
+            "word that none has room for it as it is");
+
+  // Every other live host has said why it cannot: gpu1 unloads comfyui for it.
+  peers[1].unconsidered = 0;
+  d = choose_claims(c, {queued_at(1, 12 * GiB, MonoTime(95s))}, peers);
+  ASSERT_EQ(d.evict.size(), 1u);
+  EXPECT_EQ(d.evict[0].lease, 1u);
+  EXPECT_EQ(d.evict[0].gpu, 0u);
+  EXPECT_EQ(d.evict[0].services, std::vector<std::string>{"comfyui"});
+  EXPECT_TRUE(d.grant.empty());
+  EXPECT_EQ(d.reasons.at(1),
+            "gpu1: needs 12.0 GiB; GPU 0: 6.0 GiB free of 24.0 GiB; comfyui holds 16.0 GiB, idle 5 "
+            "min; unloading comfyui for it");
+
+  // A host that never says (it is live, its claims fail) holds it up for `patience` only; a
+  // lease that names this host waits for no one.
+  peers[1].unconsidered = 1;
+  EXPECT_EQ(choose_claims(c, {queued_at(1, 12 * GiB, MonoTime(70s))}, peers).evict.size(), 1u);
+  Lease named = queued_at(1, 12 * GiB, MonoTime(95s));
+  named.request.host = "gpu1";
+  EXPECT_EQ(choose_claims(c, {named}, peers).evict.size(), 1u);
+
+  // Nothing evictable, or not enough: no eviction, and the reason does not promise one.
+  c.gpus[0].evictable[0].bytes = 4 * GiB;
+  peers[1].unconsidered = 0;
+  d = choose_claims(c, {queued_at(1, 12 * GiB, MonoTime(95s))}, peers);
+  EXPECT_TRUE(d.evict.empty());
+  EXPECT_FALSE(d.evict_costs.count(1));
+  EXPECT_EQ(d.reasons.at(1).find("could take it"), std::string::npos) << d.reasons.at(1);
+}
+
+TEST(ChooseClaims, OnlyTheCheapestHostMakesRoomAndNeverWhileAnotherIs) {
+  ClaimContext c = with_idle_comfyui();
+  std::vector<Lease> l = {queued_at(1, 12 * GiB, MonoTime(95s))};
+  std::map<uint64_t, ClaimPeers> peers;
+  peers[1].evict_costs = {{"gpu2", 10000}};  // gpu2 would unload something quicker to reload
+  ClaimDecision d = choose_claims(c, l, peers);
+  EXPECT_TRUE(d.evict.empty());
+  EXPECT_NE(d.reasons.at(1).find("gpu2 can make room for it more cheaply"), std::string::npos);
+  peers[1].evict_costs = {{"gpu0", 20000}};  // as cheap: the lower name does it
+  EXPECT_TRUE(choose_claims(c, l, peers).evict.empty());
+  peers[1].evict_costs = {{"gpu2", 20000}};
+  EXPECT_EQ(choose_claims(c, l, peers).evict.size(), 1u);
+
+  // Another host is making room for it: this one does not too.
+  peers[1].evict_costs.clear();
+  peers[1].making_room = "gpu3";
+  d = choose_claims(c, l, peers);
+  EXPECT_TRUE(d.evict.empty());
+  EXPECT_TRUE(d.unmark.empty());
+  EXPECT_NE(d.reasons.at(1).find("could take it after unloading comfyui (16.0 GiB, idle); gpu3 is "
+                                 "making room for it"),
+            std::string::npos)
+      << d.reasons.at(1);
+  // ... but a host with room as it is still takes it.
+  c.gpus[0].free = 13 * GiB;
+  d = choose_claims(c, l, peers);
+  ASSERT_EQ(d.grant.size(), 1u);
+  EXPECT_TRUE(d.evict.empty());
+}
+
+TEST(ChooseClaims, WhileItUnloadsTheLeaseHoldsTheLineAndIfThatFreedTooLittleItGoesBack) {
+  ClaimContext c = with_idle_comfyui();
+  c.gpus[0].evictable.clear();  // comfyui is being unloaded: no candidate any more
+  c.evicting[1] = {1, 0, {"comfyui"}};
+  std::map<uint64_t, ClaimPeers> peers;
+  peers[1].making_room = "gpu1";
+  std::vector<Lease> l = {queued_at(1, 12 * GiB, MonoTime(95s)),
+                          queued_at(2, 4 * GiB, MonoTime(96s))};
+  ClaimDecision d = choose_claims(c, l, peers);
+  EXPECT_TRUE(d.grant.empty());  // #2 would fit the 6 GiB, but the room is #1's
+  EXPECT_TRUE(d.evict.empty());
+  EXPECT_TRUE(d.unmark.empty());
+  EXPECT_NE(d.reasons.at(1).find("; unloading comfyui for it"), std::string::npos)
+      << d.reasons.at(1);
+  EXPECT_EQ(d.reasons.at(2), "gpu1: needs 4.0 GiB; queued behind lease #1");
+
+  // The unload has its verdict and freed nothing: the lease is every host's again.
+  c.evicting.clear();
+  c.gpus[0].holders = "comfyui holds 16.0 GiB, unload ineffective; next try in 8 min";
+  d = choose_claims(c, l, peers);
+  EXPECT_EQ(d.unmark, std::vector<uint64_t>{1});
+  EXPECT_TRUE(d.evict.empty());
+  EXPECT_NE(
+      d.reasons.at(1).find("unloading for it freed too little: back to the queue for every host"),
+      std::string::npos)
+      << d.reasons.at(1);
+
+  // Behind another lease here now (which took the room): given back all the same.
+  std::vector<Lease> behind = {queued_at(3, 20 * GiB, MonoTime(90s)), l[0]};
+  d = choose_claims(c, behind, peers);
+  EXPECT_EQ(d.unmark, std::vector<uint64_t>{1});
+  EXPECT_EQ(d.reasons.at(1), "gpu1: needs 12.0 GiB; queued behind lease #3");
+
+  // It freed enough: granted here, where the memory went.
+  c.gpus[0].free = 22 * GiB;
+  d = choose_claims(c, l, peers);
+  EXPECT_EQ(d.grant, (std::vector<std::pair<uint64_t, unsigned>>{{1, 0}, {2, 0}}));
+  EXPECT_TRUE(d.unmark.empty());
+}
+
+TEST(ChooseClaims, TheGpuWhereUnloadingCostsLeastIsWhereTheLeaseWaits) {
+  ClaimContext c = with_idle_comfyui();  // GPU 0: comfyui, 20 s
+  c.gpus.push_back({1, 8 * GiB, 24 * GiB, "ollama holds 10.0 GiB, idle 2 min"});
+  c.gpus[1].evictable.push_back({"ollama", 10 * GiB, 10s, MonoTime(2s)});  // 10 s
+  ClaimDecision d = choose_claims(c, {queued_at(1, 12 * GiB, MonoTime(95s))});
+  ASSERT_EQ(d.evict.size(), 1u);
+  EXPECT_EQ(d.evict[0].gpu, 1u);
+  EXPECT_EQ(d.evict[0].services, std::vector<std::string>{"ollama"});
+  EXPECT_EQ(d.evict_costs.at(1), 10000);
+}
+
 TEST(AfterHostLost, RequeuedWithoutItsGpuAndHolderOrEndedAsTheLeaseAsked) {
   Now now = Now(MonoTime(100s));
   Lease l = queued(5, 2 * GiB);
@@ -177,6 +318,133 @@ TEST(ClusterAdmission, MovedLeasesReadAsGrantedElsewhereAndReQueuedOnesAreDroppe
   EXPECT_TRUE(has_event(actions, "lease.dropped"));
   for (const auto& a : actions) EXPECT_FALSE(std::holds_alternative<LeaseChanged>(a));
   EXPECT_TRUE(h.arbiter.cluster_granted().empty());
+}
+
+// One host with one 24 GiB GPU and a ComfyUI ("comfy", process svc-comfy) holding 16 GiB.
+struct ComfyHost {
+  Arbiter arbiter{config()};
+  Now now = Now(MonoTime(10s));
+  Bytes comfy_bytes = 16 * GiB;
+  static Config config() {
+    Config c;
+    c.gpu.baseline = 0;
+    ServiceConfig s;
+    s.name = "comfy";
+    s.kind = "comfyui";
+    s.url = "http://127.0.0.1:8188";
+    s.match.cmdline = "^svc-comfy$";
+    s.min_idle = 30s;
+    c.services.push_back(s);
+    return c;
+  }
+  std::vector<Action> feed(const Event& e) { return arbiter.handle(e, now); }
+  void sample() {
+    SampleTaken s;
+    GpuSample g;
+    g.index = 0;
+    g.name = "NVIDIA GeForce RTX 3090";
+    g.total = 24 * GiB;
+    if (comfy_bytes) {
+      g.processes.push_back({101, comfy_bytes, ""});
+      ProcessInfo info;
+      info.pid = 101;
+      info.ppid = 1;
+      info.comm = "python3";
+      info.cmdline = "svc-comfy";
+      s.host.processes.push_back(info);
+    }
+    g.used = comfy_bytes;
+    s.gpus.gpus.push_back(g);
+    s.gpus.backend = "test";
+    s.host.mem_available = 64 * GiB;
+    feed(s);
+  }
+  void probe(bool busy) {
+    ServiceProbe p;
+    p.reachable = true;
+    p.busy = busy;
+    p.models = {"model"};
+    feed(ProbeDone{"comfy", p});
+  }
+};
+
+int unload_calls(const std::vector<Action>& actions) {
+  int n = 0;
+  for (const auto& a : actions) n += std::holds_alternative<CallUnload>(a);
+  return n;
+}
+
+TEST(ClusterAdmission, AClaimOffersOnlyIdleServicesAndItsEvictionUnloadsThroughServicePolicy) {
+  ComfyHost h;
+  h.sample();
+  h.probe(true);  // busy
+  h.now.mono += 40s;
+  h.sample();
+  h.probe(true);
+  ClaimContext busy = h.arbiter.begin_claim("gpu1", h.now);
+  ASSERT_EQ(busy.gpus.size(), 1u);
+  EXPECT_TRUE(busy.gpus[0].evictable.empty());  // never a busy service
+  h.feed(ClusterSynced{});
+
+  h.probe(false);
+  h.now.mono += 40s;  // idle past min_idle
+  h.sample();
+  h.probe(false);
+  ClaimContext idle = h.arbiter.begin_claim("gpu1", h.now);
+  ASSERT_EQ(idle.gpus[0].evictable.size(), 1u);
+  EXPECT_EQ(idle.gpus[0].evictable[0].service, "comfy");
+  EXPECT_EQ(idle.gpus[0].evictable[0].bytes, 16 * GiB);
+  EXPECT_EQ(idle.patience, Config{}.daemon.host_timeout);
+
+  // The claim chose to make room for lease 2050 (queued on another host): comfy is unloaded.
+  ClusterSynced s;
+  s.evict.push_back({2050, 0, {"comfy"}});
+  auto actions = h.feed(s);
+  EXPECT_EQ(unload_calls(actions), 1);
+  EXPECT_TRUE(has_event(actions, "lease.evicting"));
+  EXPECT_EQ(h.arbiter.service("comfy")->state, ServiceState::unloading);
+  uint64_t unload_id = 0;
+  for (const auto& a : actions)
+    if (auto* c = std::get_if<CallUnload>(&a)) unload_id = c->unload_id;
+  // While it unloads, the next claim knows it is making room for 2050 and offers comfy to none.
+  ClaimContext during = h.arbiter.begin_claim("gpu1", h.now);
+  ASSERT_TRUE(during.evicting.count(2050));
+  EXPECT_EQ(during.evicting.at(2050).services, std::vector<std::string>{"comfy"});
+  EXPECT_TRUE(during.gpus[0].evictable.empty());
+  // A second answer asking the same is not a second unload.
+  EXPECT_EQ(unload_calls(h.feed(s)), 0);
+
+  // The unload's verdict: the eviction is over, the claim no longer says it makes room.
+  UnloadCall call;
+  call.result = UnloadCall::Result::requested;
+  h.feed(UnloadCallDone{"comfy", unload_id, call, 50ms});
+  h.comfy_bytes = 0;
+  for (int i = 0; i < 8; ++i) {
+    h.now.mono += 250ms;
+    h.sample();
+  }
+  ASSERT_NE(h.arbiter.service("comfy")->state, ServiceState::unloading);
+  ClaimContext after = h.arbiter.begin_claim("gpu1", h.now);
+  EXPECT_TRUE(after.evicting.empty());
+  EXPECT_EQ(after.gpus[0].free, 24 * GiB);
+}
+
+TEST(ClusterAdmission, AServiceBusySinceTheClaimIsNotEvicted) {
+  ComfyHost h;
+  h.sample();
+  h.probe(false);
+  h.now.mono += 40s;
+  h.sample();
+  h.probe(false);
+  ClaimContext ctx = h.arbiter.begin_claim("gpu1", h.now);
+  ASSERT_EQ(ctx.gpus[0].evictable.size(), 1u);
+  h.probe(true);  // a request came in while the claim was in the store
+  ClusterSynced s;
+  s.evict.push_back({2050, 0, {"comfy"}});
+  auto actions = h.feed(s);
+  EXPECT_EQ(unload_calls(actions), 0);
+  EXPECT_FALSE(has_event(actions, "lease.evicting"));
+  EXPECT_TRUE(h.arbiter.begin_claim("gpu1", h.now).evicting.empty());  // the store's mark goes
 }
 
 TEST(ClusterAdmission, IdsOfOneHostStayInItsSlot) {

@@ -120,7 +120,10 @@ void Daemon::cluster_synced(ClusterSynced synced) {
 asio::awaitable<Result<std::optional<nlohmann::json>>> Daemon::lease_elsewhere(uint64_t id) {
   if (!host_store_) co_return std::optional<nlohmann::json>();
   Now now = clock_();
-  auto op = run_on(store_thread_, [store = host_store_, id, now] { return store->find(id, now); });
+  auto op = run_on(store_thread_,
+                   [store = host_store_, id, now, timeout = arbiter_.config().daemon.host_timeout] {
+                     return store->find(id, now, timeout);
+                   });
   Result<std::optional<ElsewhereLease>> r = co_await std::move(op);
   if (!r) co_return make_error(r.error());
   if (!*r) co_return std::optional<nlohmann::json>();

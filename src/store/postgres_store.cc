@@ -271,8 +271,12 @@ const std::vector<std::string> kMigrations = {
     " id BIGINT NOT NULL, host TEXT NOT NULL, text TEXT NOT NULL, PRIMARY KEY (id, host));"
     "CREATE TABLE host_slots (host TEXT PRIMARY KEY, slot SERIAL UNIQUE);"
     "ALTER TABLE hosts ADD COLUMN lost_at TIMESTAMPTZ;",
+    // 4: room for shared leases by eviction: the host making room for a queued lease, and each
+    // host's reload cost of doing so beside its reason (NULL: it cannot).
+    "ALTER TABLE leases ADD COLUMN evict_host TEXT;"
+    "ALTER TABLE lease_reasons ADD COLUMN evict_cost BIGINT;",
 };
-static_assert(kPostgresSchemaVersion == 3);
+static_assert(kPostgresSchemaVersion == 4);
 
 // A list of ids as one PostgreSQL array parameter ($1::bigint[]).
 std::string id_array(const std::vector<uint64_t>& ids) {
@@ -673,6 +677,24 @@ namespace {
 constexpr int kClaimBatch = 256;
 
 std::string millis(Duration d) { return std::to_string(d.count()); }
+
+// Every live host's reason for each of `ids` (a PostgreSQL array), joined in host order: "gpu1:
+// needs 12.0 GiB; ...; gpu2: needs 12.0 GiB; ...". A lost host's word counts no more.
+std::map<uint64_t, std::string> combined_reasons(PgConnection& c, const std::string& ids,
+                                                 Duration host_timeout) {
+  std::map<uint64_t, std::string> out;
+  PgResult why = c.exec(
+      "SELECT r.id, r.host, r.text FROM lease_reasons r JOIN hosts h ON h.host = r.host"
+      " WHERE r.id = ANY($1::bigint[])"
+      " AND h.heartbeat > now() - $2::bigint * interval '1 millisecond'"
+      " ORDER BY r.id, r.host",
+      {ids, millis(host_timeout)});
+  for (int i = 0; i < why.rows(); ++i) {
+    std::string& text = out[static_cast<uint64_t>(why.integer(i, 0))];
+    text += (text.empty() ? "" : "; ") + why.text(i, 2);
+  }
+  return out;
+}
 }  // namespace
 
 Result<ClusterSynced> HostStore::sync(const ClaimContext& ctx, const std::vector<uint64_t>& queued,
@@ -685,19 +707,61 @@ Result<ClusterSynced> HostStore::sync(const ClaimContext& ctx, const std::vector
       PgTransaction tx(*conn_);
       conn_->exec("SET LOCAL synchronous_commit = on");  // a grant is told to its client
       PgResult r = conn_->exec(
-          "SELECT host, id, data FROM leases WHERE state = 'queued' AND cluster"
+          "SELECT host, id, data, evict_host FROM leases WHERE state = 'queued' AND cluster"
           " AND (want_host IS NULL OR want_host = $1) ORDER BY priority DESC, qseq"
           " LIMIT $2 FOR UPDATE SKIP LOCKED",
           {host_, kClaimBatch});
       std::vector<Lease> candidates;
       std::map<uint64_t, std::string> origin;
+      std::map<uint64_t, std::string> marked;  // evict_host, as the row has it
+      std::vector<uint64_t> ids;
       for (int i = 0; i < r.rows(); ++i) {
         auto l = lease_from_json(r.text(i, 2), now);
         if (!l) continue;  // a damaged row is claimed by no one
         origin[l->id] = r.text(i, 0);
+        if (!r.null(i, 3)) marked[l->id] = r.text(i, 3);
+        ids.push_back(l->id);
         candidates.push_back(std::move(*l));
       }
-      ClaimDecision d = choose_claims(ctx, candidates);
+      // The other live hosts' word on the candidates (their reasons and costs), and this host's
+      // own rows (written again only when they changed).
+      std::map<uint64_t, ClaimPeers> peers;
+      std::map<uint64_t, std::pair<std::string, std::optional<int64_t>>> own;
+      if (!ids.empty()) {
+        PgResult live = conn_->exec(
+            "SELECT host FROM hosts WHERE host <> $1"
+            " AND heartbeat > now() - $2::bigint * interval '1 millisecond'",
+            {host_, millis(host_timeout)});
+        std::set<std::string> others;
+        for (int i = 0; i < live.rows(); ++i) others.insert(live.text(i, 0));
+        PgResult said = conn_->exec(
+            "SELECT id, host, text, evict_cost FROM lease_reasons WHERE id = ANY($1::bigint[])",
+            {id_array(ids)});
+        std::map<uint64_t, std::set<std::string>> considered;
+        for (int i = 0; i < said.rows(); ++i) {
+          uint64_t id = static_cast<uint64_t>(said.integer(i, 0));
+          std::string host = said.text(i, 1);
+          std::optional<int64_t> cost;
+          if (!said.null(i, 3)) cost = said.integer(i, 3);
+          if (host == host_) {
+            own[id] = {said.text(i, 2), cost};
+          } else if (others.count(host)) {
+            considered[id].insert(host);
+            if (cost) peers[id].evict_costs[host] = *cost;
+          }
+        }
+        for (const Lease& l : candidates) {
+          ClaimPeers& p = peers[l.id];
+          if (l.request.host.empty())
+            for (const auto& h : others)
+              if (!considered[l.id].count(h)) ++p.unconsidered;
+          // A mark of a lost host counts for nothing (handle_lost_hosts lifts it).
+          if (auto m = marked.find(l.id);
+              m != marked.end() && (m->second == host_ || others.count(m->second)))
+            p.making_room = m->second;
+        }
+      }
+      ClaimDecision d = choose_claims(ctx, candidates, peers);
       std::map<uint64_t, unsigned> grant(d.grant.begin(), d.grant.end());
       std::vector<uint64_t> claimed_ids;
       for (Lease& l : candidates) {
@@ -713,8 +777,8 @@ Result<ClusterSynced> HostStore::sync(const ClaimContext& ctx, const std::vector
         }
         // The row is locked (FOR UPDATE): the update takes it; the check is a second guard.
         PgResult moved = conn_->exec(
-            "UPDATE leases SET host = $1, state = 'granted', data = $4, release = NULL"
-            " WHERE host = $2 AND id = $3 AND state = 'queued' RETURNING id",
+            "UPDATE leases SET host = $1, state = 'granted', data = $4, release = NULL,"
+            " evict_host = NULL WHERE host = $2 AND id = $3 AND state = 'queued' RETURNING id",
             {host_, origin[l.id], static_cast<int64_t>(l.id), lease_to_json(l, now)});
         if (moved.rows() != 1) continue;
         claimed_ids.push_back(l.id);
@@ -722,16 +786,33 @@ Result<ClusterSynced> HostStore::sync(const ClaimContext& ctx, const std::vector
       }
       if (!claimed_ids.empty())
         conn_->exec("DELETE FROM lease_reasons WHERE id = ANY($1::bigint[])", {id_array(claimed_ids)});
-      for (const auto& [id, text] : d.reasons) {
-        auto it = reasons_written_.find(id);
-        if (it != reasons_written_.end() && it->second == text) continue;
-        conn_->exec(
-            "INSERT INTO lease_reasons (id, host, text) VALUES ($1, $2, $3)"
-            " ON CONFLICT (id, host) DO UPDATE SET text = excluded.text",
-            {static_cast<int64_t>(id), host_, text});
-        reasons_written_[id] = text;
+      // Room by eviction: the mark is taken under the row's lock, so one host at a time.
+      for (const ClaimEviction& ev : d.evict) {
+        PgResult m = conn_->exec(
+            "UPDATE leases SET evict_host = $1 WHERE host = $2 AND id = $3 AND state = 'queued'"
+            " RETURNING id",
+            {host_, origin[ev.lease], static_cast<int64_t>(ev.lease)});
+        if (m.rows() == 1) out.evict.push_back(ev);
       }
-      if (reasons_written_.size() > 4 * static_cast<size_t>(kClaimBatch)) reasons_written_.clear();
+      for (uint64_t id : d.unmark) {
+        PgResult m = conn_->exec(
+            "UPDATE leases SET evict_host = NULL WHERE host = $2 AND id = $3 AND evict_host = $1"
+            " RETURNING id",
+            {host_, origin[id], static_cast<int64_t>(id)});
+        if (m.rows() == 1) out.unmarked.push_back(id);
+      }
+      for (const auto& [id, text] : d.reasons) {
+        std::optional<int64_t> cost;
+        if (auto c = d.evict_costs.find(id); c != d.evict_costs.end()) cost = c->second;
+        if (auto it = own.find(id);
+            it != own.end() && it->second.first == text && it->second.second == cost)
+          continue;
+        conn_->exec(
+            "INSERT INTO lease_reasons (id, host, text, evict_cost) VALUES ($1, $2, $3, $4)"
+            " ON CONFLICT (id, host) DO UPDATE SET text = excluded.text,"
+            " evict_cost = excluded.evict_cost",
+            {static_cast<int64_t>(id), host_, text, cost});
+      }
       tx.commit();
     }
     try {
@@ -787,15 +868,7 @@ void HostStore::read_after_claim(const std::vector<uint64_t>& queued,
         ml.ended = true;
         out.moved.push_back(std::move(ml));
       }
-      PgResult why = conn_->exec(
-          "SELECT r.id, r.host, r.text FROM lease_reasons r JOIN hosts h ON h.host = r.host"
-          " WHERE r.id = ANY($1::bigint[]) AND h.heartbeat > now() - $2::bigint * interval '1 millisecond'"
-          " ORDER BY r.id, r.host",
-          {ids, millis(host_timeout)});
-      for (int i = 0; i < why.rows(); ++i) {
-        std::string& text = out.reasons[static_cast<uint64_t>(why.integer(i, 0))];
-        text += (text.empty() ? "" : "; ") + why.text(i, 2);
-      }
+      out.reasons = combined_reasons(*conn_, ids, host_timeout);
     }
     if (!granted.empty()) {
       PgResult g = conn_->exec(
@@ -856,6 +929,10 @@ Result<std::vector<LostHost>> HostStore::handle_lost_hosts(Duration host_timeout
           lost.ended.push_back(std::move(after));
         }
       }
+      // Its word on queued leases is void: its reasons go, and a lease it was making room for is
+      // every host's again.
+      conn_->exec("DELETE FROM lease_reasons WHERE host = $1", {lost.host});
+      conn_->exec("UPDATE leases SET evict_host = NULL WHERE evict_host = $1", {lost.host});
       if (!first && lost.requeued.empty() && lost.ended.empty()) continue;
       conn_->exec("UPDATE hosts SET lost_at = now() WHERE host = $1", {lost.host});
       out.push_back(std::move(lost));
@@ -865,7 +942,8 @@ Result<std::vector<LostHost>> HostStore::handle_lost_hosts(Duration host_timeout
   });
 }
 
-Result<std::optional<ElsewhereLease>> HostStore::find(uint64_t id, const Now& now) const {
+Result<std::optional<ElsewhereLease>> HostStore::find(uint64_t id, const Now& now,
+                                                      Duration host_timeout) const {
   return guarded(fmt::format("cannot read lease {}", id),
                  [&]() -> Result<std::optional<ElsewhereLease>> {
     ElsewhereLease out;
@@ -877,6 +955,14 @@ Result<std::optional<ElsewhereLease>> HostStore::find(uint64_t id, const Now& no
       if (!l) return make_error(l.error());
       out.host = r.text(0, 0);
       out.lease = std::move(*l);
+      // Queued: its reason is every live host's (the row keeps only what its keeper last wrote).
+      if (out.lease->state == LeaseState::queued && out.lease->request.cluster) {
+        auto why = combined_reasons(*conn_, id_array({id}), host_timeout);
+        if (auto it = why.find(id); it != why.end()) {
+          out.lease->reason.text = it->second;
+          out.lease->reason.considered = true;
+        }
+      }
       return std::optional<ElsewhereLease>(std::move(out));
     }
     PgResult j = conn_->exec(

@@ -20,7 +20,7 @@
 namespace vramd {
 
 // The schema version this binary writes and knows (migrations 1..kPostgresSchemaVersion).
-inline constexpr int kPostgresSchemaVersion = 3;
+inline constexpr int kPostgresSchemaVersion = 4;
 
 // One row of the hosts table: a host's heartbeat and its last status snapshot (JSON).
 struct HostRow {
@@ -68,7 +68,10 @@ class HostStore {
   // (SELECT ... FOR UPDATE SKIP LOCKED, priority then FIFO across the cluster), those
   // choose_claims grants moved to this host as granted; then what became of the leases this
   // host queued (`queued`: claimed elsewhere?) and granted (`granted`: still its own?), releases
-  // asked from other hosts, and every live host's reason for the queued ones.
+  // asked from other hosts, and every live host's reason for the queued ones. Room by eviction
+  // (choose_claims): the other live hosts' reasons and costs are read for the candidates; a lease
+  // this host makes room for is marked as its own (`evict_host`) in the same transaction, so no
+  // two hosts unload for one lease, and unmarked when that is over.
   // `pending`: leases whose last write has not landed (neither checked nor taken up). A lease
   // the store has as granted here that this host does not know (a claim whose commit answered
   // with an error but landed) is taken up as claimed. After the claim commits, a failing read
@@ -81,8 +84,10 @@ class HostStore {
   // does it), their granted cluster leases re-queued or ended (after_host_lost) and their
   // queued ones kept by this host. Empty when another host holds the lock or none is lost.
   Result<std::vector<LostHost>> handle_lost_hosts(Duration host_timeout, const Now& now);
-  // Lease `id` wherever it is (this host's first); nullopt when no host has it.
-  Result<std::optional<ElsewhereLease>> find(uint64_t id, const Now& now) const;
+  // Lease `id` wherever it is (this host's first); nullopt when no host has it. A queued one
+  // carries every live host's reason (heartbeat within `host_timeout`), joined.
+  Result<std::optional<ElsewhereLease>> find(uint64_t id, const Now& now,
+                                             Duration host_timeout) const;
   // Every lease row of the hosts other than this one (`only`, when not empty: of that host
   // alone), by host then id; `host_timeout` says which hosts' reasons still count (live ones).
   Result<std::vector<HostLease>> leases_elsewhere(const std::string& only, const Now& now,
@@ -97,7 +102,6 @@ class HostStore {
 
   std::shared_ptr<PgConnection> conn_;
   std::string host_;
-  std::map<uint64_t, std::string> reasons_written_;  // this host's last reason per lease
 };
 
 // Hosts on one store number leases in steps of this (a host's slot is the remainder).

@@ -374,13 +374,13 @@ TEST_F(PostgresStore, AnOlderSchemaIsMigratedAtOpen) {
             "DROP TABLE hosts; DROP TABLE lease_reasons; DROP TABLE host_slots;"
             " DROP INDEX leases_by_id; DROP INDEX jobs_by_id; DROP SEQUENCE lease_qseq;"
             " ALTER TABLE leases DROP COLUMN cluster, DROP COLUMN want_host, DROP COLUMN priority,"
-            " DROP COLUMN qseq, DROP COLUMN release;"
+            " DROP COLUMN qseq, DROP COLUMN release, DROP COLUMN evict_host;"
             " DELETE FROM vramd_schema WHERE version >= 2");
   Stores s = open("gpu1");
   ASSERT_TRUE(s.hosts);
   EXPECT_TRUE(s.hosts->beat("{}").ok());
   EXPECT_EQ(pg_->psql(db_, "SELECT string_agg(version::text, ',' ORDER BY version) FROM vramd_schema"),
-            "1,2,3");
+            "1,2,3,4");
 }
 
 // The shared queue's claim (HostStore::sync): three hosts claiming at once from 300 queued leases,
@@ -464,6 +464,81 @@ TEST_F(PostgresStore, ThreeHostsClaimingAtOnceNeverTakeOneLeaseTwice) {
   auto known = q.hosts->sync(ClaimContext{}, {}, {1002}, {}, now, std::chrono::seconds(30));
   ASSERT_TRUE(known.ok()) << known.error();
   EXPECT_TRUE(known->claimed.empty());
+}
+
+// Room by eviction in the store (HostStore::sync with choose_claims): a host makes room only once
+// every other live host has said why it cannot take the lease, the cheapest (then the lower name)
+// does it, its mark keeps the others off, it lifts the mark when done; the reason read anywhere
+// joins every live host's; a lost host's reasons and mark go.
+TEST_F(PostgresStore, OneHostAtATimeMakesRoomAndALostHostsWordAndMarkGo) {
+  Now now(MonoTime(std::chrono::hours(5)), TimePoint(std::chrono::hours(400000)));
+  const auto timeout = std::chrono::seconds(30);
+  std::vector<Stores> hosts = {open("gpu1"), open("gpu2"), open("gpu3")};
+  for (auto& h : hosts) ASSERT_TRUE(h.hosts->beat("").ok());
+  Lease l = lease(2001, LeaseState::queued, now);
+  l.request.cluster = true;
+  l.request.vram = 12 * GiB;
+  l.requested_at = now.mono;
+  ASSERT_TRUE(hosts[0].leases->save(l, now).ok());
+  auto ctx = [&](const std::string& host, bool idle_comfyui) {
+    ClaimContext c;
+    c.host = host;
+    c.sampled = true;
+    c.at = now.mono;
+    c.gpus.push_back({0, 4 * GiB, 24 * GiB, ""});
+    if (idle_comfyui)
+      c.gpus[0].evictable.push_back({"comfyui", 16 * GiB, std::chrono::seconds(20), MonoTime{}});
+    return c;
+  };
+  auto sync = [&](size_t h, const ClaimContext& c) {
+    auto r = hosts[h].hosts->sync(c, {}, {}, {}, now, timeout);
+    EXPECT_TRUE(r.ok()) << r.error();
+    return r.ok() ? *r : ClusterSynced{};
+  };
+  auto mark = [&] {
+    return pg_->psql(db_, "SELECT COALESCE(evict_host, '-') FROM leases WHERE id = 2001");
+  };
+  // gpu3 could unload for it, but gpu1 and gpu2 have not said yet: it waits.
+  EXPECT_TRUE(sync(2, ctx("gpu3", true)).evict.empty());
+  EXPECT_TRUE(sync(0, ctx("gpu1", false)).evict.empty());  // full, nothing to unload
+  EXPECT_EQ(mark(), "-");
+  // gpu2: every other live host has said; as cheap as gpu3 and the lower name: it makes room.
+  ClusterSynced two = sync(1, ctx("gpu2", true));
+  ASSERT_EQ(two.evict.size(), 1u);
+  EXPECT_EQ(two.evict[0].lease, 2001u);
+  EXPECT_EQ(mark(), "gpu2");
+  // gpu3 does not too; it says who does.
+  EXPECT_TRUE(sync(2, ctx("gpu3", true)).evict.empty());
+  EXPECT_EQ(pg_->psql(db_, "SELECT evict_cost FROM lease_reasons WHERE id = 2001 AND host = 'gpu3'"),
+            "20000");
+  // Read on gpu3 (it does not keep it): every live host's reason, in host order.
+  auto found = hosts[2].hosts->find(2001, now, timeout);
+  ASSERT_TRUE(found.ok() && *found) << (found.ok() ? "none" : found.error());
+  std::string why = (*found)->lease->reason.text;
+  EXPECT_EQ(why.find("gpu1: needs 12.0 GiB"), 0u) << why;
+  EXPECT_NE(why.find("; gpu2: needs 12.0 GiB; GPU 0: 4.0 GiB free of 24.0 GiB; unloading comfyui"
+                     " for it; gpu3: needs 12.0 GiB"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("gpu2 is making room for it"), std::string::npos) << why;
+
+  // gpu2 is lost: its word and its mark go (gpu1 looks after lost hosts).
+  pg_->psql(db_, "UPDATE hosts SET heartbeat = now() - interval '1 hour' WHERE host = 'gpu2'");
+  ASSERT_TRUE(hosts[0].hosts->handle_lost_hosts(timeout, now).ok());
+  EXPECT_EQ(mark(), "-");
+  EXPECT_EQ(pg_->psql(db_, "SELECT COUNT(*) FROM lease_reasons WHERE host = 'gpu2'"), "0");
+  // gpu3's turn; once its unloads are over without room, it lifts its mark.
+  ClusterSynced three = sync(2, ctx("gpu3", true));
+  ASSERT_EQ(three.evict.size(), 1u);
+  EXPECT_EQ(mark(), "gpu3");
+  ClaimContext unloading = ctx("gpu3", false);
+  unloading.evicting[2001] = {2001, 0, {"comfyui"}};
+  EXPECT_TRUE(sync(2, unloading).unmarked.empty());
+  EXPECT_EQ(mark(), "gpu3");
+  ClusterSynced done = sync(2, ctx("gpu3", false));
+  EXPECT_EQ(done.unmarked, std::vector<uint64_t>{2001});
+  EXPECT_EQ(mark(), "-");
+  EXPECT_EQ(pg_->psql(db_, "SELECT state FROM leases WHERE id = 2001"), "queued");
 }
 
 TEST_F(PostgresStore, AServerRestartFailsACallAndTheNextOneConnectsAgain) {

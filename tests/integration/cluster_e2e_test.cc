@@ -11,49 +11,10 @@
 
 #include <gtest/gtest.h>
 
-#include "integration/daemon_fixture.h"
-#include "integration/postgres_server.h"
-#include "testgpu/fake_gpu_state.h"
+#include "integration/cluster_fixture.h"
 
 namespace vramd::testing {
 namespace {
-
-// What the test GPU of `f` has in use (by no one vramd knows).
-void set_used(DaemonFixture& f, Bytes used) {
-  auto s = make_fake_gpu_state({{"NVIDIA GeForce RTX 3090", 24 * GiB}});
-  s["gpus"][0]["used"] = used;
-  ASSERT_TRUE(write_fake_gpu_state(f.state, s).ok());
-}
-
-// Three hosts gpu1..gpu3 on database `db`, a 3 s host_timeout.
-struct Cluster {
-  PostgresServer* pg = PostgresServer::get();
-  std::string db;
-  DaemonFixture host[3];
-  explicit Cluster(const std::string& name, const std::vector<Bytes>& used) {
-    if (!pg) return;
-    db = pg->create_database(name);
-    for (int i = 0; i < 3; ++i) {
-      set_used(host[i], used[static_cast<size_t>(i)]);
-      host[i].daemon_toml = fmt::format(
-          "store = \"{}\"\nhost = \"gpu{}\"\nhost_timeout = \"3s\"\nlease_heartbeat = \"5m\"\n",
-          pg->url(db), i + 1);
-    }
-    for (auto& h : host) h.start("");
-  }
-  DaemonFixture& by_name(const std::string& name) { return host[name.back() - '1']; }
-};
-
-Result<json> post_lease(const DaemonFixture& f, const json& body) {
-  auto r = http_request({f.url}, "POST", "/v1/leases", body.dump(), 10000);
-  if (!r) return make_error(r.error());
-  if (r->status != 201) return make_error(fmt::format("{}: {}", r->status, r->body));
-  return json::parse(r->body);
-}
-
-json lease_at(const DaemonFixture& f, uint64_t id, const std::string& wait = "") {
-  return get(f, fmt::format("/v1/leases/{}{}", id, wait.empty() ? "" : "?wait=" + wait));
-}
 
 TEST(ClusterE2E, TwentyClientsOnThreeHostsAndNoLeaseIsGrantedTwice) {
   // 8, 16 and 23.6 GiB free: room for 2, 4 and 5 leases of 4 GiB at once.
