@@ -498,10 +498,16 @@ class PgLeaseStore final : public LeaseStore {
 
   Result<uint64_t> max_id() const override {
     return guarded("cannot read leases", [&]() -> Result<uint64_t> {
+      // This host's and those of its id space (its slot, modulo kLeaseIdStride) wherever they
+      // went: a lease queued here and claimed by another host is that host's row (or job) now,
+      // and its id must not be given again.
       PgResult r = c_->exec(
-          "SELECT GREATEST(COALESCE((SELECT MAX(id) FROM leases WHERE host = $1), 0),"
-          " COALESCE((SELECT MAX(id) FROM jobs WHERE host = $1), 0))",
-          {host_});
+          "WITH mine AS (SELECT slot FROM host_slots WHERE host = $1)"
+          " SELECT GREATEST(COALESCE((SELECT MAX(id) FROM leases WHERE host = $1"
+          " OR id % $2 = (SELECT slot FROM mine)), 0),"
+          " COALESCE((SELECT MAX(id) FROM jobs WHERE host = $1"
+          " OR id % $2 = (SELECT slot FROM mine)), 0))",
+          {host_, static_cast<int64_t>(kLeaseIdStride)});
       return static_cast<uint64_t>(r.integer(0, 0));
     });
   }
