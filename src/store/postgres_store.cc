@@ -271,8 +271,11 @@ const std::vector<std::string> kMigrations = {
     " id BIGINT NOT NULL, host TEXT NOT NULL, text TEXT NOT NULL, PRIMARY KEY (id, host));"
     "CREATE TABLE host_slots (host TEXT PRIMARY KEY, slot SERIAL UNIQUE);"
     "ALTER TABLE hosts ADD COLUMN lost_at TIMESTAMPTZ;",
+    // 4: a heartbeat heard by another host's API for this row's lease, not yet taken up by the
+    // host that holds it (HostStore::beat_lease, read and cleared in its claim round).
+    "ALTER TABLE leases ADD COLUMN heard BOOLEAN NOT NULL DEFAULT false;",
 };
-static_assert(kPostgresSchemaVersion == 3);
+static_assert(kPostgresSchemaVersion == 4);
 
 // A list of ids as one PostgreSQL array parameter ($1::bigint[]).
 std::string id_array(const std::vector<uint64_t>& ids) {
@@ -816,6 +819,11 @@ void HostStore::read_after_claim(const std::vector<uint64_t>& queued,
                                {host_});
     for (int i = 0; i < rel.rows(); ++i)
       out.releases.emplace_back(static_cast<uint64_t>(rel.integer(i, 0)), rel.text(i, 1));
+    // Heartbeats other hosts' APIs heard for leases this host holds: taken up (and cleared) at
+    // once, so that each is counted here once; one lost with the answer is followed by the next.
+    PgResult heard = conn_->exec(
+        "UPDATE leases SET heard = false WHERE host = $1 AND heard RETURNING id", {host_});
+    for (int i = 0; i < heard.rows(); ++i) out.heard.push_back(static_cast<uint64_t>(heard.integer(i, 0)));
   }
 }
 
@@ -939,6 +947,17 @@ Result<bool> HostStore::ask_release(uint64_t id, const std::string& why) {
         "UPDATE leases SET release = $3 WHERE id = $1 AND host <> $2 RETURNING host",
         {static_cast<int64_t>(id), host_, why});
     return r.rows() > 0;
+  });
+}
+
+Result<std::optional<std::string>> HostStore::beat_lease(uint64_t id) {
+  return guarded(fmt::format("cannot pass on the heartbeat of lease {}", id),
+                 [&]() -> Result<std::optional<std::string>> {
+    PgResult r = conn_->exec(
+        "UPDATE leases SET heard = true WHERE id = $1 AND host <> $2 RETURNING host",
+        {static_cast<int64_t>(id), host_});
+    if (r.rows() == 0) return std::optional<std::string>();
+    return std::optional<std::string>(r.text(0, 0));
   });
 }
 
