@@ -120,6 +120,7 @@ struct ClusterSynced {
   // was taken for lost): dropped, never granted twice.
   std::vector<uint64_t> lost;
   std::vector<std::pair<uint64_t, std::string>> releases;  // ended from another host's API
+  std::vector<uint64_t> heard;  // heartbeats another host's API heard for leases held here
   std::map<uint64_t, std::string> reasons;  // every host's reason for leases queued here
   std::vector<LostHost> lost_hosts;
   std::vector<ClaimEviction> evict;  // unload these to make room for these shared leases

@@ -85,12 +85,16 @@ Status Daemon::start() {
     return make_error(fmt::format("cannot create state_dir {}: {}", cfg.daemon.state_dir, ec.message()));
   if (auto s = open_store(); !s) return s;
   if (auto max = store_->max_id(); max) next_stream_id_ = *max + 1;
-  if (auto s = restore_leases(); !s) return s;
   if (auto peaks = peak_store_->all(); peaks) {
     arbiter_.restore_load_peaks(*peaks);
   } else {
     spdlog::warn("{}: wakes and starts are sized without past loads", peaks.error());
   }
+  // Last of the reads on this thread: what the restore ends (a holder gone while vramd was down)
+  // is written on the store thread from here on, and the stores are not to be used from two
+  // threads at once (libpq's connection is not thread-safe: a read here while the store thread
+  // wrote took the write's answer, and that thread waited for it forever).
+  if (auto s = restore_leases(); !s) return s;
   for (const auto& svc : cfg.services) {
     auto adapter = make_adapter(svc, io_.get_executor());
     if (!adapter) return make_error(fmt::format("service {}: {}", svc.name, adapter.error()));
@@ -638,14 +642,16 @@ asio::awaitable<void> Daemon::wait_lease(uint64_t id, Duration max) {
     bool settled = !l || l->state != LeaseState::queued;
     if (written && (settled || std::chrono::steady_clock::now() >= deadline || stopping_)) break;
     // Waiting only for the write: it takes milliseconds, the deadline does not apply.
-    timer.expires_at(settled || std::chrono::steady_clock::now() >= deadline
-                         ? std::chrono::steady_clock::now() + std::chrono::seconds(5)
-                         : deadline);
+    bool write_only = settled || std::chrono::steady_clock::now() >= deadline;
+    timer.expires_at(write_only ? std::chrono::steady_clock::now() + std::chrono::seconds(5)
+                                : deadline);
     auto it = lease_waiters_.emplace(id, &timer);
     boost::system::error_code ec;
     co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
     lease_waiters_.erase(it);
-    if (!ec && settled) break;  // the store did not answer in 5 s: say what we know
+    // The store did not answer in 5 s: say what we know (a lease still queued too: its write
+    // may wait as long as the store is down).
+    if (!ec && write_only) break;
   }
 }
 

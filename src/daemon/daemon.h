@@ -225,6 +225,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   boost::asio::awaitable<Result<std::optional<nlohmann::json>>> lease_elsewhere(uint64_t id) override;
   boost::asio::awaitable<Result<bool>> release_elsewhere(uint64_t id, std::string why) override;
   boost::asio::awaitable<Result<OtherLeases>> leases_elsewhere(std::string only) override;
+  boost::asio::awaitable<Result<bool>> heartbeat_elsewhere(uint64_t id) override;
 
  private:
   std::map<uint64_t, std::unique_ptr<Waiter<CommandFinished>>> command_waiters_;

@@ -113,7 +113,10 @@ void Daemon::cluster_synced(ClusterSynced synced) {
   for (const auto& l : synced.claimed) changed.push_back(l.id);
   for (const auto& m : synced.moved) changed.push_back(m.id);
   for (uint64_t id : synced.lost) changed.push_back(id);
+  std::vector<uint64_t> heard = std::move(synced.heard);
   feed(synced);
+  // A heartbeat heard by another host's API counts as one heard here, now.
+  for (uint64_t id : heard) feed(LeaseHeartbeat{id});
   for (uint64_t id : changed) wake_lease_waiters(id);
 }
 
@@ -148,6 +151,14 @@ asio::awaitable<Result<bool>> Daemon::release_elsewhere(uint64_t id, std::string
   Result<bool> r = co_await std::move(op);
   claim_soon();
   co_return r;
+}
+
+asio::awaitable<Result<bool>> Daemon::heartbeat_elsewhere(uint64_t id) {
+  if (!host_store_) co_return false;
+  auto op = run_on(store_thread_, [store = host_store_, id] { return store->beat_lease(id); });
+  Result<std::optional<std::string>> r = co_await std::move(op);
+  if (!r) co_return make_error(r.error());
+  co_return r->has_value();
 }
 
 asio::awaitable<void> Daemon::host_loop() {

@@ -298,15 +298,23 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     co_return error(404, "not_found", fmt::format("no lease '{}'", id_text));
   uint64_t id = std::stoull(id_text);
   // Several hosts: a lease this host does not hold (granted elsewhere, or queued in another
-  // host's keeping) is read from the store; an end is asked of the host that holds it.
+  // host's keeping) is read from the store; an end is asked of the host that holds it, and a
+  // heartbeat (a POST .../heartbeat, or a GET) is passed on to it through the store.
   if (const Lease* mine = arbiter.lease(id);
-      daemon_.shared_queue() && action.empty() && (!mine || !mine->elsewhere.empty())) {
+      daemon_.shared_queue() && (action.empty() || action == "heartbeat") &&
+      (!mine || !mine->elsewhere.empty())) {
+    if (action == "heartbeat" && req.method() != http::verb::post)
+      co_return error(405, "method_not_allowed", "heartbeat accepts POST");
     if (req.method() == http::verb::delete_) {
       auto op = daemon_.release_elsewhere(id, "released from another host's API");
       auto asked = co_await std::move(op);
       if (!asked) co_return error(503, "store", asked.error());
-    } else if (!get) {
+    } else if (!get && action.empty()) {
       co_return error(405, "method_not_allowed", fmt::format("{} accepts GET and DELETE", t.path));
+    } else {
+      auto op = daemon_.heartbeat_elsewhere(id);
+      auto passed = co_await std::move(op);
+      if (!passed) co_return error(503, "store", passed.error());
     }
     auto op = daemon_.lease_elsewhere(id);
     auto there = co_await std::move(op);

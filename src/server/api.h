@@ -53,7 +53,8 @@ class DaemonControl {
   }
   // Several hosts on one store (core/cluster.h): whether leases go to the shared queue; a lease
   // this host does not hold, read from the store (null when no host has it); and asking the
-  // host that holds one to end it (false when none does).
+  // host that holds one to end it (false when none does), or passing a heartbeat on to it (false
+  // when none holds it).
   virtual bool shared_queue() const { return false; }
   virtual boost::asio::awaitable<Result<std::optional<nlohmann::json>>> lease_elsewhere(uint64_t) {
     co_return std::optional<nlohmann::json>();
@@ -61,6 +62,7 @@ class DaemonControl {
   virtual boost::asio::awaitable<Result<bool>> release_elsewhere(uint64_t, std::string) {
     co_return false;
   }
+  virtual boost::asio::awaitable<Result<bool>> heartbeat_elsewhere(uint64_t) { co_return false; }
   // Asks for an unload; the id is then awaited with wait_unload (the verdict may come at once).
   virtual uint64_t request_unload(const std::string& service, bool force) = 0;
   virtual boost::asio::awaitable<UnloadFinished> wait_unload(uint64_t request_id) = 0;

@@ -275,8 +275,11 @@ const std::vector<std::string> kMigrations = {
     // host's reload cost of doing so beside its reason (NULL: it cannot).
     "ALTER TABLE leases ADD COLUMN evict_host TEXT;"
     "ALTER TABLE lease_reasons ADD COLUMN evict_cost BIGINT;",
+    // 5: a heartbeat heard by another host's API for this row's lease, not yet taken up by the
+    // host that holds it (HostStore::beat_lease, read and cleared in its claim round).
+    "ALTER TABLE leases ADD COLUMN heard BOOLEAN NOT NULL DEFAULT false;",
 };
-static_assert(kPostgresSchemaVersion == 4);
+static_assert(kPostgresSchemaVersion == 5);
 
 // A list of ids as one PostgreSQL array parameter ($1::bigint[]).
 std::string id_array(const std::vector<uint64_t>& ids) {
@@ -502,10 +505,16 @@ class PgLeaseStore final : public LeaseStore {
 
   Result<uint64_t> max_id() const override {
     return guarded("cannot read leases", [&]() -> Result<uint64_t> {
+      // This host's and those of its id space (its slot, modulo kLeaseIdStride) wherever they
+      // went: a lease queued here and claimed by another host is that host's row (or job) now,
+      // and its id must not be given again.
       PgResult r = c_->exec(
-          "SELECT GREATEST(COALESCE((SELECT MAX(id) FROM leases WHERE host = $1), 0),"
-          " COALESCE((SELECT MAX(id) FROM jobs WHERE host = $1), 0))",
-          {host_});
+          "WITH mine AS (SELECT slot FROM host_slots WHERE host = $1)"
+          " SELECT GREATEST(COALESCE((SELECT MAX(id) FROM leases WHERE host = $1"
+          " OR id % $2 = (SELECT slot FROM mine)), 0),"
+          " COALESCE((SELECT MAX(id) FROM jobs WHERE host = $1"
+          " OR id % $2 = (SELECT slot FROM mine)), 0))",
+          {host_, static_cast<int64_t>(kLeaseIdStride)});
       return static_cast<uint64_t>(r.integer(0, 0));
     });
   }
@@ -883,6 +892,11 @@ void HostStore::read_after_claim(const std::vector<uint64_t>& queued,
                                {host_});
     for (int i = 0; i < rel.rows(); ++i)
       out.releases.emplace_back(static_cast<uint64_t>(rel.integer(i, 0)), rel.text(i, 1));
+    // Heartbeats other hosts' APIs heard for leases this host holds: taken up (and cleared) at
+    // once, so that each is counted here once; one lost with the answer is followed by the next.
+    PgResult heard = conn_->exec(
+        "UPDATE leases SET heard = false WHERE host = $1 AND heard RETURNING id", {host_});
+    for (int i = 0; i < heard.rows(); ++i) out.heard.push_back(static_cast<uint64_t>(heard.integer(i, 0)));
   }
 }
 
@@ -1019,6 +1033,17 @@ Result<bool> HostStore::ask_release(uint64_t id, const std::string& why) {
         "UPDATE leases SET release = $3 WHERE id = $1 AND host <> $2 RETURNING host",
         {static_cast<int64_t>(id), host_, why});
     return r.rows() > 0;
+  });
+}
+
+Result<std::optional<std::string>> HostStore::beat_lease(uint64_t id) {
+  return guarded(fmt::format("cannot pass on the heartbeat of lease {}", id),
+                 [&]() -> Result<std::optional<std::string>> {
+    PgResult r = conn_->exec(
+        "UPDATE leases SET heard = true WHERE id = $1 AND host <> $2 RETURNING host",
+        {static_cast<int64_t>(id), host_});
+    if (r.rows() == 0) return std::optional<std::string>();
+    return std::optional<std::string>(r.text(0, 0));
   });
 }
 

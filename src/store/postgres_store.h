@@ -20,7 +20,7 @@
 namespace vramd {
 
 // The schema version this binary writes and knows (migrations 1..kPostgresSchemaVersion).
-inline constexpr int kPostgresSchemaVersion = 4;
+inline constexpr int kPostgresSchemaVersion = 5;
 
 // One row of the hosts table: a host's heartbeat and its last status snapshot (JSON).
 struct HostRow {
@@ -94,6 +94,10 @@ class HostStore {
                                                   Duration host_timeout) const;
   // Asks the host that holds lease `id` (not this one) to end it; false when none holds it.
   Result<bool> ask_release(uint64_t id, const std::string& why);
+  // A heartbeat for lease `id`, heard here but held by another host (granted there, or queued in
+  // its keeping): marked on its row, taken up by that host's next claim round (ClusterSynced::
+  // heard). The host that holds it; nullopt when no other host does.
+  Result<std::optional<std::string>> beat_lease(uint64_t id);
 
  private:
   void read_after_claim(const std::vector<uint64_t>& queued, const std::vector<uint64_t>& granted,

@@ -374,13 +374,13 @@ TEST_F(PostgresStore, AnOlderSchemaIsMigratedAtOpen) {
             "DROP TABLE hosts; DROP TABLE lease_reasons; DROP TABLE host_slots;"
             " DROP INDEX leases_by_id; DROP INDEX jobs_by_id; DROP SEQUENCE lease_qseq;"
             " ALTER TABLE leases DROP COLUMN cluster, DROP COLUMN want_host, DROP COLUMN priority,"
-            " DROP COLUMN qseq, DROP COLUMN release, DROP COLUMN evict_host;"
+            " DROP COLUMN qseq, DROP COLUMN release, DROP COLUMN evict_host, DROP COLUMN heard;"
             " DELETE FROM vramd_schema WHERE version >= 2");
   Stores s = open("gpu1");
   ASSERT_TRUE(s.hosts);
   EXPECT_TRUE(s.hosts->beat("{}").ok());
   EXPECT_EQ(pg_->psql(db_, "SELECT string_agg(version::text, ',' ORDER BY version) FROM vramd_schema"),
-            "1,2,3,4");
+            "1,2,3,4,5");
 }
 
 // The shared queue's claim (HostStore::sync): three hosts claiming at once from 300 queued leases,

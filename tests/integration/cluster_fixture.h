@@ -1,6 +1,7 @@
-// Three vramd hosts gpu1..gpu3 on one real PostgreSQL (integration/postgres_server.h), each on
-// its own test GPU, and fake GPU servers beside them: the fixture of ClusterE2E (cluster_e2e_test)
-// and ClusterEvictE2E (cluster_evict_e2e_test).
+// vramd hosts gpu1..gpuN on one real PostgreSQL (integration/postgres_server.h), each on its own
+// test GPU (its own fake NVML state file), and fake GPU servers beside them: the fixtures of
+// ClusterE2E, ClusterEvictE2E (Cluster: three hosts) and ClusterFaultE2E, ClusterHeartbeatE2E
+// (ClusterFixture: N hosts, extra [daemon] settings).
 #pragma once
 
 #include <functional>
@@ -54,8 +55,32 @@ struct Cluster {
   }
 };
 
-inline Result<json> post_lease(const DaemonFixture& f, const json& body) {
-  auto r = http_request({f.url}, "POST", "/v1/leases", body.dump(), 10000);
+// Hosts gpu1..gpuN on database `db` (a fresh one named after `name`); `more` is added to each
+// one's [daemon] section. Not started when there is no PostgreSQL (pg is null: skip).
+struct ClusterFixture {
+  PostgresServer* pg = PostgresServer::get();
+  std::string db;
+  std::vector<std::unique_ptr<DaemonFixture>> host;
+
+  ClusterFixture(const std::string& name, const std::vector<Bytes>& used, const std::string& more) {
+    if (!pg) return;
+    db = pg->create_database(name);
+    for (size_t i = 0; i < used.size(); ++i) {
+      host.push_back(std::make_unique<DaemonFixture>());
+      set_used(*host.back(), used[i]);
+      host.back()->daemon_toml =
+          fmt::format("store = \"{}\"\nhost = \"gpu{}\"\n{}", pg->url(db), i + 1, more);
+    }
+    for (auto& h : host) h->start("");
+  }
+  DaemonFixture& operator[](size_t i) { return *host[i]; }
+  // One value of the store, by SQL (psql's unaligned output; "" for no row).
+  std::string sql(const std::string& query) const { return pg->psql(db, query); }
+};
+
+inline Result<json> post_lease(const DaemonFixture& f, const json& body,
+                               const std::string& query = "") {
+  auto r = http_request({f.url}, "POST", "/v1/leases" + query, body.dump(), 20000);
   if (!r) return make_error(r.error());
   if (r->status != 201) return make_error(fmt::format("{}: {}", r->status, r->body));
   return json::parse(r->body);

@@ -18,9 +18,24 @@
 //     that same pid (counted from /proc, never started twice).
 // Exit 0 when all hold; 1 with each violation printed. Figures are printed as one JSON line.
 //
+// With --hosts N (issue 17 item 6): one private PostgreSQL (tests/integration/postgres_server.h)
+// and N daemons gpu1..gpuN on it, each on its own test GPU (its own fake NVML state, a different
+// amount in use by no one, so each its own budget). Each lease goes to a random host (API on TCP
+// or the unix socket: to any host; `vramd run --host` the host it asks); a random host is killed
+// at each kill. The same checks, per host where they are per host: budget (each host's intervals
+// against that host's room), known (a held lease is granted on the host the client was told, by
+// that host's own API), order (the killed host's queue), ended once (the endings of every host's
+// events), serving (each restart); and for the cluster: each lease seen granted on one host only,
+// and the store never has one lease on two hosts nor two job records of one (checked after every
+// kill, as PRAGMA integrity_check is on one host). Clients in that mode also send a heartbeat to
+// the host they asked while they hold their lease (it counts on the host that holds it).
+// Exit 77 (ctest: skipped) when PostgreSQL cannot start.
+//
 //   vramd_torture [--clients N] [--leases N] [--kills N] [--seed N] [--keep DIR] [--budget BYTES]
+//                 [--hosts N]
 // Short form (ctest): --clients 6 --leases 40 --kills 5. Long form: --clients 20 --leases 200
-// --kills 50 (tests/torture/README.md).
+// --kills 50 (tests/torture/README.md). Multi-host: --hosts 3 --clients 20 (ctest:
+// torture_cluster_short), long form in the README.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,9 +46,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -49,6 +66,7 @@
 
 #include "cli/client.h"
 #include "core/units.h"
+#include "integration/postgres_server.h"
 #include "integration/test_util.h"
 #include "testgpu/fake_gpu_state.h"
 
@@ -65,6 +83,7 @@ struct Options {
   int clients = 6;
   int leases = 40;
   int kills = 5;
+  int hosts = 0;  // 0: one host on SQLite (with the managed service); N: N hosts on PostgreSQL
   unsigned seed = 0;
   std::string keep;
   Bytes budget = 0;  // 0: the card's room (total - baseline - the managed service)
@@ -73,6 +92,9 @@ struct Options {
 constexpr Bytes kTotal = 24 * GiB;
 constexpr Bytes kBaseline = 400 * MiB;  // used with no process: the daemon's baseline
 constexpr Bytes kWorker = 512 * MiB;    // the managed service's model
+// Several hosts: what each host's card has in use by no one (so each has its own budget; every
+// lease, 1 to 8 GiB, fits each).
+const std::vector<Bytes> kHostBaselines = {400 * MiB, 8 * GiB, 12 * GiB};
 // How soon a restarted daemon must serve: 1 s is the release binary's promise; a sanitizer's
 // runtime alone makes a start several times slower.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -91,28 +113,73 @@ struct Interval {
   double from_ms, to_ms;
   Bytes vram;
   std::string what;
+  std::string host;  // where it was granted (the one host's name with one host)
+};
+
+// One vramd daemon: its own directory, test GPU, ports, and its restarts.
+struct Host {
+  std::string name;
+  std::string dir;  // its state_dir
+  std::string state;  // its fake NVML state file
+  std::string toml;
+  std::string tcp_url, unix_url;
+  Bytes baseline = kBaseline;
+  std::unique_ptr<vramd::testing::Child> daemon;
+  int starts = 0;
+  std::string file(const std::string& f) const { return dir + "/" + f; }
+  std::vector<std::string> env() const {
+    return {"VRAMD_NVML_LIBRARY=" + build_dir() + "/libnvidia-ml-fake.so", "FAKE_NVML_STATE=" + state};
+  }
+};
+
+struct Held {
+  Bytes vram;
+  std::string host;
 };
 
 struct World {
   Options opt;
   vramd::testing::TempDir dir;
-  std::string tcp_url;
-  std::string unix_url;
+  std::vector<std::unique_ptr<Host>> hosts;
+  bool cluster = false;                     // several hosts on PostgreSQL
+  vramd::testing::PostgresServer* pg = nullptr;
+  std::string db;
   Clock::time_point t0 = Clock::now();
 
   std::mutex mu;                      // everything below
   std::vector<Interval> held;         // closed intervals, clients' own clock
-  std::map<uint64_t, Bytes> holding;  // lease id → vram, while a client holds it (API clients)
+  std::map<uint64_t, Held> holding;   // lease id → vram and host, while a client holds it (API)
   std::set<uint64_t> ids;             // every lease id a client was told of
   std::set<uint64_t> granted_ids;     // told "granted"
+  std::map<uint64_t, std::string> granted_on;  // the host a client was told it was granted on
   std::vector<std::string> violations;
-  int submitted = 0, finished = 0, retries = 0, run_clients_done = 0;
-  std::atomic<bool> daemon_up{false};
+  int submitted = 0, finished = 0, retries = 0, run_clients_done = 0, remote_beats = 0;
+
+  std::mutex pg_mu;  // psql writes one output file
 
   void violation(std::string v) {
     std::lock_guard lock(mu);
     std::cerr << "VIOLATION: " << v << "\n";
     violations.push_back(std::move(v));
+  }
+  // A client was told lease `id` is granted on `host`: never on two hosts. Holds mu.
+  void told_granted(uint64_t id, const std::string& host) {
+    granted_ids.insert(id);
+    auto [it, fresh] = granted_on.emplace(id, host);
+    if (!fresh && it->second != host) {
+      violations.push_back(
+          fmt::format("lease #{} seen granted on {} and on {}", id, it->second, host));
+      std::cerr << "VIOLATION: " << violations.back() << "\n";
+    }
+  }
+  std::string sql(const std::string& q) {
+    std::lock_guard lock(pg_mu);
+    return pg->psql(db, q);
+  }
+  Host* host_named(const std::string& name) {
+    for (auto& h : hosts)
+      if (h->name == name) return h.get();
+    return nullptr;
   }
 };
 
@@ -126,14 +193,53 @@ std::optional<vramd::DaemonReply> call(const std::string& url, const std::string
 
 json body_of(const vramd::DaemonReply& r) { return json::parse(r.body, nullptr, false); }
 
-// One lease over the API (TCP or unix socket): submit, wait for the grant, hold, release. A
-// daemon that is down is waited for; a submission whose answer was lost is found by its label.
-void api_lease(World& w, const std::string& url, const std::string& label, Bytes vram,
-               std::mt19937& rng) {
+// The id of the lease labelled `label` that a submission to `h` whose answer was lost may have
+// made. One host: its list. Several: the host's list (what it holds in memory), then the store
+// (what any host has of it: a lease queued on `h` may be granted on another host by now); the
+// store is read once `h` serves again, so that a write of a killed daemon has landed or never
+// will.
+std::optional<uint64_t> find_by_label(World& w, const Host& h, const std::string& url,
+                                      const std::string& label) {
+  for (int i = 0; i < 400; ++i) {
+    auto list = call(url, "GET", "/v1/leases");
+    if (!list || list->status != 200) {
+      std::this_thread::sleep_for(50ms);
+      continue;
+    }
+    json leases = body_of(*list);  // named: a range-for over a temporary's member dangles
+    for (const auto& l : leases["leases"])
+      if (l["label"] == label) return l["id"].get<uint64_t>();
+    if (!w.cluster) return std::nullopt;
+    try {
+      std::string id = w.sql(fmt::format(
+          "SELECT id FROM leases WHERE (data::json)->'request'->>'label' = '{0}'"
+          " UNION SELECT id FROM jobs WHERE label = '{0}'",
+          label));
+      if (id.empty()) return std::nullopt;
+      if (id.find('\n') != std::string::npos) {
+        w.violation(fmt::format("{}: several leases with that label in the store: {}", label, id));
+        return std::nullopt;
+      }
+      return std::stoull(id);
+    } catch (const std::exception& e) {
+      w.violation(fmt::format("{}: cannot read the store: {}", label, e.what()));
+      return std::nullopt;
+    }
+  }
+  (void)h;
+  return std::nullopt;
+}
+
+// One lease over the API (TCP or unix socket of host `h`): submit, wait for the grant, hold,
+// release. A daemon that is down is waited for; a submission whose answer was lost is found by
+// its label. With several hosts the lease may be granted on any host; the client keeps talking
+// to `h` (its heartbeat and release go there).
+void api_lease(World& w, const Host& h, const std::string& url, const std::string& label,
+               Bytes vram, std::mt19937& rng) {
   json req = {{"vram", vram}, {"label", label}, {"holder", "torture"}, {"pid", getpid()}};
   std::optional<uint64_t> id;
   while (!id) {
-    auto r = call(url, "POST", "/v1/leases", req.dump());
+    auto r = call(url, "POST", "/v1/leases", req.dump(), w.cluster ? 10000 : 3000);
     if (r && r->status == 201) {
       json l = body_of(*r);
       id = l["id"].get<uint64_t>();
@@ -149,25 +255,21 @@ void api_lease(World& w, const std::string& url, const std::string& label, Bytes
       ++w.retries;
     }
     std::this_thread::sleep_for(100ms);
-    for (int i = 0; i < 100 && !id; ++i) {
-      auto list = call(url, "GET", "/v1/leases");
-      if (list && list->status == 200) {
-        json leases = body_of(*list);  // named: a range-for over a temporary's member dangles
-        for (const auto& l : leases["leases"])
-          if (l["label"] == label) id = l["id"].get<uint64_t>();
-        break;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
+    id = find_by_label(w, h, url, label);
   }
   {
     std::lock_guard lock(w.mu);
     w.ids.insert(*id);
   }
   std::string target = fmt::format("/v1/leases/{}", *id);
+  std::string where = h.name;
   for (;;) {
     auto r = call(url, "GET", target + "?wait=2s", "", 5000);
     if (!r) {
+      std::this_thread::sleep_for(50ms);
+      continue;
+    }
+    if (r->status == 503) {  // the store is not there yet (several hosts): ask again
       std::this_thread::sleep_for(50ms);
       continue;
     }
@@ -176,26 +278,41 @@ void api_lease(World& w, const std::string& url, const std::string& label, Bytes
       return;
     }
     json l = body_of(*r);
-    if (l["state"] == "queued") continue;
+    if (l["state"] == "queued") {
+      // Kept by another host (read from the store, answered at once): poll.
+      if (l.value("elsewhere", false)) std::this_thread::sleep_for(50ms);
+      continue;
+    }
     if (l["state"] != "granted") {
       w.violation(fmt::format("{} (#{}): ended while its holder waited: {}", label, *id, l.dump()));
       return;
     }
+    if (w.cluster) where = l.value("host", "");
     break;
   }
   double from = ms_since(w.t0, Clock::now());
   {
     std::lock_guard lock(w.mu);
-    w.granted_ids.insert(*id);
-    w.holding[*id] = vram;
+    w.told_granted(*id, where);
+    w.holding[*id] = {vram, where};
   }
-  std::this_thread::sleep_for(
-      std::chrono::milliseconds(std::uniform_int_distribution(200, 800)(rng)));
+  int hold_ms = std::uniform_int_distribution(200, 800)(rng);
+  if (w.cluster) {
+    // A heartbeat to the host asked, halfway: it counts on the host that holds the lease.
+    std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms / 2));
+    auto b = call(url, "POST", target + "/heartbeat");
+    if (b && b->status == 200 && where != h.name) {
+      std::lock_guard lock(w.mu);
+      ++w.remote_beats;
+    }
+    hold_ms -= hold_ms / 2;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
   {
     std::lock_guard lock(w.mu);
     double to = ms_since(w.t0, Clock::now());
     w.holding.erase(*id);
-    w.held.push_back({from, to, vram, fmt::format("{} (#{})", label, *id)});
+    w.held.push_back({from, to, vram, fmt::format("{} (#{})", label, *id), where});
   }
   for (;;) {
     auto r = call(url, "DELETE", target);
@@ -207,19 +324,21 @@ void api_lease(World& w, const std::string& url, const std::string& label, Bytes
   }
 }
 
-// One lease with `vramd run`: the command logs its own start and end (which lie inside the
-// grant). Exit 3 (unreachable) is retried; the CLI waits through restarts by itself.
-void run_lease(World& w, const std::string& label, Bytes vram, std::mt19937& rng) {
+// One lease with `vramd run` against host `h` (with several hosts, `--host` it: the command
+// runs only where the lease is granted): the command logs its own start and end (which lie
+// inside the grant). Exit 3 (unreachable) is retried; the CLI waits through restarts by itself.
+void run_lease(World& w, const Host& h, const std::string& label, Bytes vram, std::mt19937& rng) {
   std::string marks = w.dir.file(label + ".marks");
   std::string err = w.dir.file(label + ".err");
   int sleep_ms = std::uniform_int_distribution(200, 800)(rng);
   std::string script =
       fmt::format("echo start $(date +%s%N) >> {0}; sleep {1}; echo end $(date +%s%N) >> {0}",
                   marks, sleep_ms / 1000.0);
+  std::string host_flag = w.cluster ? " --host " + h.name : "";
   for (int attempt = 0; attempt < 200; ++attempt) {
     std::string cmd =
-        fmt::format("{}/vramd run --url {} --vram {}B --label {} -- sh -c '{}' 2>>{} >/dev/null",
-                    build_dir(), w.tcp_url, vram, label, script, err);
+        fmt::format("{}/vramd run --url {}{} --vram {}B --label {} -- sh -c '{}' 2>>{} >/dev/null",
+                    build_dir(), h.tcp_url, host_flag, vram, label, script, err);
     int status = std::system(cmd.c_str());
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     if (code == 0) break;
@@ -238,11 +357,13 @@ void run_lease(World& w, const std::string& label, Bytes vram, std::mt19937& rng
   std::string line;
   std::lock_guard lock(w.mu);
   while (std::getline(e, line)) {
-    auto h = line.find("lease #");
-    if (h == std::string::npos) continue;
-    uint64_t id = std::stoull(line.substr(h + 7));
+    auto at = line.find("lease #");
+    if (at == std::string::npos) continue;
+    uint64_t id = std::stoull(line.substr(at + 7));
     w.ids.insert(id);
-    if (line.find(" granted:") != std::string::npos) w.granted_ids.insert(id);
+    if (line.find(" granted:") != std::string::npos) w.told_granted(id, h.name);
+    if (line.find("was granted on host") != std::string::npos)
+      w.violations.push_back(fmt::format("{}: asked for {} only, but: {}", label, h.name, line));
   }
   std::ifstream m(marks);
   std::string word;
@@ -252,7 +373,7 @@ void run_lease(World& w, const std::string& label, Bytes vram, std::mt19937& rng
     if (word == "end" && start_ns >= 0) {
       // date's clock is the wall clock: mapped onto ours by the offset now.
       w.held.push_back({static_cast<double>(start_ns) / 1e6, static_cast<double>(ns) / 1e6, vram,
-                        label + " (vramd run, wall clock)"});
+                        label + " (vramd run, wall clock)", h.name});
       start_ns = -1;
     }
   }
@@ -263,19 +384,22 @@ void client(World& w, int index, int count) {
   for (int n = 0; n < count; ++n) {
     std::string label = fmt::format("t{}-{}", index, n);
     Bytes vram = static_cast<Bytes>(std::uniform_int_distribution(1, 8)(rng)) * GiB;
+    const Host& h = w.cluster
+                        ? *w.hosts[std::uniform_int_distribution<size_t>(0, w.hosts.size() - 1)(rng)]
+                        : *w.hosts[0];
     {
       std::lock_guard lock(w.mu);
       ++w.submitted;
     }
     switch ((index + n) % 3) {
       case 0:
-        run_lease(w, label, vram, rng);
+        run_lease(w, h, label, vram, rng);
         break;
       case 1:
-        api_lease(w, w.tcp_url, label, vram, rng);
+        api_lease(w, h, h.tcp_url, label, vram, rng);
         break;
       default:
-        api_lease(w, w.unix_url, label, vram, rng);
+        api_lease(w, h, h.unix_url, label, vram, rng);
         break;
     }
     std::lock_guard lock(w.mu);
@@ -323,8 +447,13 @@ std::vector<int> pids_running(const std::string& needle) {
   while (dirent* e = readdir(d)) {
     int pid = atoi(e->d_name);
     if (pid <= 0) continue;
-    std::ifstream f(fmt::format("/proc/{}/cmdline", pid));
-    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::string cmd;
+    try {  // a process that exits while it is read fails the read (libstdc++ throws)
+      std::ifstream f(fmt::format("/proc/{}/cmdline", pid));
+      cmd.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    } catch (const std::exception&) {
+      continue;
+    }
     std::replace(cmd.begin(), cmd.end(), '\0', ' ');
     if (cmd.find(needle) != std::string::npos) out.push_back(pid);
   }
@@ -340,6 +469,25 @@ json managed_process(const std::string& url) {
   return b.is_object() && b.contains("process") ? b["process"] : json::object();
 }
 
+// Several hosts: the store never has one lease on two hosts, nor two job records of one, nor a
+// lease both active and ended (what PRAGMA integrity_check is for one host's SQLite file).
+void check_store(World& w, const std::string& when) {
+  try {
+    std::string twice = w.sql(
+        "SELECT string_agg(id::text || ' on ' || hosts, ', ') FROM (SELECT id, string_agg(host, '+')"
+        " AS hosts FROM leases GROUP BY id HAVING COUNT(*) > 1) AS t");
+    if (!twice.empty()) w.violation(fmt::format("{}: leases on two hosts in the store: {}", when, twice));
+    std::string jobs = w.sql(
+        "SELECT string_agg(id::text, ', ') FROM (SELECT id FROM jobs GROUP BY id HAVING COUNT(*) > 1) AS t");
+    if (!jobs.empty()) w.violation(fmt::format("{}: leases ended twice in the store: {}", when, jobs));
+    std::string both = w.sql(
+        "SELECT string_agg(l.id::text, ', ') FROM leases l JOIN jobs j ON j.id = l.id");
+    if (!both.empty()) w.violation(fmt::format("{}: leases both active and ended: {}", when, both));
+  } catch (const std::exception& e) {
+    w.violation(fmt::format("{}: cannot read the store: {}", when, e.what()));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -353,6 +501,8 @@ int main(int argc, char** argv) {
       w.opt.leases = std::stoi(v);
     else if (a == "--kills")
       w.opt.kills = std::stoi(v);
+    else if (a == "--hosts")
+      w.opt.hosts = std::stoi(v);
     else if (a == "--seed")
       w.opt.seed = static_cast<unsigned>(std::stoul(v));
     else if (a == "--keep")
@@ -364,59 +514,88 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (w.opt.hosts < 0 || w.opt.hosts > static_cast<int>(kHostBaselines.size())) {
+    std::cerr << "vramd_torture: --hosts is 1 to " << kHostBaselines.size() << "\n";
+    return 2;
+  }
   if (w.opt.seed == 0) w.opt.seed = static_cast<unsigned>(std::random_device{}());
   std::cerr << "vramd_torture: seed " << w.opt.seed << ", dir " << w.dir.path() << "\n";
   std::mt19937 rng(w.opt.seed);
+  w.cluster = w.opt.hosts > 0;
+  if (w.cluster) {
+    w.pg = vramd::testing::PostgresServer::get();
+    if (!w.pg) {
+      std::cerr << "vramd_torture: skipped: " << vramd::testing::PostgresServer::skip_reason() << "\n";
+      return 77;
+    }
+    w.db = w.pg->create_database("torture");
+  }
 
-  std::string state = w.dir.file("gpu.json");
-  auto s = vramd::make_fake_gpu_state({{"NVIDIA GeForce RTX 3090", kTotal}});
-  s["gpus"][0]["used"] = kBaseline;
-  if (!vramd::write_fake_gpu_state(state, s).ok()) return 2;
-  int port = vramd::testing::free_port();
+  // The hosts: one on SQLite beside a managed service, or several on the store, each on its own
+  // test GPU.
   int worker_port = vramd::testing::free_port();
-  w.tcp_url = fmt::format("http://127.0.0.1:{}", port);
-  w.unix_url = "unix:" + w.dir.file("vramd.sock");
-  // A managed service: vramd starts it once; it must outlive every kill and be adopted.
-  std::ofstream(w.dir.file("vramd.toml")) << fmt::format(
-      "[daemon]\nlisten = \"127.0.0.1:{}\"\nstate_dir = \"{}\"\nsample_interval = \"200ms\"\n\n"
-      "[gpu]\nbackend = \"nvml\"\n\n"
-      "[services.worker]\nkind = \"comfyui\"\nurl = \"http://127.0.0.1:{}\"\n"
-      "start = [\"{}/fake-gpu-server\", \"--kind\", \"comfyui\", \"--port\", \"{}\", \"--state\", "
-      "\"{}\", \"--model-bytes\", \"{}B\"]\nstop_timeout = \"3s\"\n",
-      port, w.dir.path(), worker_port, build_dir(), worker_port, state, kWorker);
+  const int nhosts = w.cluster ? w.opt.hosts : 1;
+  for (int i = 0; i < nhosts; ++i) {
+    auto h = std::make_unique<Host>();
+    h->name = w.cluster ? fmt::format("gpu{}", i + 1) : "";
+    h->dir = w.cluster ? w.dir.file(h->name) : w.dir.path();
+    std::filesystem::create_directories(h->dir);
+    h->baseline = w.cluster ? kHostBaselines[static_cast<size_t>(i)] : kBaseline;
+    h->state = h->file("gpu.json");
+    auto s = vramd::make_fake_gpu_state({{"NVIDIA GeForce RTX 3090", kTotal}});
+    s["gpus"][0]["used"] = h->baseline;
+    if (!vramd::write_fake_gpu_state(h->state, s).ok()) return 2;
+    int port = vramd::testing::free_port();
+    h->tcp_url = fmt::format("http://127.0.0.1:{}", port);
+    h->unix_url = "unix:" + h->file("vramd.sock");
+    h->toml = h->file("vramd.toml");
+    std::string daemon_section = fmt::format(
+        "[daemon]\nlisten = \"127.0.0.1:{}\"\nstate_dir = \"{}\"\nsample_interval = \"200ms\"\n",
+        port, h->dir);
+    if (w.cluster)
+      std::ofstream(h->toml) << daemon_section
+                             << fmt::format("store = \"{}\"\nhost = \"{}\"\n\n[gpu]\nbackend = \"nvml\"\n",
+                                            w.pg->url(w.db), h->name);
+    else  // A managed service: vramd starts it once; it must outlive every kill and be adopted.
+      std::ofstream(h->toml) << daemon_section << fmt::format(
+          "\n[gpu]\nbackend = \"nvml\"\n\n"
+          "[services.worker]\nkind = \"comfyui\"\nurl = \"http://127.0.0.1:{}\"\n"
+          "start = [\"{}/fake-gpu-server\", \"--kind\", \"comfyui\", \"--port\", \"{}\", \"--state\", "
+          "\"{}\", \"--model-bytes\", \"{}B\"]\nstop_timeout = \"3s\"\n",
+          worker_port, build_dir(), worker_port, h->state, kWorker);
+    w.hosts.push_back(std::move(h));
+  }
   const std::string worker_marker = fmt::format("--kind comfyui --port {} ", worker_port);
-  std::vector<std::string> env = {"VRAMD_NVML_LIBRARY=" + build_dir() + "/libnvidia-ml-fake.so",
-                                  "FAKE_NVML_STATE=" + state};
-  std::unique_ptr<vramd::testing::Child> daemon;
-  int starts = 0;
   std::vector<double> serve_ms;
-  auto start = [&] {
+  auto start = [&](Host& h) {
     auto t = Clock::now();
-    daemon = std::make_unique<vramd::testing::Child>(
-        std::vector<std::string>{build_dir() + "/vramd", "serve", "--config",
-                                 w.dir.file("vramd.toml")},
-        env, w.dir.file(fmt::format("daemon-{}.log", starts++)));
+    h.daemon = std::make_unique<vramd::testing::Child>(
+        std::vector<std::string>{build_dir() + "/vramd", "serve", "--config", h.toml}, h.env(),
+        h.file(fmt::format("daemon-{}.log", h.starts++)));
     // Serving: the lease API answers (on TCP and on the unix socket).
     for (;;) {
-      auto a = call(w.tcp_url, "GET", "/v1/leases", "", 500);
-      auto b = a ? call(w.unix_url, "GET", "/v1/leases", "", 500) : std::nullopt;
+      auto a = call(h.tcp_url, "GET", "/v1/leases", "", 500);
+      auto b = a ? call(h.unix_url, "GET", "/v1/leases", "", 500) : std::nullopt;
       if (a && b && a->status == 200 && b->status == 200) break;
       if (Clock::now() - t > 30s) {
-        std::cerr << "vramd_torture: the daemon did not serve within 30 s\n";
+        std::cerr << "vramd_torture: the daemon " << h.name << " did not serve within 30 s\n";
         std::exit(1);
       }
       std::this_thread::sleep_for(2ms);
     }
     serve_ms.push_back(ms_since(t, Clock::now()));
   };
-  start();
+  for (auto& h : w.hosts) start(*h);
+  Host& first = *w.hosts[0];
   int worker_pid = 0;
-  if (auto r = call(w.tcp_url, "POST", "/v1/services/worker/start?wait=true", "", 30000);
-      r && r->status == 200)
-    worker_pid = managed_process(w.tcp_url).value("pid", 0);
-  if (worker_pid <= 0) {
-    std::cerr << "vramd_torture: the managed service did not start\n";
-    return 1;
+  if (!w.cluster) {
+    if (auto r = call(first.tcp_url, "POST", "/v1/services/worker/start?wait=true", "", 30000);
+        r && r->status == 200)
+      worker_pid = managed_process(first.tcp_url).value("pid", 0);
+    if (worker_pid <= 0) {
+      std::cerr << "vramd_torture: the managed service did not start\n";
+      return 1;
+    }
   }
   int adopted_ok = 0;
 
@@ -434,31 +613,40 @@ int main(int argc, char** argv) {
     clients.emplace_back(client, std::ref(w), c, per + (c < extra ? 1 : 0));
 
   int integrity_ok = 0;
+  std::map<std::string, int> kills_of;
   for (int k = 0; k < w.opt.kills; ++k) {
     std::this_thread::sleep_for(
         std::chrono::milliseconds(std::uniform_int_distribution(100, 500)(rng)));
-    std::vector<uint64_t> before = queued_order(w.tcp_url);
-    daemon->kill(SIGKILL);
-    try {
-      SQLite::Database db(w.dir.file("vramd.db"), SQLite::OPEN_READONLY);
-      std::string r = db.execAndGet("PRAGMA integrity_check").getString();
-      if (r == "ok")
-        ++integrity_ok;
-      else
-        w.violation(fmt::format("kill {}: PRAGMA integrity_check: {}", k + 1, r));
-    } catch (const std::exception& e) {
-      w.violation(fmt::format("kill {}: cannot open the database: {}", k + 1, e.what()));
+    Host& h = *w.hosts[std::uniform_int_distribution<size_t>(0, w.hosts.size() - 1)(rng)];
+    ++kills_of[h.name];
+    std::vector<uint64_t> before = queued_order(h.tcp_url);
+    h.daemon->kill(SIGKILL);
+    if (w.cluster) {
+      size_t had = w.violations.size();
+      check_store(w, fmt::format("kill {} ({})", k + 1, h.name));
+      if (w.violations.size() == had) ++integrity_ok;
+    } else {
+      try {
+        SQLite::Database db(h.file("vramd.db"), SQLite::OPEN_READONLY);
+        std::string r = db.execAndGet("PRAGMA integrity_check").getString();
+        if (r == "ok")
+          ++integrity_ok;
+        else
+          w.violation(fmt::format("kill {}: PRAGMA integrity_check: {}", k + 1, r));
+      } catch (const std::exception& e) {
+        w.violation(fmt::format("kill {}: cannot open the database: {}", k + 1, e.what()));
+      }
     }
     std::this_thread::sleep_for(
         std::chrono::milliseconds(std::uniform_int_distribution(0, 300)(rng)));
-    start();
+    start(h);
     // The managed child: the same single process, adopted by the new daemon.
-    {
+    if (!w.cluster) {
       auto t = Clock::now();
-      json p = managed_process(w.tcp_url);
+      json p = managed_process(h.tcp_url);
       while (p.value("state", "") != "running" && Clock::now() - t < 5s) {
         std::this_thread::sleep_for(20ms);
-        p = managed_process(w.tcp_url);
+        p = managed_process(h.tcp_url);
       }
       std::vector<int> running = pids_running(worker_marker);
       if (running.size() != 1 || running[0] != worker_pid)
@@ -471,23 +659,28 @@ int main(int argc, char** argv) {
       else
         ++adopted_ok;
     }
-    // Every lease a client holds is known and still granted; no client releases meanwhile.
+    // Every lease a client holds is known and still granted, by the host it was granted on (its
+    // own API: not read from the store); no client releases meanwhile.
     {
       std::lock_guard lock(w.mu);
-      for (const auto& [id, vram] : w.holding) {
-        auto r = call(w.tcp_url, "GET", fmt::format("/v1/leases/{}", id));
-        if (!r || r->status != 200) {
-          std::cerr << "VIOLATION: restart " << k + 1 << ": granted lease #" << id
-                    << " unknown to the restarted daemon\n";
-          w.violations.push_back(fmt::format("restart {}: granted lease #{} unknown", k + 1, id));
-        } else if (body_of(*r)["state"] != "granted") {
-          w.violations.push_back(fmt::format("restart {}: lease #{} held by its client is {}",
-                                             k + 1, id, body_of(*r)["state"].dump()));
+      for (const auto& [id, held] : w.holding) {
+        const Host* on = w.cluster ? w.host_named(held.host) : &first;
+        std::string bad;
+        if (!on) {
+          bad = fmt::format("granted lease #{} on {}, a host that does not exist", id, held.host);
+        } else if (auto r = call(on->tcp_url, "GET", fmt::format("/v1/leases/{}", id));
+                   !r || r->status != 200) {
+          bad = fmt::format("granted lease #{} unknown to {}", id, w.cluster ? on->name : "the restarted daemon");
+        } else if (json l = body_of(*r); l["state"] != "granted" || l.value("elsewhere", false)) {
+          bad = fmt::format("lease #{} held by its client (granted on {}) is {}", id, held.host, l.dump());
+        }
+        if (!bad.empty()) {
+          w.violations.push_back(fmt::format("restart {}: {}", k + 1, bad));
           std::cerr << "VIOLATION: " << w.violations.back() << "\n";
         }
       }
     }
-    std::vector<uint64_t> after = queued_order(w.tcp_url);
+    std::vector<uint64_t> after = queued_order(h.tcp_url);
     std::vector<uint64_t> kept_before, kept_after;
     std::set<uint64_t> after_set(after.begin(), after.end()),
         before_set(before.begin(), before.end());
@@ -499,27 +692,50 @@ int main(int argc, char** argv) {
       w.violation(fmt::format("restart {}: queue order changed: {} before, {} after", k + 1,
                               json(before).dump(), json(after).dump()));
   }
-  int kills_done = starts - 1;
+  int kills_done = 0;
+  for (const auto& h : w.hosts) kills_done += h->starts - 1;
   for (auto& t : clients) t.join();
+  if (w.cluster) {
+    // A release sent to a host that does not hold the lease is done by the host that holds it,
+    // at its next claim round (docs/api.md): wait for those asked last, then for their events.
+    auto t = Clock::now();
+    std::string pending;
+    for (;;) {
+      try {
+        pending = w.sql("SELECT string_agg(id::text, ', ') FROM leases WHERE release IS NOT NULL");
+      } catch (const std::exception& e) {
+        pending = e.what();
+      }
+      if (pending.empty() || Clock::now() - t > 15s) break;
+      std::this_thread::sleep_for(100ms);
+    }
+    if (!pending.empty())
+      w.violation(fmt::format("releases asked of another host not done in 15 s: {}", pending));
+    std::this_thread::sleep_for(1s);  // the events of the last ends are written behind the loop
+  }
 
-  // Every lease ended exactly once (or is still queued).
-  json events = json::array();
-  if (auto r = call(w.tcp_url, "GET", "/v1/events?limit=10000", "", 10000); r && r->status == 200)
-    events = body_of(*r)["events"];
+  // Every lease ended exactly once (or is still queued), by the events of every host.
   std::map<uint64_t, int> endings;
-  for (const auto& e : events) {
-    std::string type = e.value("type", "");
-    if (type != "lease.released" && type != "lease.expired" && type != "lease.cancelled" &&
-        type != "lease.timed_out")
-      continue;
-    std::string subject = e.value("subject", "");
-    auto h = subject.rfind('#');
-    if (h != std::string::npos) ++endings[std::stoull(subject.substr(h + 1))];
+  int lost_hosts = 0;
+  for (const auto& h : w.hosts) {
+    json events = json::array();
+    if (auto r = call(h->tcp_url, "GET", "/v1/events?limit=10000", "", 10000); r && r->status == 200)
+      events = body_of(*r)["events"];
+    for (const auto& e : events) {
+      std::string type = e.value("type", "");
+      if (type == "host.lost") ++lost_hosts;
+      if (type != "lease.released" && type != "lease.expired" && type != "lease.cancelled" &&
+          type != "lease.timed_out" && type != "lease.host_lost")
+        continue;
+      std::string subject = e.value("subject", "");
+      auto at = subject.rfind('#');
+      if (at != std::string::npos) ++endings[std::stoull(subject.substr(at + 1))];
+    }
   }
   int still_queued = 0, unknown_at_end = 0, granted_unknown_at_end = 0;
   std::map<std::string, int> end_states;
   for (uint64_t id : w.ids) {
-    auto r = call(w.tcp_url, "GET", fmt::format("/v1/leases/{}", id));
+    auto r = call(first.tcp_url, "GET", fmt::format("/v1/leases/{}", id));
     if (!r || r->status != 200) {
       // Held ones were checked at each restart; an ended one the daemon no longer shows is
       // counted (docs/api.md keeps "the last 256 ended ones", not saying across restarts).
@@ -540,20 +756,50 @@ int main(int argc, char** argv) {
     if (endings[id] != 1)
       w.violation(fmt::format("lease #{} ({}) has {} ending events", id, st, endings[id]));
   }
+  if (w.cluster) {
+    if (granted_unknown_at_end > 0)
+      w.violation(fmt::format("{} leases clients were told were granted are unknown to the cluster",
+                              granted_unknown_at_end));
+    check_store(w, "at the end");
+    // The store's word too: one grant per lease (a lost host's lease may be granted again elsewhere).
+    try {
+      std::string twice = w.sql(
+          "SELECT string_agg(subject, ', ') FROM (SELECT subject FROM events WHERE type ="
+          " 'lease.granted' GROUP BY subject HAVING COUNT(*) > 1) AS t");
+      if (!twice.empty() && lost_hosts == 0)
+        w.violation(fmt::format("granted twice (by the store's events): {}", twice));
+    } catch (const std::exception& e) {
+      w.violation(fmt::format("cannot read the store's events: {}", e.what()));
+    }
+  }
 
-  // The budget, from the clients' own intervals (vramd run's on the wall clock, mapped).
-  std::vector<Interval> all = w.held;
-  for (auto& i : all) {
+  // The budget, from the clients' own intervals (vramd run's on the wall clock, mapped), per host.
+  std::map<std::string, std::vector<Interval>> by_host;
+  for (Interval i : w.held) {
     if (i.what.find("wall clock") != std::string::npos) {
       i.from_ms -= wall_minus_steady;
       i.to_ms -= wall_minus_steady;
     }
+    by_host[i.host].push_back(std::move(i));
   }
-  auto [top, who] = peak(all);
-  Bytes budget = w.opt.budget ? w.opt.budget : kTotal - kBaseline - kWorker;
-  if (top > budget)
-    w.violation(fmt::format("held {} at once, more than the {} there is: {}",
-                            vramd::format_size(top), vramd::format_size(budget), who));
+  json peaks = json::object();
+  Bytes top = 0, budget = 0;
+  for (const auto& h : w.hosts) {
+    auto [host_top, who] = peak(by_host[h->name]);
+    by_host.erase(h->name);
+    Bytes room = w.opt.budget       ? w.opt.budget
+                 : w.cluster ? kTotal - h->baseline
+                             : kTotal - kBaseline - kWorker;
+    if (host_top > room)
+      w.violation(fmt::format("held {} at once{}, more than the {} there is: {}",
+                              vramd::format_size(host_top), w.cluster ? " on " + h->name : "",
+                              vramd::format_size(room), who));
+    if (w.cluster) peaks[h->name] = {{"peak_held_bytes", host_top}, {"budget_bytes", room}};
+    top = std::max(top, host_top);
+    budget = std::max(budget, room);
+  }
+  for (const auto& [host, v] : by_host)
+    w.violation(fmt::format("{} leases held on a host that does not exist: '{}'", v.size(), host));
 
   std::sort(serve_ms.begin(), serve_ms.end());
   double serve_max = serve_ms.empty() ? 0 : serve_ms.back();
@@ -573,16 +819,28 @@ int main(int argc, char** argv) {
                   {"unknown_at_end", unknown_at_end},
                   {"granted_unknown_at_end", granted_unknown_at_end},
                   {"integrity_ok", integrity_ok},
-                  {"adopted_ok", adopted_ok},
                   {"peak_held_bytes", top},
                   {"budget_bytes", budget},
                   {"serve_ms_median", serve_median},
                   {"serve_ms_max", serve_max},
                   {"seconds", ms_since(w.t0, Clock::now()) / 1000},
                   {"violations", w.violations.size()}};
+  if (w.cluster) {
+    std::map<std::string, int> granted_per_host;
+    for (const auto& [id, host] : w.granted_on) ++granted_per_host[host];
+    figures["hosts"] = w.opt.hosts;
+    figures["per_host"] = peaks;
+    figures["kills_per_host"] = kills_of;
+    figures["granted_per_host"] = granted_per_host;
+    figures["granted_elsewhere_heartbeats"] = w.remote_beats;
+    figures["hosts_lost"] = lost_hosts;
+  } else {
+    figures["adopted_ok"] = adopted_ok;
+  }
   std::cout << figures.dump() << "\n";
-  daemon->kill(SIGTERM);
-  for (int pid : pids_running(worker_marker)) kill(pid, SIGTERM);  // outlives vramd by design
+  for (auto& h : w.hosts) h->daemon->kill(SIGTERM);
+  if (!w.cluster)
+    for (int pid : pids_running(worker_marker)) kill(pid, SIGTERM);  // outlives vramd by design
   if (!w.opt.keep.empty()) {
     std::string cmd = fmt::format("rm -rf '{0}' && cp -a '{1}' '{0}'", w.opt.keep, w.dir.path());
     (void)std::system(cmd.c_str());
