@@ -255,6 +255,8 @@ const std::vector<std::string> kMigrations = {
     " host TEXT NOT NULL, service TEXT NOT NULL, model TEXT NOT NULL, bytes BIGINT NOT NULL,"
     " at_ms BIGINT NOT NULL, PRIMARY KEY (host, service, model));",
     // 2: each host's heartbeat and last status snapshot (one view of every host).
+    // Each migration is one string of statements, split over lines on purpose:
+    // NOLINTNEXTLINE(bugprone-suspicious-missing-comma)
     "CREATE TABLE hosts ("
     " host TEXT PRIMARY KEY, heartbeat TIMESTAMPTZ NOT NULL, status TEXT NOT NULL DEFAULT '');",
     // 3: one queue across hosts (core/cluster.h): a lease row moves to the host that claims it;

@@ -156,8 +156,9 @@ TEST(ClusterFaultE2E, PostgresRestartedUnderLoadOnThreeHostsLosesNoAcknowledgedL
     } else if (t.state == "granted") {
       // Still granted, on the host the client was told: never taken back by the outage. A
       // release whose answer did not come back may have been taken: then it is ended so.
-      if (t.release_answer.empty() || s != "ended:released")
+      if (t.release_answer.empty() || s != "ended:released") {
         EXPECT_EQ(s, t.host + ":granted") << id << "; release answered: " << t.release_answer;
+      }
     } else {
       EXPECT_TRUE(s.find(":queued") != std::string::npos || s.find(":granted") != std::string::npos)
           << id << ": " << s;

@@ -5,7 +5,8 @@
 //
 // A file's findings are reused when nothing that decides them changed. The key is a SHA-256 of
 // clang-tidy's version, .clang-tidy, the file's compile command (the checkout's path taken out)
-// and its preprocessed text (`c++ -E -P`, every header it includes). Cache: $VRAMD_TIDY_CACHE,
+// and its preprocessed text (`c++ -E -P`, every header it includes), with the file's own NOLINT
+// lines (-P drops comments). Cache: $VRAMD_TIDY_CACHE,
 // else $XDG_CACHE_HOME/vramd-tidy, else ~/.cache/vramd-tidy; VRAMD_TIDY_CACHE=off turns it off.
 // Prints each finding once (a header's come once per file that includes it) and a count per
 // check; exits 1 when there is any finding or a file could not be checked, 0 when clean.
@@ -87,11 +88,16 @@ async function check(file) {
   if (cacheDir) {
     const pre = await preprocessed(entry);
     if (pre.code === 0) {
-      key = createHash("sha256")
+      const hash = createHash("sha256")
         .update(tidyVersion).update("\0").update(config).update("\0")
         .update(relative(argvOf(entry).join(" ")).split(path.resolve(build)).join("<build>"))
-        .update("\0").update(relative(pre.out.toString()))
-        .digest("hex");
+        .update("\0").update(relative(pre.out.toString()));
+      // -P drops comments, and with them NOLINTs: the file's own count too (a header's NOLINT
+      // added or removed is not seen: clear the cache then).
+      const own = fs.readFileSync(path.resolve(entry.directory, entry.file), "utf8")
+        .split("\n").filter((l) => l.includes("NOLINT"));
+      if (own.length) hash.update("\0").update(own.join("\n"));
+      key = hash.digest("hex");
       const cached = path.join(cacheDir, key);
       if (fs.existsSync(cached)) {
         ++hits;
