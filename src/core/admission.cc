@@ -368,9 +368,8 @@ Admission::EvictionPlan Admission::plan_evictions(const Lease& l,
   return out;
 }
 
-void Admission::admit(const World& world, const Now& now, std::vector<Action>& actions,
-                      Intents& intents) {
-  // Evictions whose unload has its verdict are over.
+// Evictions whose unload has its verdict are over, this host's and the shared queue's.
+void Admission::end_settled_evictions(const World& world) {
   for (auto it = evicting_for_.begin(); it != evicting_for_.end();) {
     const ServiceStatus* s = world.services.find(it->first);
     if (!s || s->state != ServiceState::unloading)
@@ -379,6 +378,11 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
       ++it;
   }
   prune_cluster_evictions();
+}
+
+void Admission::admit(const World& world, const Now& now, std::vector<Action>& actions,
+                      Intents& intents) {
+  end_settled_evictions(world);
   const StatusSnapshot& status = world.ledger.status();
   if (queue_.empty() || !status.sampled || claiming_) return;  // a claim has the room now
 
@@ -567,15 +571,7 @@ void Admission::prune_cluster_evictions() {
 
 ClaimContext Admission::claim_context(const World& world, const std::string& host,
                                      MonoTime now) {
-  // Evictions whose unload has its verdict are over (as at the start of a pass).
-  for (auto it = evicting_for_.begin(); it != evicting_for_.end();) {
-    const ServiceStatus* s = world.services.find(it->first);
-    if (!s || s->state != ServiceState::unloading)
-      it = evicting_for_.erase(it);
-    else
-      ++it;
-  }
-  prune_cluster_evictions();
+  end_settled_evictions(world);
   ClaimContext ctx;
   ctx.host = host;
   ctx.at = now;

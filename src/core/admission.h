@@ -122,6 +122,7 @@ class Admission {
   // Shared leases (maybe queued on another host) this host is unloading services for; pruned
   // when none of their unloads is under way any more.
   std::map<uint64_t, ClaimEviction> cluster_evicting_;
+  void end_settled_evictions(const World& world);
   void prune_cluster_evictions();
 };
 
