@@ -106,6 +106,50 @@ std::optional<ProcessInfo> LinuxHostScanner::read_cached(int pid) {
   return full;
 }
 
+std::vector<std::pair<int, int>> LinuxHostScanner::listeners_for(
+    const HostScanRequest& request, const std::vector<ProcessInfo>& processes) {
+  std::vector<int> ports = request.ports;
+  std::sort(ports.begin(), ports.end());
+  ports.erase(std::unique(ports.begin(), ports.end()), ports.end());
+  std::set<std::pair<int, unsigned long long>> procs;
+  std::set<int> alive;
+  for (const auto& p : processes) {
+    procs.emplace(p.pid, p.start_ticks);
+    alive.insert(p.pid);
+  }
+  auto now = clock_();
+  if (last_listeners_ && last_listeners_->ports == ports &&
+      std::includes(last_listeners_->procs.begin(), last_listeners_->procs.end(), procs.begin(),
+                    procs.end()) &&
+      now - last_listeners_->at <
+          (last_listeners_->all_owned ? kListenersRefresh : kListenersRecheck)) {
+    std::vector<std::pair<int, int>> kept;
+    for (const auto& [port, pid] : last_listeners_->found)
+      if (alive.count(pid)) kept.emplace_back(port, pid);
+    last_source_ = "kept";
+    return kept;
+  }
+  ++listener_dumps_;
+  std::optional<std::vector<TcpListener>> sockets;
+  if (listener_source_ == ListenerSource::automatic && procs_.root() == "/proc") {
+    netlink_error_.clear();
+    sockets = netlink_tcp_listeners(&netlink_error_);
+    if (sockets) last_source_ = "netlink";
+  }
+  if (!sockets) {
+    sockets = proc_tcp_listeners(procs_.root());
+    last_source_ = "proc";
+  }
+  std::vector<int> candidates(alive.begin(), alive.end());
+  auto found = match_listeners(procs_.root(), ports, *sockets,
+                               request.all_processes ? nullptr : &candidates, &listener_cache_);
+  std::set<int> owned;
+  for (const auto& [port, pid] : found) owned.insert(port);
+  last_listeners_ = LastListeners{std::move(ports), std::move(procs), found, false, now};
+  last_listeners_->all_owned = owned.size() == last_listeners_->ports.size();
+  return found;
+}
+
 HostSnapshot LinuxHostScanner::scan(const HostScanRequest& request) {
   HostSnapshot snap;
   // An unreadable proc root reads as "no processes", which is not what the host has.
@@ -144,25 +188,12 @@ HostSnapshot LinuxHostScanner::scan(const HostScanRequest& request) {
       }
     }
   }
-  std::vector<int> candidates;
-  for (const auto& p : snap.processes) candidates.push_back(p.pid);
-  last_source_.clear();
   if (!request.ports.empty()) {
-    std::optional<std::vector<TcpListener>> sockets;
-    if (listener_source_ == ListenerSource::automatic && procs_.root() == "/proc") {
-      netlink_error_.clear();
-      sockets = netlink_tcp_listeners(&netlink_error_);
-      if (sockets) last_source_ = "netlink";
-    }
-    if (!sockets) {
-      sockets = proc_tcp_listeners(procs_.root());
-      last_source_ = "proc";
-    }
-    snap.listeners =
-        match_listeners(procs_.root(), request.ports, *sockets,
-                        request.all_processes ? nullptr : &candidates, &listener_cache_);
+    snap.listeners = listeners_for(request, snap.processes);
   } else {
     listener_cache_ = {};
+    last_listeners_.reset();
+    last_source_.clear();
   }
   for (const auto& [service, path] : request.pid_files) {
     if (auto pid = read_pid_file(path)) snap.pid_files.emplace_back(service, *pid);

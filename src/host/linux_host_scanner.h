@@ -2,6 +2,9 @@
 // files and memory, read from a proc root and the Docker (or Podman) socket.
 #pragma once
 
+#include <chrono>
+#include <functional>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -38,17 +41,35 @@ class LinuxHostScanner : public HostScanner {
   // netlink fails. proc_files: always the files (the old way, kept for the bench and tests).
   enum class ListenerSource { automatic, proc_files };
   void set_listener_source(ListenerSource s) { listener_source_ = s; }
-  // What the last scan with ports used: "netlink", "proc" or "" (no port asked for).
+  // What the last scan with ports used: "netlink", "proc", "kept" (the last answer, see
+  // kListenersRecheck) or "" (no port asked for yet).
   const std::string& last_listener_source() const { return last_source_; }
   // Why netlink was not used by the last scan that tried it ("" when it worked).
   const std::string& netlink_error() const { return netlink_error_; }
   const ListenerCache& listener_cache() const { return listener_cache_; }
+
+  // Listening sockets are asked of the kernel (a dump of its LISTEN table) only when the answer
+  // may have changed: the wanted ports changed, a process not in the last dump's candidates
+  // appeared (a new GPU process, or a pid reused), or the last dump is older than
+  // kListenersRecheck while a wanted port has no owner among the candidates (a server that binds
+  // its port after loading, as vLLM does, is found within that) or kListenersRefresh otherwise
+  // (a socket moved between two processes that both live on). In between, the last answer is
+  // kept, less owners that are no longer candidates. bench/RESULTS.md, serve_cost.
+  static constexpr std::chrono::seconds kListenersRecheck{5};
+  static constexpr std::chrono::seconds kListenersRefresh{30};
+  // Dumps (netlink or ROOT/net/tcp{,6}) so far.
+  unsigned long long listener_dumps() const { return listener_dumps_; }
+  // The clock deciding kListenersRecheck and kListenersRefresh (tests step it).
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  void set_clock(Clock clock) { clock_ = std::move(clock); }
 
  private:
   std::optional<ProcessInfo> read_cached(int pid);
   // /proc/PID/stat's line, through the kept descriptor where there is one; nullopt when gone.
   std::optional<std::string> read_stat_line(int pid);
   void forget(int pid);
+  std::vector<std::pair<int, int>> listeners_for(const HostScanRequest& request,
+                                                 const std::vector<ProcessInfo>& processes);
 
   ProcTable procs_;
   DockerNames docker_;
@@ -58,6 +79,17 @@ class LinuxHostScanner : public HostScanner {
   ListenerCache listener_cache_;
   std::string last_source_;
   std::string netlink_error_;
+  // The last dump's question and answer (listeners_for).
+  struct LastListeners {
+    std::vector<int> ports;                              // sorted, unique
+    std::set<std::pair<int, unsigned long long>> procs;  // candidates: (pid, start ticks)
+    std::vector<std::pair<int, int>> found;              // (port, pid)
+    bool all_owned = false;  // every wanted port had an owner among the candidates
+    std::chrono::steady_clock::time_point at;
+  };
+  std::optional<LastListeners> last_listeners_;
+  unsigned long long listener_dumps_ = 0;
+  Clock clock_ = [] { return std::chrono::steady_clock::now(); };
 };
 
 // The first integer in a pid file ("1234\n"); nullopt when unreadable or not a positive pid.
