@@ -35,6 +35,12 @@ struct CallUnload {
   std::string service;
   uint64_t unload_id = 0;
 };
+// Probe the service `after` from now (core/probe_pacing.h), whatever wait its probe loop was
+// told before; answer with ProbeDone. Each ProbeDone is answered with one of these.
+struct ScheduleProbe {
+  std::string service;
+  Duration after{0};
+};
 // Sample every 250 ms while an unload (or a stop) is being verified, at the configured interval
 // otherwise.
 struct SetFastSampling {
@@ -109,7 +115,7 @@ struct WatchService {
 using Action =
     std::variant<EmitEvent, CallUnload, SetFastSampling, UnloadFinished, Lifecycle, LeaseChanged,
                  SpawnService, SignalService, CheckHealth, RecordCrash, CommandFinished,
-                 RememberLoadPeak, WatchService>;
+                 RememberLoadPeak, WatchService, ScheduleProbe>;
 
 // An event to emit now ("comfyui now holds 16.3 GiB on GPU 0"), stamped with the wall time.
 inline EmitEvent make_event(const Now& now, std::string type, std::optional<unsigned> gpu,

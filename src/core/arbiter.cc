@@ -20,6 +20,24 @@ Arbiter::Arbiter(Config config)
       admission_(config_),
       supervision_(config_) {}
 
+namespace {
+
+// The service an event tells of a change to (its process, container, unload, requests).
+std::optional<std::string> service_moved(const Event& event) {
+  return std::visit(
+      overloaded{[](const UnloadCallDone& e) -> std::optional<std::string> { return e.service; },
+                 [](const LifecycleDone& e) -> std::optional<std::string> { return e.service; },
+                 [](const ContainerChanged& e) -> std::optional<std::string> { return e.service; },
+                 [](const ChildStarted& e) -> std::optional<std::string> { return e.service; },
+                 [](const ChildExited& e) -> std::optional<std::string> { return e.service; },
+                 [](const ServiceCommand& e) -> std::optional<std::string> { return e.service; },
+                 [](const RequestsInFlight& e) -> std::optional<std::string> { return e.service; },
+                 [](const auto&) -> std::optional<std::string> { return std::nullopt; }},
+      event);
+}
+
+}  // namespace
+
 std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
   std::vector<Action> actions;
   Intents intents;
@@ -35,7 +53,9 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
   std::visit(
       overloaded{
           [&](const SampleTaken& e) { on_sample(e, now, actions, intents); },
-          [&](const ProbeDone& e) { services_.on_probe(e, now, actions); },
+          [&](const ProbeDone& e) {
+            services_.on_probe(e, now, admission_.wants_admission(), actions);
+          },
           [&](const UnloadRequested& e) { services_.on_unload_requested(e, now, actions); },
           [&](const UnloadCallDone& e) { services_.on_unload_call_done(e, now, actions, intents); },
           [&](const LifecycleDone& e) {
@@ -67,6 +87,11 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
             admission_.on_cluster_synced(e, w, now, actions, intents);
           }},
       event);
+  // What may have changed a service's answers: its probe is not left backed off.
+  if (auto service = service_moved(event)) services_.reset_pace(*service, admission_.wants_admission(), now, actions);
+  if (const auto* h = std::get_if<HealthChecked>(&event); h && services_.find(h->service) &&
+      h->ok != (services_.at(h->service).state == ServiceState::up))
+    services_.reset_pace(h->service, admission_.wants_admission(), now, actions);
   route(intents, now, actions);
   // Admission after anything that may change what fits (a heartbeat changes nothing).
   if (!std::holds_alternative<LeaseHeartbeat>(event) && admission_.wants_admission()) {
@@ -114,7 +139,8 @@ void Arbiter::on_sample(const SampleTaken& s, const Now& now, std::vector<Action
   hints.lease_pids = admission_.granted_holder_pids();
   ledger_.on_sample(s, hints, services_.self_reports(), now, actions);
   const World w = world();
-  services_.on_sample(ledger_, admission_.services_in_use(), now, actions, intents);
+  services_.on_sample(ledger_, admission_.services_in_use(), admission_.wants_admission(), now,
+                      actions, intents);
   supervision_.verify_stops(w, now, actions);
   admission_.update_holdings(w, now, actions);
 }

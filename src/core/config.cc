@@ -151,7 +151,7 @@ const std::vector<std::string> kRestartPolicies = {"on-failure", "always", "neve
 const std::vector<std::string> kShutdownActions = {"leave", "stop"};
 const std::vector<std::string> kDaemonKeys = {
     "listen",     "state_dir",     "sample_interval", "token",
-    "token_file", "docker_socket", "probe_interval",  "events_retention", "lease_heartbeat",
+    "token_file", "docker_socket", "probe_interval",  "quiet_probe_interval", "events_retention", "lease_heartbeat",
     "discover",   "discover_unload", "discover_interval", "systemctl", "journalctl", "systemd_user",
     "store",      "store_url_file", "host",          "host_timeout"};
 const std::vector<std::string> kGpuKeys = {"backend", "baseline", "residual_tolerance", "reserve"};
@@ -397,6 +397,7 @@ class ConfigParser {
     const toml::node* token_file = nullptr;
     const toml::node* store = nullptr;
     const toml::node* store_url_file = nullptr;
+    const toml::node* quiet_probe = nullptr;
     for (auto&& [key, node] : t) {
       std::string k(key.str());
       std::string field = "daemon." + k;
@@ -452,6 +453,11 @@ class ConfigParser {
             out.probe_interval = *d;
           }
         }
+      } else if (k == "quiet_probe_interval") {
+        if (auto d = duration_value(node, field)) {
+          quiet_probe = &node;
+          out.quiet_probe_interval = *d;
+        }
       } else if (k == "events_retention") {
         const toml::value<int64_t>* v = node.as_integer();
         if (!v || v->get() < 1) {
@@ -477,6 +483,11 @@ class ConfigParser {
         unknown_key(key, "[daemon]", kDaemonKeys);
       }
     }
+    if (quiet_probe && out.quiet_probe_interval < out.probe_interval)
+      error(quiet_probe->source().begin,
+            fmt::format("daemon.quiet_probe_interval: must be at least probe_interval ({}), got {}",
+                        format_duration(out.probe_interval), describe(*quiet_probe)));
+    if (!quiet_probe) out.quiet_probe_interval = std::max(out.quiet_probe_interval, out.probe_interval);
     if (store && store_url_file) {
       const toml::node* later =
           store->source().begin.line > store_url_file->source().begin.line ? store : store_url_file;

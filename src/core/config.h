@@ -117,6 +117,9 @@ struct DaemonConfig {
   std::string journalctl = "journalctl";
   bool systemd_user = false;
   Duration probe_interval = std::chrono::seconds(2);  // how often each service is probed
+  // ... while its answers repeat and nothing about it moves (core/probe_pacing.h); at least
+  // probe_interval (equal: no backing off). Unset, 10 s or probe_interval if that is longer.
+  Duration quiet_probe_interval = std::chrono::seconds(10);
   std::int64_t events_retention = 10000;              // events kept in the store
   // A lease without a holder pid ends when no request about it came for this long.
   Duration lease_heartbeat = std::chrono::seconds(30);

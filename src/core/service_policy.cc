@@ -103,11 +103,57 @@ std::optional<MonoTime> ServicePolicy::next_deadline() const {
   return out;
 }
 
-void ServicePolicy::on_probe(const ProbeDone& e, const Now& now, std::vector<Action>& actions) {
+PaceContext ServicePolicy::pace_context(const ServiceStatus& st, bool leases_waiting) const {
+  PaceContext ctx;
+  ctx.base = config_.daemon.probe_interval;
+  ctx.quiet = std::max(config_.daemon.quiet_probe_interval, ctx.base);
+  ctx.leases_waiting = leases_waiting;
+  if (const ServiceConfig* cfg = config_.find_service(st.name)) ctx.unload_after_idle = cfg->unload_after_idle;
+  return ctx;
+}
+
+void ServicePolicy::on_probe(const ProbeDone& e, const Now& now, bool leases_waiting,
+                             std::vector<Action>& actions) {
   auto it = services_.find(e.service);
   if (it == services_.end()) return;
   ServiceStatus& st = it->second;
   const ServiceProbe& p = e.probe;
+  st.pace.same_answers = same_answer(p, st) ? st.pace.same_answers + 1 : 0;
+  st.pace.probed_bytes = st.bytes;
+  apply_probe(st, p, now, actions);
+  Duration wait = probe_wait(st, pace_context(st, leases_waiting));
+  st.pace.due = now.mono + wait;
+  actions.emplace_back(ScheduleProbe{st.name, wait});
+}
+
+void ServicePolicy::bring_probes_forward(bool leases_waiting, const Now& now,
+                                         std::vector<Action>& actions) {
+  for (auto& [name, st] : services_) {
+    // What the GPU shows moving starts the backing off again from probe_interval.
+    if (st.pace.gpu_working || gpu_moved(st)) st.pace.same_answers = 0;
+    bring_forward(st, leases_waiting, now, actions);
+  }
+}
+
+void ServicePolicy::bring_forward(ServiceStatus& st, bool leases_waiting, const Now& now,
+                                  std::vector<Action>& actions) {
+  if (!st.pace.due || !st.last_probe) return;
+  MonoTime wanted = *st.last_probe + probe_wait(st, pace_context(st, leases_waiting));
+  if (wanted >= *st.pace.due) return;
+  st.pace.due = std::max(wanted, now.mono);
+  actions.emplace_back(ScheduleProbe{st.name, *st.pace.due - now.mono});
+}
+
+void ServicePolicy::reset_pace(const std::string& service, bool leases_waiting, const Now& now,
+                               std::vector<Action>& actions) {
+  auto it = services_.find(service);
+  if (it == services_.end()) return;
+  it->second.pace.same_answers = 0;
+  bring_forward(it->second, leases_waiting, now, actions);
+}
+
+void ServicePolicy::apply_probe(ServiceStatus& st, const ServiceProbe& p, const Now& now,
+                                std::vector<Action>& actions) {
   bool was_reachable = st.state != ServiceState::unreachable && st.state != ServiceState::unknown;
   bool unloading = st.state == ServiceState::unloading;
   st.last_probe = now.mono;
@@ -149,7 +195,8 @@ void ServicePolicy::on_requests(const RequestsInFlight& e, const Now& now) {
 }
 
 void ServicePolicy::on_sample(const Ledger& ledger, const std::set<std::string>& in_use,
-                              const Now& now, std::vector<Action>& actions, Intents& intents) {
+                              bool leases_waiting, const Now& now, std::vector<Action>& actions,
+                              Intents& intents) {
   last_sample_at_ = ledger.status().sampled_at;
   for (auto& [name, st] : services_) {
     auto it = ledger.service_rss().find(name);
@@ -160,6 +207,7 @@ void ServicePolicy::on_sample(const Ledger& ledger, const std::set<std::string>&
   learn_load_peaks(actions);
   advance_unloads(now, actions, intents);
   check_idle_ttl(in_use, now, actions);
+  bring_probes_forward(leases_waiting, now, actions);
 }
 
 void ServicePolicy::on_tick(const Now& now, std::vector<Action>& actions, Intents& intents) {
@@ -170,6 +218,7 @@ void ServicePolicy::update_holdings(const Ledger& ledger, const Now& now) {
   for (auto& [name, st] : services_) {
     st.bytes = 0;
     st.per_gpu.clear();
+    st.pace.gpu_working = false;
   }
   for (const auto& g : ledger.status().gpus) {
     ServiceStatus* alone = nullptr;
@@ -183,6 +232,8 @@ void ServicePolicy::update_holdings(const Ledger& ledger, const Now& now) {
       it->second.bytes += h.bytes;
       it->second.per_gpu.emplace_back(g.sample.index, h.bytes);
       if (h.bytes >= kOnGpu) it->second.last_gpu = g.sample.index;
+      if (h.bytes >= kOnGpu && g.sample.utilization_pct.value_or(0) > kActiveUtilizationPct)
+        it->second.pace.gpu_working = true;
       alone = &it->second;
     }
     // The GPU works while only this service holds it: the service is working, whatever its API

@@ -488,5 +488,158 @@ TEST(ArbiterLoadPeaks, RestoredPeaksCountAndAreNotStoredAgain) {
   EXPECT_EQ(w.arbiter().service("vllm")->load_peaks.at("llama3"), 12 * GiB);
 }
 
+
+// ---- Probe pacing (core/probe_pacing.h) ----
+
+// What the shell's probe loop does with ScheduleProbe: the wait the last one asked for.
+std::optional<Duration> scheduled(const std::vector<Action>& actions, const std::string& service) {
+  std::optional<Duration> out;
+  for (const auto& a : actions)
+    if (auto* p = std::get_if<ScheduleProbe>(&a); p && p->service == service) out = p->after;
+  return out;
+}
+
+// Runs `total` in 1 s samples, probing `service` when the core's ScheduleProbe says (answering
+// `busy`); returns the times of the probes. `unload_ages`: for each CallUnload, how old the
+// service's last probe was then.
+std::vector<MonoTime> run_paced(World& w, const std::string& service, Duration total,
+                                std::optional<bool> busy = false,
+                                std::vector<Duration>* unload_ages = nullptr) {
+  std::vector<MonoTime> probes;
+  MonoTime due = w.now();
+  MonoTime end = w.now() + total;
+  auto take = [&](const std::vector<Action>& actions) {
+    if (auto after = scheduled(actions, service)) due = w.now() + *after;
+    for (const auto& a : actions)
+      if (std::holds_alternative<CallUnload>(a) && unload_ages && !probes.empty())
+        unload_ages->push_back(w.now() - probes.back());
+  };
+  while (w.now() < end) {
+    if (w.now() >= due) {
+      probes.push_back(w.now());
+      take(w.probe(service, busy));
+    }
+    w.advance(1s);
+    take(w.sample());
+    take(w.feed(Tick{}));
+  }
+  return probes;
+}
+
+std::vector<Duration> gaps(const std::vector<MonoTime>& at) {
+  std::vector<Duration> out;
+  for (size_t i = 1; i < at.size(); ++i) out.push_back(at[i] - at[i - 1]);
+  return out;
+}
+
+TEST(ProbePacing, BacksOffWhileTheAnswersRepeatAndTheGpuStandsStill) {
+  World w({svc("comfyui")});
+  w.hold(100, "comfyui", 8 * GiB);
+  w.sample();
+  // probe_interval 2 s, quiet_probe_interval 10 s (the defaults): 2, 2, 4, 8, then 10 s apart.
+  auto at = run_paced(w, "comfyui", 60s);
+  std::vector<Duration> want = {2s, 2s, 4s, 8s, 10s, 10s, 10s, 10s};
+  std::vector<Duration> got = gaps(at);
+  ASSERT_GE(got.size(), want.size());
+  EXPECT_EQ(std::vector<Duration>(got.begin(), got.begin() + 8), want);
+  EXPECT_EQ(w.arbiter().service("comfyui")->pace.due, at.back() + 10s);
+}
+
+TEST(ProbePacing, WhatTheGpuShowsBringsTheNextProbeForward) {
+  World w({svc("comfyui")});
+  w.hold(100, "comfyui", 8 * GiB);
+  w.sample();
+  auto at = run_paced(w, "comfyui", 40s);
+  MonoTime last = at.back();
+  ASSERT_EQ(w.arbiter().service("comfyui")->pace.due, last + 10s);
+  // A model loads (its bytes move by more than 64 MiB): probed at once, and backing off starts
+  // again from probe_interval.
+  w.hold(100, "comfyui", 12 * GiB);
+  w.advance(1s);
+  auto after = scheduled(w.sample(), "comfyui");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(w.now() + *after, std::max(w.now(), last + 2s));
+  at = run_paced(w, "comfyui", 12s);
+  EXPECT_EQ(gaps(at), (std::vector<Duration>{2s, 4s}));
+  // Moves below 64 MiB are noise: nothing brought forward.
+  run_paced(w, "comfyui", 30s);
+  w.hold(100, "comfyui", 12 * GiB + 32 * MiB);
+  w.advance(1s);
+  EXPECT_FALSE(scheduled(w.sample(), "comfyui"));
+  // The GPU it holds memory on works: probe_interval while it does.
+  w.set_util(80);
+  w.advance(1s);
+  EXPECT_TRUE(scheduled(w.sample(), "comfyui"));
+  at = run_paced(w, "comfyui", 10s);
+  for (Duration g : gaps(at)) EXPECT_EQ(g, 2s);
+}
+
+TEST(ProbePacing, BusyAnswersAndWaitingLeasesKeepTheProbeInterval) {
+  World w({svc("comfyui")});
+  w.hold(100, "comfyui", 8 * GiB);
+  w.sample();
+  for (Duration g : gaps(run_paced(w, "comfyui", 30s, /*busy=*/true))) EXPECT_EQ(g, 2s);
+  auto at = run_paced(w, "comfyui", 40s);
+  ASSERT_EQ(w.arbiter().service("comfyui")->pace.due, at.back() + 10s);
+  // A lease that does not fit waits: an eviction may be decided on this service's answers.
+  LeaseRequest r;
+  r.vram = 20 * GiB;
+  r.holder = "job";
+  w.feed(LeaseRequested{w.arbiter().next_lease_id(), r});
+  w.advance(1s);
+  auto after = scheduled(w.sample(), "comfyui");
+  ASSERT_TRUE(after);
+  EXPECT_LE(*after, 2s);
+}
+
+TEST(ProbePacing, AnIdleTtlIsDecidedOnAFreshProbe) {
+  auto c = svc("comfyui");
+  c.unload_after_idle = 45s;
+  World w({c});
+  w.hold(100, "comfyui", 16 * GiB);
+  w.sample();
+  std::vector<Duration> ages;
+  auto at = run_paced(w, "comfyui", 50s, false, &ages);
+  // The probes backed off, then came back to probe_interval before the TTL fell due: the
+  // unload was decided on a probe at most 2 s old.
+  ASSERT_EQ(ages.size(), 1u);
+  EXPECT_LE(ages[0], 2s);
+  auto g = gaps(at);
+  EXPECT_NE(std::find(g.begin(), g.end(), 8s), g.end());
+}
+
+TEST(ProbePacing, ChangesToTheServiceAndHealthThatDisagreesResetThePace) {
+  World w({svc("comfyui")});
+  w.hold(100, "comfyui", 8 * GiB);
+  w.sample();
+  auto at = run_paced(w, "comfyui", 40s);
+  ASSERT_EQ(w.arbiter().service("comfyui")->pace.due, at.back() + 10s);
+  // Its container restarted: back to probe_interval from the last probe.
+  auto after = scheduled(w.feed(ContainerChanged{"comfyui", true}), "comfyui");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(w.now() + *after, std::max(w.now(), at.back() + 2s));
+  // A health check that says it is down while the last probe found it up: probed now.
+  at = run_paced(w, "comfyui", 40s);
+  after = scheduled(w.feed(HealthChecked{"comfyui", false, "GET /system_stats: refused"}), "comfyui");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(*after, 0s);
+  // One that agrees changes nothing.
+  at = run_paced(w, "comfyui", 40s);
+  EXPECT_FALSE(scheduled(w.feed(HealthChecked{"comfyui", true, "ok"}), "comfyui"));
+}
+
+TEST(ProbePacing, AQuietIntervalOfProbeIntervalMeansNoBackingOff) {
+  auto cfg = parse_config("[daemon]\nprobe_interval = \"3s\"\nquiet_probe_interval = \"3s\"\n", "t.toml");
+  ASSERT_TRUE(cfg.ok()) << cfg.error();
+  EXPECT_EQ(cfg->daemon.quiet_probe_interval, 3s);
+  // Unset: 10 s, or probe_interval when that is longer.
+  EXPECT_EQ(parse_config("[daemon]\nprobe_interval = \"30s\"\n", "t.toml")->daemon.quiet_probe_interval, 30s);
+  EXPECT_EQ(parse_config("", "t.toml")->daemon.quiet_probe_interval, 10s);
+  auto bad = parse_config("[daemon]\nprobe_interval = \"5s\"\nquiet_probe_interval = \"2s\"\n", "t.toml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("t.toml:3:24: daemon.quiet_probe_interval: must be at least probe_interval (5s)"), std::string::npos)
+      << bad.error();
+}
+
 }  // namespace
 }  // namespace vramd

@@ -101,6 +101,14 @@ struct LoadPeak {
   Bytes bytes = 0;
 };
 
+// How a service's probes are paced (core/probe_pacing.h).
+struct ProbePace {
+  int same_answers = 0;         // consecutive probes answering as the one before
+  Bytes probed_bytes = 0;       // its holdings when last probed
+  bool gpu_working = false;     // a GPU it holds memory on showed work at the last sample
+  std::optional<MonoTime> due;  // when the shell's probe loop was told to probe it next
+};
+
 // What vramd knows about a configured service right now. All times monotonic.
 struct ServiceStatus {
   std::string name;
@@ -113,6 +121,7 @@ struct ServiceStatus {
   std::vector<std::string> models;
   std::string probe_error;
   std::optional<MonoTime> last_probe;
+  ProbePace pace;
   std::optional<MonoTime> last_activity;
   std::optional<MonoTime> idle_since;  // while idle: last_activity (derived, not kept)
   Bytes bytes = 0;                     // Σ of its holdings over all GPUs

@@ -159,7 +159,7 @@ void Daemon::stop() {
   stall_timer_.cancel();
   if (host_timer_) host_timer_->cancel();
   if (claim_timer_) claim_timer_->cancel();
-  for (auto& t : probe_timers_) t.cancel();
+  for (auto& [name, t] : probe_timers_) t.timer.cancel();
   for (auto& [id, w] : waiters_) w->timer.cancel();
   stream_.close();
   container_watch_.reset();  // joins its thread
@@ -232,6 +232,11 @@ void Daemon::apply(std::vector<Action> actions) {
         if (const ServiceConfig* cfg = arbiter_.config().find_service(name))
           runner_->spawn(*cfg, std::move(ours));
       });
+    } else if (auto* sp = std::get_if<ScheduleProbe>(&a)) {
+      if (auto it = probe_timers_.find(sp->service); it != probe_timers_.end()) {
+        it->second.at = std::chrono::steady_clock::now() + sp->after;
+        it->second.timer.cancel();  // a loop waiting waits again, for the new time
+      }
     } else if (auto* w = std::get_if<WatchService>(&a)) {
       watch_service(w->service);
     } else if (auto* sig = std::get_if<SignalService>(&a)) {
@@ -324,17 +329,22 @@ asio::awaitable<void> Daemon::call_unload(CallUnload call) {
 }
 
 asio::awaitable<void> Daemon::probe_loop(std::string service) {
-  auto& timer = probe_timers_.emplace_back(io_);
+  ProbeTimer& pt = probe_timers_.try_emplace(service, io_).first->second;
   Adapter& adapter = *adapters_.at(service);
   const auto interval = arbiter_.config().daemon.probe_interval;
   while (!stopping_) {
     // Each service has its own loop, so a hung server delays only its own probes.
     ServiceProbe probe = co_await adapter.probe();
     if (stopping_) break;
+    // The core answers with ScheduleProbe (its pace, core/probe_pacing.h); the interval is the
+    // fallback. A later ScheduleProbe moves `at` and cancels the wait.
+    pt.at = std::chrono::steady_clock::now() + interval;
     feed(ProbeDone{service, std::move(probe)});
-    timer.expires_after(interval);
-    boost::system::error_code ec;
-    co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
+    while (!stopping_ && std::chrono::steady_clock::now() < pt.at) {
+      pt.timer.expires_at(pt.at);
+      boost::system::error_code ec;
+      co_await pt.timer.async_wait(asio::redirect_error(use_awaitable, ec));
+    }
   }
 }
 

@@ -253,7 +253,13 @@ class Daemon : public DaemonControl, public ProxyHooks {
   boost::asio::thread_pool store_thread_{1};
   boost::asio::steady_timer sample_timer_;
   boost::asio::steady_timer tick_timer_;
-  std::list<boost::asio::steady_timer> probe_timers_;
+  // Each service's probe loop: its timer and when it probes next (ScheduleProbe moves that).
+  struct ProbeTimer {
+    explicit ProbeTimer(boost::asio::io_context& io) : timer(io) {}
+    boost::asio::steady_timer timer;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::map<std::string, ProbeTimer> probe_timers_;
   std::map<uint64_t, std::unique_ptr<Waiter<UnloadFinished>>> waiters_;
   uint64_t next_request_ = 1;
   EventStream stream_;

@@ -194,3 +194,79 @@ TEST(LinuxHostScannerTest, KeepsStatDescriptorsOnProcAndDropsThoseOfExitedProces
 
 }  // namespace
 }  // namespace vramd
+
+namespace vramd {
+namespace {
+
+// The LISTEN table is dumped again only when its answer may have changed (a new candidate, other
+// ports, kListenersRecheck with a port unowned, kListenersRefresh): not on every sample.
+TEST(LinuxHostScannerTest, ListenersAreDumpedOnlyWhenTheAnswerMayHaveChanged) {
+  FakeHost host;
+  host.add(100, "comfyui", "0::/user.slice\n");
+  host.add(200, "python3", "0::/user.slice\n");
+  fs::create_directories(host.path("proc/100/fd"));
+  fs::create_symlink("socket:[51001]", host.path("proc/100/fd/3"));  // 8188
+  LinuxHostScanner scanner(host.path("proc"), DockerNames::Options{});
+  auto now = std::chrono::steady_clock::time_point{} + 1h;
+  scanner.set_clock([&] { return now; });
+  HostScanRequest req;
+  req.pids = {100};
+  req.ports = {8188};
+  using Found = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(scanner.scan(req).listeners, (Found{{8188, 100}}));
+  EXPECT_EQ(scanner.listener_dumps(), 1u);
+  EXPECT_EQ(scanner.last_listener_source(), "proc");
+  // The same candidates and ports: the last answer, until kListenersRefresh.
+  now += 20s;
+  EXPECT_EQ(scanner.scan(req).listeners, (Found{{8188, 100}}));
+  EXPECT_EQ(scanner.listener_dumps(), 1u);
+  EXPECT_EQ(scanner.last_listener_source(), "kept");
+  now += LinuxHostScanner::kListenersRefresh - 20s;
+  EXPECT_EQ(scanner.scan(req).listeners, (Found{{8188, 100}}));
+  EXPECT_EQ(scanner.listener_dumps(), 2u);
+  // A new GPU process: dumped at once.
+  now += 1s;
+  req.pids = {100, 200};
+  scanner.scan(req);
+  EXPECT_EQ(scanner.listener_dumps(), 3u);
+  // Another port wanted: dumped at once; nobody holds 8000 yet.
+  req.ports = {8188, 8000};
+  EXPECT_EQ(scanner.scan(req).listeners, (Found{{8188, 100}}));
+  EXPECT_EQ(scanner.listener_dumps(), 4u);
+  // pid 200 binds 8000 after it took GPU memory (vLLM does): found within kListenersRecheck.
+  host.write("proc/net/tcp",
+             "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+             "timeout inode\n"
+             "   0: 00000000:1FFC 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000 "
+             "       0 51001 1 0000000000000000 100 0 0 10 0\n"
+             "   1: 00000000:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000 "
+             "       0 51002 1 0000000000000000 100 0 0 10 0\n");
+  fs::create_directories(host.path("proc/200/fd"));
+  fs::create_symlink("socket:[51002]", host.path("proc/200/fd/4"));
+  now += LinuxHostScanner::kListenersRecheck - 1s;
+  EXPECT_EQ(scanner.scan(req).listeners, (Found{{8188, 100}}));
+  EXPECT_EQ(scanner.listener_dumps(), 4u);
+  now += 1s;
+  EXPECT_EQ(scanner.scan(req).listeners, (Found{{8000, 200}, {8188, 100}}));
+  EXPECT_EQ(scanner.listener_dumps(), 5u);
+  // An owner that is no longer a candidate drops out of the kept answer, with no dump.
+  now += 1s;
+  req.pids = {200};
+  EXPECT_EQ(scanner.scan(req).listeners, (Found{{8000, 200}}));
+  EXPECT_EQ(scanner.listener_dumps(), 5u);
+  // A pid taken again by another process (other start ticks) is a new candidate.
+  std::string stat = "200 (python3) S 1";
+  for (int field = 5; field <= 21; ++field) stat += " 0";
+  host.write("proc/200/stat", stat + " 9999 0 0\n");
+  now += 1s;
+  scanner.scan(req);
+  EXPECT_EQ(scanner.listener_dumps(), 6u);
+  // No port wanted: nothing dumped, nothing kept.
+  req.ports = {};
+  EXPECT_TRUE(scanner.scan(req).listeners.empty());
+  EXPECT_EQ(scanner.last_listener_source(), "");
+  EXPECT_EQ(scanner.listener_dumps(), 6u);
+}
+
+}  // namespace
+}  // namespace vramd

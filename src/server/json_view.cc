@@ -133,6 +133,7 @@ json to_json(const ServiceStatus& s, const Now& now) {
       {"models", s.models},
       {"probe_error", s.probe_error.empty() ? json(nullptr) : json(s.probe_error)},
       {"last_probe", time(s.last_probe)},
+      {"next_probe", time(s.pace.due)},
       {"last_activity", time(s.last_activity)},
       {"idle_since", time(s.idle_since)},
       {"idle_seconds", s.idle_since
