@@ -57,7 +57,7 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
       lifecycle_(world.lifecycle ? std::move(world.lifecycle)
                                  : make_lifecycle_backend(arbiter_.config().daemon.docker_socket,
                                                           systemd_tools(arbiter_.config()))),
-      sample_timer_(io),
+      sample_gate_(arbiter_.scan_request(), arbiter_.config().daemon.sample_interval),
       tick_timer_(io),
       stream_(io),
       stall_timer_(io) {
@@ -114,7 +114,8 @@ Status Daemon::start() {
     if (auto s = proxy_->start(); !s) return s;
   }
   start_host_beats();
-  asio::co_spawn(io_, sample_loop(), asio::detached);
+  arm_stall_timer();
+  asio::post(sampler_, [this] { sampler_thread(); });
   asio::co_spawn(io_, tick_loop(), asio::detached);
   for (const auto& svc : cfg.services) asio::co_spawn(io_, probe_loop(svc.name), asio::detached);
   if (cfg.daemon.discovers(!cfg.services.empty())) asio::co_spawn(io_, discover_loop(), asio::detached);
@@ -154,7 +155,7 @@ void Daemon::stop() {
   if (stopping_) return;
   stopping_ = true;
   sd_notify("STOPPING=1");
-  sample_timer_.cancel();
+  sample_gate_.close();
   tick_timer_.cancel();
   stall_timer_.cancel();
   if (host_timer_) host_timer_->cancel();
@@ -209,7 +210,9 @@ void Daemon::apply(std::vector<Action> actions) {
       asio::co_spawn(io_, call_unload(*c), asio::detached);
     } else if (auto* f = std::get_if<SetFastSampling>(&a)) {
       fast_sampling_ = f->on;
-      if (f->on) sample_timer_.cancel();  // sample now rather than at the end of the interval
+      sample_gate_.set_interval(f->on ? Duration(kFastSampleInterval)
+                                      : arbiter_.config().daemon.sample_interval);
+      if (f->on) sample_gate_.wake();  // sample now rather than at the end of the interval
     } else if (auto* u = std::get_if<UnloadFinished>(&a)) {
       auto it = waiters_.find(u->request_id);
       if (it != waiters_.end()) {
@@ -323,9 +326,8 @@ asio::awaitable<void> Daemon::call_unload(CallUnload call) {
   feed(done);
   // Verification counts samples taken after the call returned: take the first one now rather
   // than up to 250 ms later (bench/RESULTS.md, unload_verdict and lease_load). A sample in
-  // flight was taken before the call returned: the flag asks for one more at once.
-  sample_soon_ = true;
-  sample_timer_.cancel();
+  // flight was taken before the call returned: the wake asks for one more once it is handled.
+  sample_gate_.wake();
 }
 
 asio::awaitable<void> Daemon::probe_loop(std::string service) {
@@ -380,48 +382,41 @@ asio::awaitable<void> Daemon::watchdog_loop(std::chrono::microseconds interval) 
   }
 }
 
-asio::awaitable<void> Daemon::sample_loop() {
-  auto next = std::chrono::steady_clock::now();
-  while (!stopping_) {
-    // The blocking reads run on the worker; the Arbiter is only touched back on this loop.
-    // The request is copied: a discovered service changes it on this loop (watch_service).
-    auto read = [this, request = scan_request_]() -> asio::awaitable<SampleTaken> {
-      co_return take_sample(*reader_, *scanner_, request);
-    };
-    auto op = asio::co_spawn(sampler_, std::move(read), use_awaitable);
-    sample_soon_ = false;  // this one is taken after whatever asked for it
-    // A read that hangs (NVML, a stuck /proc) is reported while it hangs, not once it returns.
-    stall_timer_.expires_after(
-        std::max<Duration>(kSampleStallAfter, 4 * arbiter_.config().daemon.sample_interval));
-    stall_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (!ec && !stopping_) sample_stalled();
-    });
-    SampleTaken sample = co_await std::move(op);
-    stall_timer_.cancel();
-    if (stopping_) break;
-    backend_works("sampler");
-    if (!sample.host.error.empty()) {
-      // Without the process table every GPU process would read as unowned and every service as
-      // empty: such a sample would mislead the core (a verification, an idle TTL), so it is not
-      // fed. The GPUs are read again on the next sample.
-      backend_failed("host", sample.host.error);
-    } else {
-      backend_works("host");
-      feed(Event{std::move(sample)});
-    }
-    ++samples_;
-    check_lease_holders();
-    auto interval = fast_sampling_ ? Duration(kFastSampleInterval)
-                                   : arbiter_.config().daemon.sample_interval;
-    // Fixed rate; after a stall (suspend, slow NVML) start again from now rather than burst.
-    next += interval;
-    auto now = std::chrono::steady_clock::now();
-    if (next < now || next > now + interval) next = now + (next < now ? Duration(0) : interval);
-    if (std::exchange(sample_soon_, false)) continue;
-    sample_timer_.expires_at(next);
-    boost::system::error_code ec;
-    co_await sample_timer_.async_wait(asio::redirect_error(use_awaitable, ec));
+void Daemon::sampler_thread() {
+  // Blocking reads, off the event loop; the Arbiter is only touched back on the loop.
+  while (std::optional<HostScanRequest> request = sample_gate_.next()) {
+    SampleTaken sample = take_sample(*reader_, *scanner_, *request);
+    sample_gate_.taken();
+    asio::post(io_, [this, sample = std::move(sample)]() mutable { on_sample(std::move(sample)); });
   }
+}
+
+void Daemon::arm_stall_timer() {
+  // A read that hangs (NVML, a stuck /proc) is reported while it hangs, not once it returns.
+  Duration interval = fast_sampling_ ? Duration(kFastSampleInterval) : arbiter_.config().daemon.sample_interval;
+  stall_timer_.expires_after(
+      interval + std::max<Duration>(kSampleStallAfter, 4 * arbiter_.config().daemon.sample_interval));
+  stall_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && !stopping_) sample_stalled();
+  });
+}
+
+void Daemon::on_sample(SampleTaken sample) {
+  if (stopping_) return;
+  arm_stall_timer();
+  backend_works("sampler");
+  if (!sample.host.error.empty()) {
+    // Without the process table every GPU process would read as unowned and every service as
+    // empty: such a sample would mislead the core (a verification, an idle TTL), so it is not
+    // fed. The GPUs are read again on the next sample.
+    backend_failed("host", sample.host.error);
+  } else {
+    backend_works("host");
+    feed(Event{std::move(sample)});
+  }
+  ++samples_;
+  check_lease_holders();
+  sample_gate_.handled();
 }
 
 uint64_t Daemon::request_unload(const std::string& service, bool force) {

@@ -13,7 +13,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <deque>
 #include <functional>
-#include <list>
 #include <map>
 #include <memory>
 #include <set>
@@ -21,6 +20,7 @@
 
 #include "core/arbiter.h"
 #include "core/wake.h"
+#include "daemon/sampler.h"
 #include "gpu/gpu_reader.h"
 #include "host/host_scanner.h"
 #include "proxy/hooks.h"
@@ -121,6 +121,22 @@ class Daemon : public DaemonControl, public ProxyHooks {
   // Runs `fn` (blocking: SQLite, files) on `pool` and gives its result back to the loop. The
   // caller names the returned awaitable before co_await: GCC 12 may destroy temporaries inside
   // a co_await expression twice.
+  // The same on the sampler thread, between two samples (SampleGate::run).
+  template <typename Fn>
+  boost::asio::awaitable<std::invoke_result_t<Fn&>> run_on_sampler(Fn fn) {
+    using R = std::invoke_result_t<Fn&>;
+    auto init = [this, fn = std::move(fn)](auto handler) mutable {
+      // std::function copies what it holds: the (move-only) handler is shared.
+      auto h = std::make_shared<decltype(handler)>(std::move(handler));
+      sample_gate_.run([this, fn = std::move(fn), h]() mutable {
+        auto r = std::make_shared<R>(fn());
+        boost::asio::post(io_, [h, r] { (*h)(std::move(*r)); });
+      });
+    };
+    auto op = boost::asio::async_initiate<const boost::asio::use_awaitable_t<>, void(R)>(
+        std::move(init), boost::asio::use_awaitable);
+    co_return co_await std::move(op);
+  }
   template <typename Fn>
   static boost::asio::awaitable<std::invoke_result_t<Fn&>> run_on(boost::asio::thread_pool& pool, Fn fn) {
     auto run = [fn = std::move(fn)]() mutable -> boost::asio::awaitable<std::invoke_result_t<Fn&>> {
@@ -130,7 +146,10 @@ class Daemon : public DaemonControl, public ProxyHooks {
     co_return co_await std::move(op);
   }
 
-  boost::asio::awaitable<void> sample_loop();
+  // The sampler thread's loop (SampleGate), and the event loop's handling of each sample.
+  void sampler_thread();
+  void on_sample(SampleTaken sample);
+  void arm_stall_timer();  // sample_stalled() unless a sample comes within its time
   boost::asio::awaitable<void> probe_loop(std::string service);
   boost::asio::awaitable<void> tick_loop();
   boost::asio::awaitable<void> watchdog_loop(std::chrono::microseconds interval);
@@ -251,7 +270,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   std::unique_ptr<ContainerWatch> container_watch_;  // when any service is a container
   std::unique_ptr<UnitWatch> unit_watch_;            // when any service is a unit
   boost::asio::thread_pool store_thread_{1};
-  boost::asio::steady_timer sample_timer_;
+  SampleGate sample_gate_;  // when the sampler thread samples next, and with what request
   boost::asio::steady_timer tick_timer_;
   // Each service's probe loop: its timer and when it probes next (ScheduleProbe moves that).
   struct ProbeTimer {
@@ -270,7 +289,6 @@ class Daemon : public DaemonControl, public ProxyHooks {
   std::map<int, int> discover_tries_;     // GPU pid -> discovery passes that looked at it
   int64_t next_stream_id_ = 1;
   bool fast_sampling_ = false;
-  bool sample_soon_ = false;  // take the next sample without waiting
   bool stopping_ = false;
   uint64_t samples_ = 0;
   std::map<std::string, BackendFault> faults_;  // backend -> its current failure

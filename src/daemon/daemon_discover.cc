@@ -83,7 +83,7 @@ asio::awaitable<void> Daemon::discover_once() {
     in.ports_of.erase(static_cast<int>(::getpid()));
     return in;
   };
-  auto scanned = run_on(sampler_, std::move(scan));
+  auto scanned = run_on_sampler(std::move(scan));
   in = co_await std::move(scanned);
   if (stopping_) co_return;
 
@@ -132,6 +132,7 @@ void Daemon::watch_service(const std::string& name) {
   }
   adapters_[name] = std::move(*adapter);
   scan_request_ = arbiter_.scan_request();  // its port (or pid file) is read from the next sample
+  sample_gate_.set_request(scan_request_);
   asio::co_spawn(io_, probe_loop(name), asio::detached);
 }
 
