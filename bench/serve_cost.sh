@@ -18,6 +18,8 @@ DURATION_S=${DURATION_S:-60}
 WARMUP_S=${WARMUP_S:-5}
 HOST_PROCS=${HOST_PROCS:-1000}
 PROBE_INTERVAL=${PROBE_INTERVAL:-2s}  # daemon.probe_interval (2 s is the default)
+# daemon.quiet_probe_interval: unset, the daemon's default (10 s); = PROBE_INTERVAL, no backing off.
+QUIET_PROBE_INTERVAL=${QUIET_PROBE_INTERVAL:-}
 MATCH=${MATCH:-port}  # port: services found by their listening port; cmdline: by a match rule (to split the cost)
 # A profiler to run vramd under (e.g. WRAP="valgrind --tool=callgrind --callgrind-out-file=/tmp/cg"):
 # where the CPU goes; the CPU figures are then the profiler's, not vramd's.
@@ -84,12 +86,15 @@ for kind in comfyui ollama; do
   [ "$MATCH" = cmdline ] && SERVICES_TOML+="match = { cmdline = \"--kind $kind --port $p \" }"$'\n'
 done
 mkdir -p "$TMP/state"
+QUIET_LINE=""
+[ -n "$QUIET_PROBE_INTERVAL" ] && QUIET_LINE="quiet_probe_interval = \"$QUIET_PROBE_INTERVAL\""
 cat >"$TMP/vramd.toml" <<EOF
 [daemon]
 listen = "127.0.0.1:$PORT"
 state_dir = "$TMP/state"
 sample_interval = "1s"
 probe_interval = "$PROBE_INTERVAL"
+$QUIET_LINE
 
 [gpu]
 backend = "nvml"

@@ -39,44 +39,72 @@ std::optional<int> read_pid_file(const std::string& path) {
 }
 
 LinuxHostScanner::~LinuxHostScanner() {
-  for (const auto& [pid, fd] : stat_fds_) ::close(fd);
+  for (const auto& [pid, fd] : statm_fds_) ::close(fd);
+  if (meminfo_fd_ >= 0) ::close(meminfo_fd_);
+}
+
+MemInfo LinuxHostScanner::read_meminfo() {
+  // On /proc through a kept descriptor (a pread each sample); a fixture's file by path.
+  if (procs_.root() != "/proc") return procs_.read_meminfo();
+  if (meminfo_fd_ < 0) meminfo_fd_ = ::open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
+  char buf[8192];
+  ssize_t n = meminfo_fd_ >= 0 ? ::pread(meminfo_fd_, buf, sizeof buf, 0) : -1;
+  if (n <= 0) return procs_.read_meminfo();
+  return parse_meminfo(std::string(buf, static_cast<size_t>(n)));
 }
 
 void LinuxHostScanner::forget(int pid) {
   cache_.erase(pid);
-  if (auto it = stat_fds_.find(pid); it != stat_fds_.end()) {
+  if (auto it = statm_fds_.find(pid); it != statm_fds_.end()) {
     ::close(it->second);
-    stat_fds_.erase(it);
+    statm_fds_.erase(it);
   }
 }
 
 std::optional<std::string> LinuxHostScanner::read_stat_line(int pid) {
-  char buf[4096];
-  auto line_of = [&](ssize_t n) -> std::optional<std::string> {
-    if (n <= 0) return std::nullopt;
-    std::string_view text(buf, static_cast<size_t>(n));
-    return std::string(text.substr(0, text.find('\n')));
-  };
-  if (auto it = stat_fds_.find(pid); it != stat_fds_.end()) {
-    ssize_t n = ::pread(it->second, buf, sizeof buf, 0);
-    if (n > 0) return line_of(n);
-    // That process is gone (ESRCH), even if its pid is taken again: read afresh below.
-    ::close(it->second);
-    stat_fds_.erase(it);
-  }
-  std::string path = procs_.root() + "/" + std::to_string(pid) + "/stat";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  ssize_t n = ::pread(fd, buf, sizeof buf, 0);
-  // A fixture root's files may be rewritten under the same name: kept for /proc only.
-  if (n > 0 && procs_.root() == "/proc" && stat_fds_.size() < kKeptStatFiles)
-    stat_fds_.emplace(pid, fd);
-  else
-    ::close(fd);
-  return line_of(n);
+  std::ifstream in(procs_.root() + "/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!in || !std::getline(in, line) || line.empty()) return std::nullopt;
+  return line;
 }
 
-std::optional<ProcessInfo> LinuxHostScanner::read_cached(int pid) {
+std::optional<Bytes> LinuxHostScanner::read_kept_rss(int pid) {
+  auto it = statm_fds_.find(pid);
+  if (it == statm_fds_.end()) return std::nullopt;
+  char buf[256];
+  ssize_t n = ::pread(it->second, buf, sizeof buf - 1, 0);
+  // Gone (ESRCH), even if its pid is taken again: read afresh.
+  if (n <= 0) return std::nullopt;
+  // "size resident shared text lib data dt", in pages.
+  std::string_view text(buf, static_cast<size_t>(n));
+  size_t sp = text.find(' ');
+  unsigned long long pages = 0;
+  if (sp == std::string_view::npos) return std::nullopt;
+  auto [ptr, ec] = std::from_chars(text.data() + sp + 1, text.data() + text.size(), pages);
+  if (ec != std::errc()) return std::nullopt;
+  return static_cast<Bytes>(pages) * static_cast<Bytes>(sysconf(_SC_PAGESIZE));
+}
+
+void LinuxHostScanner::keep_statm(int pid) {
+  // A fixture root's files may be rewritten under the same name: kept for /proc only.
+  if (procs_.root() != "/proc" || statm_fds_.size() >= kKeptStatFiles || statm_fds_.count(pid))
+    return;
+  std::string path = procs_.root() + "/" + std::to_string(pid) + "/statm";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) statm_fds_.emplace(pid, fd);
+}
+
+std::optional<ProcessInfo> LinuxHostScanner::read_cached(int pid, bool fresh) {
+  auto it = cache_.find(pid);
+  // The fast path: a process read before, whose kept statm descriptor still reads (so it is the
+  // same process): its resident size from statm, the rest as it was. Its parent changes only
+  // when that parent exits, which the walk sees (scan, `fresh`).
+  if (!fresh && it != cache_.end()) {
+    if (auto rss = read_kept_rss(pid)) {
+      it->second.rss = *rss;
+      return it->second;
+    }
+  }
   std::optional<std::string> line = read_stat_line(pid);
   if (!line) {
     forget(pid);
@@ -84,25 +112,24 @@ std::optional<ProcessInfo> LinuxHostScanner::read_cached(int pid) {
   }
   auto stat = parse_stat(*line);
   if (!stat) return std::nullopt;
-  auto it = cache_.find(pid);
   if (it != cache_.end() && it->second.start_ticks == stat->start_ticks) {
     ProcessInfo& p = it->second;
     p.ppid = stat->ppid;
     if (stat->rss_pages) p.rss = *stat->rss_pages * static_cast<Bytes>(sysconf(_SC_PAGESIZE));
     if (p.cgroup.kind == CgroupIdentity::Kind::container && p.cgroup.container_name.empty())
       docker_.fill(p.cgroup);  // the engine was down before; DockerNames limits its retries
+    keep_statm(pid);
     return p;
   }
-  auto full = procs_.read(pid);  // new process, or the pid was reused
-  if (!full) {
-    forget(pid);
-    return std::nullopt;
-  }
+  forget(pid);  // a new process, or the pid was reused
+  auto full = procs_.read(pid);
+  if (!full) return std::nullopt;
   const CgroupIdentity& cg = full->cgroup;
   // Docker and Podman answer on the socket; containerd and CRI-O containers are not there.
   bool engine_known = cg.runtime == "docker" || cg.runtime == "podman" || cg.runtime.empty();
   if (cg.kind == CgroupIdentity::Kind::container && engine_known) docker_.fill(full->cgroup);
   cache_[pid] = *full;
+  keep_statm(pid);
   return full;
 }
 
@@ -168,23 +195,36 @@ HostSnapshot LinuxHostScanner::scan(const HostScanRequest& request) {
     // The wanted pids and their ancestors: a GPU process belongs to whatever its parents match.
     std::unordered_map<int, bool> seen;
     for (int pid : request.pids) {
+      std::optional<ProcessInfo> child;  // the process whose parent `pid` is
       for (int depth = 0; pid > 0 && depth < 64 && !seen.count(pid); ++depth) {
-        seen[pid] = true;
         auto p = read_cached(pid);
+        if (!p && child) {
+          // Its parent is gone: the child was reparented (to init or a subreaper). Read the
+          // child's parent afresh and go on from there.
+          auto again = read_cached(child->pid, /*fresh=*/true);
+          if (again && again->ppid != pid) {
+            snap.processes.back() = *again;
+            pid = again->ppid;
+            child = std::move(again);
+            continue;
+          }
+        }
+        seen[pid] = true;
         if (!p) break;
         pid = p->ppid;
-        snap.processes.push_back(std::move(*p));
+        snap.processes.push_back(*p);
+        child = std::move(p);
       }
     }
     std::sort(snap.processes.begin(), snap.processes.end(),
               [](const ProcessInfo& a, const ProcessInfo& b) { return a.pid < b.pid; });
     std::erase_if(cache_, [&](const auto& entry) { return !seen.count(entry.first); });
-    for (auto it = stat_fds_.begin(); it != stat_fds_.end();) {
+    for (auto it = statm_fds_.begin(); it != statm_fds_.end();) {
       if (seen.count(it->first)) {
         ++it;
       } else {
         ::close(it->second);
-        it = stat_fds_.erase(it);
+        it = statm_fds_.erase(it);
       }
     }
   }
@@ -198,7 +238,7 @@ HostSnapshot LinuxHostScanner::scan(const HostScanRequest& request) {
   for (const auto& [service, path] : request.pid_files) {
     if (auto pid = read_pid_file(path)) snap.pid_files.emplace_back(service, *pid);
   }
-  MemInfo mem = procs_.read_meminfo();
+  MemInfo mem = read_meminfo();
   snap.mem_total = mem.total;
   snap.mem_available = mem.available;
   return snap;

@@ -1,5 +1,6 @@
 #include "host/linux_host_scanner.h"
 
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -123,6 +124,11 @@ TEST(LinuxHostScannerTest, RealHostSmoke) {
   EXPECT_TRUE(found);
   EXPECT_TRUE(snap.mem_total);
   EXPECT_TRUE(snap.listeners.empty());
+  // /proc/meminfo is read again through its kept descriptor: the same total, from the start.
+  HostSnapshot again = scanner.scan(HostScanRequest{});
+  EXPECT_EQ(again.mem_total, snap.mem_total);
+  EXPECT_EQ(again.mem_total, read_meminfo("/proc").total);
+  EXPECT_TRUE(again.mem_available);
 }
 
 }  // namespace
@@ -159,7 +165,7 @@ TEST(LinuxHostScannerTest, ReadsOnlyTheWantedPidsAndTheirAncestorsWithACache) {
 namespace vramd {
 namespace {
 
-// On /proc each wanted pid's stat is read through a descriptor kept open; a process that exits
+// On /proc each wanted pid's statm is read through a descriptor kept open; a process that exits
 // (reaped) drops out of the scan and its descriptor is closed.
 TEST(LinuxHostScannerTest, KeepsStatDescriptorsOnProcAndDropsThoseOfExitedProcesses) {
   pid_t child = fork();
@@ -190,6 +196,63 @@ TEST(LinuxHostScannerTest, KeepsStatDescriptorsOnProcAndDropsThoseOfExitedProces
   HostSnapshot after = scanner.scan(r);
   EXPECT_FALSE(has(after, child));
   EXPECT_EQ(scanner.kept_stat_files(), 0u);  // nothing wanted any more
+}
+
+// After the first scan a process's parent is not read again, until that parent exits: then the
+// walk reads the child's stat afresh and follows its new parent.
+TEST(LinuxHostScannerTest, AChildWhoseParentExitsIsFollowedToItsNewParent) {
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);  // orphans below come to this test
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pid_t middle = fork();
+  ASSERT_GE(middle, 0);
+  if (middle == 0) {
+    pid_t leaf = fork();
+    if (leaf == 0) {
+      pause();
+      _exit(0);
+    }
+    (void)!write(pipefd[1], &leaf, sizeof leaf);
+    pause();  // until killed
+    _exit(0);
+  }
+  pid_t leaf = 0;
+  ASSERT_EQ(read(pipefd[0], &leaf, sizeof leaf), static_cast<ssize_t>(sizeof leaf));
+  close(pipefd[0]);
+  close(pipefd[1]);
+  LinuxHostScanner scanner("/proc", (fs::temp_directory_path() / "vramd-none.sock").string());
+  HostScanRequest r;
+  r.pids = {leaf};
+  auto find = [](const HostSnapshot& s, int pid) -> const ProcessInfo* {
+    for (const auto& p : s.processes)
+      if (p.pid == pid) return &p;
+    return nullptr;
+  };
+  HostSnapshot first = scanner.scan(r);
+  ASSERT_TRUE(find(first, leaf));
+  EXPECT_EQ(find(first, leaf)->ppid, middle);
+  EXPECT_TRUE(find(first, middle));
+  EXPECT_GT(find(first, leaf)->rss, 0u);
+  EXPECT_TRUE(find(scanner.scan(r), middle));  // the kept descriptors: the same chain
+
+  kill(middle, SIGKILL);
+  int status = 0;
+  waitpid(middle, &status, 0);
+  // The leaf now belongs to this test (the subreaper), as the kernel's stat says.
+  HostSnapshot after;
+  for (int i = 0; i < 100; ++i) {
+    after = scanner.scan(r);
+    if (find(after, leaf) && find(after, leaf)->ppid == getpid()) break;
+    usleep(10'000);
+  }
+  ASSERT_TRUE(find(after, leaf));
+  EXPECT_EQ(find(after, leaf)->ppid, getpid());
+  EXPECT_FALSE(find(after, middle));
+  EXPECT_TRUE(find(after, getpid()));
+  EXPECT_GT(find(after, leaf)->rss, 0u);
+  kill(leaf, SIGKILL);
+  waitpid(leaf, &status, 0);
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
 }  // namespace

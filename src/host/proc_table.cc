@@ -219,13 +219,16 @@ std::optional<ProcessInfo> ProcTable::read(int pid) {
   return read_one(pid, boot_time_s());
 }
 
-MemInfo ProcTable::read_meminfo() const {
+MemInfo parse_meminfo(const std::string& text) {
   MemInfo m;
-  auto text = read_text(root_ + "/meminfo");
-  if (!text) return m;
-  m.total = kb_field(*text, "MemTotal");
-  m.available = kb_field(*text, "MemAvailable");
+  m.total = kb_field(text, "MemTotal");
+  m.available = kb_field(text, "MemAvailable");
   return m;
+}
+
+MemInfo ProcTable::read_meminfo() const {
+  auto text = read_text(root_ + "/meminfo");
+  return text ? parse_meminfo(*text) : MemInfo{};
 }
 
 std::optional<ProcessInfo> read_process(const std::string& root, int pid) {

@@ -45,6 +45,7 @@ std::optional<ProcessInfo> read_process(const std::string& root, int pid);
 // True when `pid` exists and started at `start_ticks`: a reused pid has other start ticks.
 bool process_alive(const std::string& root, int pid, unsigned long long start_ticks);
 MemInfo read_meminfo(const std::string& root = "/proc");
+MemInfo parse_meminfo(const std::string& text);  // MemTotal and MemAvailable of a meminfo text
 
 // Field 22 (starttime) and field 4 (ppid) of a /proc/PID/stat line; comm may hold spaces and ')'.
 struct StatFields {
