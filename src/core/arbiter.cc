@@ -22,6 +22,13 @@ Arbiter::Arbiter(Config config)
 
 namespace {
 
+// Decisions may be taken on the services' probes soon, so they are not backed off: a queued
+// lease may evict on their answers; on a shared store another host's lease may be given room
+// here at any claim round, unseen until then (core/probe_pacing.h).
+bool decisions_pending(const Admission& admission, const Config& config) {
+  return admission.wants_admission() || !config.daemon.store.empty();
+}
+
 // The service an event tells of a change to (its process, container, unload, requests).
 std::optional<std::string> service_moved(const Event& event) {
   return std::visit(
@@ -54,7 +61,7 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
       overloaded{
           [&](const SampleTaken& e) { on_sample(e, now, actions, intents); },
           [&](const ProbeDone& e) {
-            services_.on_probe(e, now, admission_.wants_admission(), actions);
+            services_.on_probe(e, now, decisions_pending(admission_, config_), actions);
           },
           [&](const UnloadRequested& e) { services_.on_unload_requested(e, now, actions); },
           [&](const UnloadCallDone& e) { services_.on_unload_call_done(e, now, actions, intents); },
@@ -88,10 +95,10 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
           }},
       event);
   // What may have changed a service's answers: its probe is not left backed off.
-  if (auto service = service_moved(event)) services_.reset_pace(*service, admission_.wants_admission(), now, actions);
+  if (auto service = service_moved(event)) services_.reset_pace(*service, decisions_pending(admission_, config_), now, actions);
   if (const auto* h = std::get_if<HealthChecked>(&event); h && services_.find(h->service) &&
       h->ok != (services_.at(h->service).state == ServiceState::up))
-    services_.reset_pace(h->service, admission_.wants_admission(), now, actions);
+    services_.reset_pace(h->service, decisions_pending(admission_, config_), now, actions);
   route(intents, now, actions);
   // Admission after anything that may change what fits (a heartbeat changes nothing).
   if (!std::holds_alternative<LeaseHeartbeat>(event) && admission_.wants_admission()) {
@@ -139,8 +146,8 @@ void Arbiter::on_sample(const SampleTaken& s, const Now& now, std::vector<Action
   hints.lease_pids = admission_.granted_holder_pids();
   ledger_.on_sample(s, hints, services_.self_reports(), now, actions);
   const World w = world();
-  services_.on_sample(ledger_, admission_.services_in_use(), admission_.wants_admission(), now,
-                      actions, intents);
+  services_.on_sample(ledger_, admission_.services_in_use(), decisions_pending(admission_, config_), now, actions,
+                      intents);
   supervision_.verify_stops(w, now, actions);
   admission_.update_holdings(w, now, actions);
 }

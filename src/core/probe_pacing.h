@@ -6,7 +6,9 @@
 // changing, and backs off (doubling) to `quiet_probe_interval` while its answers repeat and its
 // GPU numbers stand still; any change brings it back to `probe_interval` at the next sample.
 // Decisions taken on a probe's word (an idle TTL, an eviction for a waiting lease) are never
-// taken on a backed-off one: near a TTL, or with a lease waiting, the pace is probe_interval.
+// taken on a backed-off one: near a TTL, with a lease waiting, or on a shared store (several
+// hosts: another host's lease may be given room here at any claim round), the pace is
+// probe_interval.
 #pragma once
 
 #include <optional>

@@ -12,8 +12,9 @@ using namespace std::chrono_literals;
 // virtual clock and feeds the Arbiter.
 class World {
  public:
-  explicit World(std::vector<ServiceConfig> services) {
+  explicit World(std::vector<ServiceConfig> services, std::string store = "") {
     Config c;
+    c.daemon.store = std::move(store);
     c.gpu.baseline = 400 * MiB;
     c.services.assign(services.begin(), services.end());
     arbiter_ = std::make_unique<Arbiter>(c);
@@ -590,6 +591,14 @@ TEST(ProbePacing, BusyAnswersAndWaitingLeasesKeepTheProbeInterval) {
   auto after = scheduled(w.sample(), "comfyui");
   ASSERT_TRUE(after);
   EXPECT_LE(*after, 2s);
+}
+
+TEST(ProbePacing, OnASharedStoreTheProbesDoNotBackOff) {
+  // Another host's lease may be given room here at any claim round, unseen until then.
+  World w({svc("comfyui")}, "postgresql://vramd@db/vramd");
+  w.hold(100, "comfyui", 8 * GiB);
+  w.sample();
+  for (Duration g : gaps(run_paced(w, "comfyui", 40s))) EXPECT_EQ(g, 2s);
 }
 
 TEST(ProbePacing, AnIdleTtlIsDecidedOnAFreshProbe) {
