@@ -4,8 +4,8 @@
 #   bench/serve_cost.sh [BUILD_DIR]        (DURATION_S=60 WARMUP_S=5 HOST_PROCS=1000 by default)
 #
 # Runs vramd serve on the fake GPU (build/libnvidia-ml-fake.so) with a few stand-in GPU processes,
-# two services matched by their port (fake-gpu-servers holding memory on the fake GPU, probed
-# every 2 s; no `match`, so each sample looks their listening socket up, issue 14 item 6) and
+# two services matched by their port (fake-gpu-servers holding memory on the fake GPU, probed at
+# the daemon's pace; no `match`, so their listening sockets are looked up, issue 14 item 6) and
 # HOST_PROCS more sleeping processes on the host; and, over the same window, a reference: a shell loop that reads stat, status, cmdline and cgroup
 # of every process once a second (the bare minimum a /proc scan must do). Both CPU figures come
 # from /proc/PID/stat (utime+stime, the reference's children included), measured from WARMUP_S

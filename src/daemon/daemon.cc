@@ -48,7 +48,6 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
       reader_(std::move(world.reader)),
       scanner_(std::move(world.scanner)),
       clock_(world.clock ? std::move(world.clock) : std::function<Now()>(read_clocks)),
-      scan_request_(arbiter_.scan_request()),
       api_(*this),
       http_(io, [this](HttpRequest req, HttpStream& s) { return api_.handle(std::move(req), s); }),
       runner_(world.runner

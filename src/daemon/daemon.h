@@ -214,7 +214,6 @@ class Daemon : public DaemonControl, public ProxyHooks {
   std::unique_ptr<GpuReader> reader_;
   std::unique_ptr<HostScanner> scanner_;
   std::function<Now()> clock_;
-  HostScanRequest scan_request_;
   std::map<std::string, std::unique_ptr<Adapter>> adapters_;
   std::shared_ptr<EventStore> store_;
   std::shared_ptr<LeaseStore> lease_store_;

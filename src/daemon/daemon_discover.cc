@@ -131,8 +131,8 @@ void Daemon::watch_service(const std::string& name) {
     return;
   }
   adapters_[name] = std::move(*adapter);
-  scan_request_ = arbiter_.scan_request();  // its port (or pid file) is read from the next sample
-  sample_gate_.set_request(scan_request_);
+  // Its port (or pid file) is read from the next sample.
+  sample_gate_.set_request(arbiter_.scan_request());
   asio::co_spawn(io_, probe_loop(name), asio::detached);
 }
 
