@@ -392,9 +392,9 @@ void Daemon::sampler_thread() {
 
 void Daemon::arm_stall_timer() {
   // A read that hangs (NVML, a stuck /proc) is reported while it hangs, not once it returns.
-  Duration interval = fast_sampling_ ? Duration(kFastSampleInterval) : arbiter_.config().daemon.sample_interval;
-  stall_timer_.expires_after(
-      interval + std::max<Duration>(kSampleStallAfter, 4 * arbiter_.config().daemon.sample_interval));
+  const Duration interval = arbiter_.config().daemon.sample_interval;
+  stall_timer_.expires_after((fast_sampling_ ? Duration(kFastSampleInterval) : interval) +
+                             stall_limit());
   stall_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec && !stopping_) sample_stalled();
   });
@@ -562,12 +562,13 @@ void Daemon::backend_works(const std::string& backend) {
                     fmt::format("{} works again after {}", backend, format_duration(down)))});
 }
 
+Duration Daemon::stall_limit() const {
+  return std::max<Duration>(kSampleStallAfter, 4 * arbiter_.config().daemon.sample_interval);
+}
+
 void Daemon::sample_stalled() {
-  backend_failed(
-      "sampler",
-      fmt::format("a GPU or host read has not returned in {}",
-                  format_duration(std::max<Duration>(
-                      kSampleStallAfter, 4 * arbiter_.config().daemon.sample_interval))));
+  backend_failed("sampler", fmt::format("a GPU or host read has not returned in {}",
+                                        format_duration(stall_limit())));
 }
 
 void Daemon::wake_lease_waiters(uint64_t id) {

@@ -150,6 +150,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   void sampler_thread();
   void on_sample(SampleTaken sample);
   void arm_stall_timer();  // sample_stalled() unless a sample comes within its time
+  Duration stall_limit() const;  // how late a sample may be before the sampler reads as stalled
   boost::asio::awaitable<void> probe_loop(std::string service);
   boost::asio::awaitable<void> tick_loop();
   boost::asio::awaitable<void> watchdog_loop(std::chrono::microseconds interval);
