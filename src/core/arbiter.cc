@@ -95,10 +95,10 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
           }},
       event);
   // What may have changed a service's answers: its probe is not left backed off.
-  if (auto service = service_moved(event)) services_.reset_pace(*service, decisions_pending(admission_, config_), now, actions);
-  if (const auto* h = std::get_if<HealthChecked>(&event); h && services_.find(h->service) &&
-      h->ok != (services_.at(h->service).state == ServiceState::up))
-    services_.reset_pace(h->service, decisions_pending(admission_, config_), now, actions);
+  const bool pending = decisions_pending(admission_, config_);
+  if (auto service = service_moved(event)) services_.reset_pace(*service, pending, now, actions);
+  if (const auto* h = std::get_if<HealthChecked>(&event))
+    services_.on_health_seen(*h, pending, now, actions);
   route(intents, now, actions);
   // Admission after anything that may change what fits (a heartbeat changes nothing).
   if (!std::holds_alternative<LeaseHeartbeat>(event) && admission_.wants_admission()) {
@@ -146,8 +146,8 @@ void Arbiter::on_sample(const SampleTaken& s, const Now& now, std::vector<Action
   hints.lease_pids = admission_.granted_holder_pids();
   ledger_.on_sample(s, hints, services_.self_reports(), now, actions);
   const World w = world();
-  services_.on_sample(ledger_, admission_.services_in_use(), decisions_pending(admission_, config_), now, actions,
-                      intents);
+  services_.on_sample(ledger_, admission_.services_in_use(), decisions_pending(admission_, config_),
+                      now, actions, intents);
   supervision_.verify_stops(w, now, actions);
   admission_.update_holdings(w, now, actions);
 }

@@ -151,7 +151,8 @@ const std::vector<std::string> kRestartPolicies = {"on-failure", "always", "neve
 const std::vector<std::string> kShutdownActions = {"leave", "stop"};
 const std::vector<std::string> kDaemonKeys = {
     "listen",     "state_dir",     "sample_interval", "token",
-    "token_file", "docker_socket", "probe_interval",  "quiet_probe_interval", "events_retention", "lease_heartbeat",
+    "token_file", "docker_socket", "probe_interval",  "quiet_probe_interval", "events_retention",
+    "lease_heartbeat",
     "discover",   "discover_unload", "discover_interval", "systemctl", "journalctl", "systemd_user",
     "store",      "store_url_file", "host",          "host_timeout"};
 const std::vector<std::string> kGpuKeys = {"backend", "baseline", "residual_tolerance", "reserve"};
@@ -487,7 +488,8 @@ class ConfigParser {
       error(quiet_probe->source().begin,
             fmt::format("daemon.quiet_probe_interval: must be at least probe_interval ({}), got {}",
                         format_duration(out.probe_interval), describe(*quiet_probe)));
-    if (!quiet_probe) out.quiet_probe_interval = std::max(out.quiet_probe_interval, out.probe_interval);
+    if (!quiet_probe)
+      out.quiet_probe_interval = std::max(out.quiet_probe_interval, out.probe_interval);
     if (store && store_url_file) {
       const toml::node* later =
           store->source().begin.line > store_url_file->source().begin.line ? store : store_url_file;

@@ -27,7 +27,7 @@ Duration probe_wait(const ServiceStatus& st, const PaceContext& ctx) {
   if (st.state != ServiceState::up && st.state != ServiceState::unreachable) return ctx.base;
   if (st.busy.value_or(false) || st.requests_in_flight > 0 || st.queue_depth.value_or(0) > 0)
     return ctx.base;
-  if (ctx.leases_waiting || pace.gpu_working) return ctx.base;
+  if (ctx.decisions_pending || pace.gpu_working) return ctx.base;
   if (gpu_moved(st)) return ctx.base;
   Duration wait = ctx.base;
   for (int i = kQuietAfterSameAnswers; i <= pace.same_answers && wait < ctx.quiet; ++i) wait *= 2;

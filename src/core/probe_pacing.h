@@ -31,7 +31,7 @@ bool same_answer(const ServiceProbe& probe, const ServiceStatus& before);
 struct PaceContext {
   Duration base{0};   // probe_interval
   Duration quiet{0};  // quiet_probe_interval (>= base)
-  bool leases_waiting = false;
+  bool decisions_pending = false;  // an eviction may soon be decided on its answers
   std::optional<Duration> unload_after_idle;  // the service's TTL
 };
 

@@ -103,16 +103,17 @@ std::optional<MonoTime> ServicePolicy::next_deadline() const {
   return out;
 }
 
-PaceContext ServicePolicy::pace_context(const ServiceStatus& st, bool leases_waiting) const {
+PaceContext ServicePolicy::pace_context(const ServiceStatus& st, bool decisions_pending) const {
   PaceContext ctx;
   ctx.base = config_.daemon.probe_interval;
   ctx.quiet = std::max(config_.daemon.quiet_probe_interval, ctx.base);
-  ctx.leases_waiting = leases_waiting;
-  if (const ServiceConfig* cfg = config_.find_service(st.name)) ctx.unload_after_idle = cfg->unload_after_idle;
+  ctx.decisions_pending = decisions_pending;
+  if (const ServiceConfig* cfg = config_.find_service(st.name))
+    ctx.unload_after_idle = cfg->unload_after_idle;
   return ctx;
 }
 
-void ServicePolicy::on_probe(const ProbeDone& e, const Now& now, bool leases_waiting,
+void ServicePolicy::on_probe(const ProbeDone& e, const Now& now, bool decisions_pending,
                              std::vector<Action>& actions) {
   auto it = services_.find(e.service);
   if (it == services_.end()) return;
@@ -121,35 +122,45 @@ void ServicePolicy::on_probe(const ProbeDone& e, const Now& now, bool leases_wai
   st.pace.same_answers = same_answer(p, st) ? st.pace.same_answers + 1 : 0;
   st.pace.probed_bytes = st.bytes;
   apply_probe(st, p, now, actions);
-  Duration wait = probe_wait(st, pace_context(st, leases_waiting));
+  Duration wait = probe_wait(st, pace_context(st, decisions_pending));
   st.pace.due = now.mono + wait;
   actions.emplace_back(ScheduleProbe{st.name, wait});
 }
 
-void ServicePolicy::bring_probes_forward(bool leases_waiting, const Now& now,
+void ServicePolicy::bring_probes_forward(bool decisions_pending, const Now& now,
                                          std::vector<Action>& actions) {
   for (auto& [name, st] : services_) {
     // What the GPU shows moving starts the backing off again from probe_interval.
     if (st.pace.gpu_working || gpu_moved(st)) st.pace.same_answers = 0;
-    bring_forward(st, leases_waiting, now, actions);
+    bring_forward(st, decisions_pending, now, actions);
   }
 }
 
-void ServicePolicy::bring_forward(ServiceStatus& st, bool leases_waiting, const Now& now,
+void ServicePolicy::bring_forward(ServiceStatus& st, bool decisions_pending, const Now& now,
                                   std::vector<Action>& actions) {
   if (!st.pace.due || !st.last_probe) return;
-  MonoTime wanted = *st.last_probe + probe_wait(st, pace_context(st, leases_waiting));
+  MonoTime wanted = *st.last_probe + probe_wait(st, pace_context(st, decisions_pending));
   if (wanted >= *st.pace.due) return;
   st.pace.due = std::max(wanted, now.mono);
   actions.emplace_back(ScheduleProbe{st.name, *st.pace.due - now.mono});
 }
 
-void ServicePolicy::reset_pace(const std::string& service, bool leases_waiting, const Now& now,
+void ServicePolicy::reset_pace(const std::string& service, bool decisions_pending, const Now& now,
                                std::vector<Action>& actions) {
   auto it = services_.find(service);
   if (it == services_.end()) return;
   it->second.pace.same_answers = 0;
-  bring_forward(it->second, leases_waiting, now, actions);
+  bring_forward(it->second, decisions_pending, now, actions);
+}
+
+void ServicePolicy::on_health_seen(const HealthChecked& e, bool decisions_pending,
+                                   const Now& now, std::vector<Action>& actions) {
+  auto it = services_.find(e.service);
+  if (it == services_.end() || !it->second.pace.due) return;
+  if (e.ok == (it->second.state == ServiceState::up)) return;  // it agrees
+  it->second.pace.same_answers = 0;
+  it->second.pace.due = now.mono;
+  actions.emplace_back(ScheduleProbe{e.service, Duration(0)});
 }
 
 void ServicePolicy::apply_probe(ServiceStatus& st, const ServiceProbe& p, const Now& now,
@@ -195,7 +206,7 @@ void ServicePolicy::on_requests(const RequestsInFlight& e, const Now& now) {
 }
 
 void ServicePolicy::on_sample(const Ledger& ledger, const std::set<std::string>& in_use,
-                              bool leases_waiting, const Now& now, std::vector<Action>& actions,
+                              bool decisions_pending, const Now& now, std::vector<Action>& actions,
                               Intents& intents) {
   last_sample_at_ = ledger.status().sampled_at;
   for (auto& [name, st] : services_) {
@@ -207,7 +218,7 @@ void ServicePolicy::on_sample(const Ledger& ledger, const std::set<std::string>&
   learn_load_peaks(actions);
   advance_unloads(now, actions, intents);
   check_idle_ttl(in_use, now, actions);
-  bring_probes_forward(leases_waiting, now, actions);
+  bring_probes_forward(decisions_pending, now, actions);
 }
 
 void ServicePolicy::on_tick(const Now& now, std::vector<Action>& actions, Intents& intents) {

@@ -29,20 +29,24 @@ class ServicePolicy {
   // A service added at run time (ServiceDiscovered). REQUIRES: `svc` is in the config now.
   void add(const ServiceConfig& svc);
 
-  // Answers with ScheduleProbe (core/probe_pacing.h); `leases_waiting`: admission has a queue.
-  void on_probe(const ProbeDone& e, const Now& now, bool leases_waiting,
+  // Answers with ScheduleProbe (core/probe_pacing.h). `decisions_pending`: an eviction may soon
+  // be decided on the services' answers (a lease queued, a shared store): no backing off.
+  void on_probe(const ProbeDone& e, const Now& now, bool decisions_pending,
                 std::vector<Action>& actions);
   void on_requests(const RequestsInFlight& e, const Now& now);
   // Something changed the service (a start, an exit, an unload, requests): its probes go back to
   // probe_interval, counted from its last probe (ScheduleProbe when that is sooner).
-  void reset_pace(const std::string& service, bool leases_waiting, const Now& now,
+  void reset_pace(const std::string& service, bool decisions_pending, const Now& now,
                   std::vector<Action>& actions);
+  // A health check (Supervision's) that disagrees with the last probe: probed at once.
+  void on_health_seen(const HealthChecked& e, bool decisions_pending, const Now& now,
+                      std::vector<Action>& actions);
   // After the ledger attributed a sample: each service's bytes and activity, reload costs, the
   // verification of unloads under way, and idle TTLs. `in_use`: services a granted lease works
   // through (never unloaded by TTL).
   // Also brings a backed-off probe forward (ScheduleProbe) once what the sample shows, or a
-  // lease now waiting, wants it sooner.
-  void on_sample(const Ledger& ledger, const std::set<std::string>& in_use, bool leases_waiting,
+  // decision now pending, wants it sooner.
+  void on_sample(const Ledger& ledger, const std::set<std::string>& in_use, bool decisions_pending,
                  const Now& now, std::vector<Action>& actions, Intents& intents);
   // Time passes: unloads whose verification timed out get their verdict.
   void on_tick(const Now& now, std::vector<Action>& actions, Intents& intents);
@@ -72,11 +76,11 @@ class ServicePolicy {
   std::optional<MonoTime> next_deadline() const;
 
  private:
-  PaceContext pace_context(const ServiceStatus& st, bool leases_waiting) const;
+  PaceContext pace_context(const ServiceStatus& st, bool decisions_pending) const;
   void apply_probe(ServiceStatus& st, const ServiceProbe& p, const Now& now,
                    std::vector<Action>& actions);
-  void bring_probes_forward(bool leases_waiting, const Now& now, std::vector<Action>& actions);
-  void bring_forward(ServiceStatus& st, bool leases_waiting, const Now& now,
+  void bring_probes_forward(bool decisions_pending, const Now& now, std::vector<Action>& actions);
+  void bring_forward(ServiceStatus& st, bool decisions_pending, const Now& now,
                      std::vector<Action>& actions);
   // An unload in progress: from the call to the verdict.
   struct UnloadRun {

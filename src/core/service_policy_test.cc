@@ -12,9 +12,9 @@ using namespace std::chrono_literals;
 // virtual clock and feeds the Arbiter.
 class World {
  public:
-  explicit World(std::vector<ServiceConfig> services, std::string store = "") {
+  explicit World(std::vector<ServiceConfig> services, DaemonConfig daemon = {}) {
     Config c;
-    c.daemon.store = std::move(store);
+    c.daemon = std::move(daemon);
     c.gpu.baseline = 400 * MiB;
     c.services.assign(services.begin(), services.end());
     arbiter_ = std::make_unique<Arbiter>(c);
@@ -533,10 +533,16 @@ std::vector<Duration> gaps(const std::vector<MonoTime>& at) {
   return out;
 }
 
-TEST(ProbePacing, BacksOffWhileTheAnswersRepeatAndTheGpuStandsStill) {
-  World w({svc("comfyui")});
-  w.hold(100, "comfyui", 8 * GiB);
+// What the pacing tests start from: `c` alone, holding `bytes`, sampled once.
+World holding(Bytes bytes, ServiceConfig c = svc("comfyui"), DaemonConfig daemon = {}) {
+  World w({c}, std::move(daemon));
+  w.hold(100, c.name, bytes);
   w.sample();
+  return w;
+}
+
+TEST(ProbePacing, BacksOffWhileTheAnswersRepeatAndTheGpuStandsStill) {
+  World w = holding(8 * GiB);
   // probe_interval 2 s, quiet_probe_interval 10 s (the defaults): 2, 2, 4, 8, then 10 s apart.
   auto at = run_paced(w, "comfyui", 60s);
   std::vector<Duration> want = {2s, 2s, 4s, 8s, 10s, 10s, 10s, 10s};
@@ -547,9 +553,7 @@ TEST(ProbePacing, BacksOffWhileTheAnswersRepeatAndTheGpuStandsStill) {
 }
 
 TEST(ProbePacing, WhatTheGpuShowsBringsTheNextProbeForward) {
-  World w({svc("comfyui")});
-  w.hold(100, "comfyui", 8 * GiB);
-  w.sample();
+  World w = holding(8 * GiB);
   auto at = run_paced(w, "comfyui", 40s);
   MonoTime last = at.back();
   ASSERT_EQ(w.arbiter().service("comfyui")->pace.due, last + 10s);
@@ -576,9 +580,7 @@ TEST(ProbePacing, WhatTheGpuShowsBringsTheNextProbeForward) {
 }
 
 TEST(ProbePacing, BusyAnswersAndWaitingLeasesKeepTheProbeInterval) {
-  World w({svc("comfyui")});
-  w.hold(100, "comfyui", 8 * GiB);
-  w.sample();
+  World w = holding(8 * GiB);
   for (Duration g : gaps(run_paced(w, "comfyui", 30s, /*busy=*/true))) EXPECT_EQ(g, 2s);
   auto at = run_paced(w, "comfyui", 40s);
   ASSERT_EQ(w.arbiter().service("comfyui")->pace.due, at.back() + 10s);
@@ -595,18 +597,16 @@ TEST(ProbePacing, BusyAnswersAndWaitingLeasesKeepTheProbeInterval) {
 
 TEST(ProbePacing, OnASharedStoreTheProbesDoNotBackOff) {
   // Another host's lease may be given room here at any claim round, unseen until then.
-  World w({svc("comfyui")}, "postgresql://vramd@db/vramd");
-  w.hold(100, "comfyui", 8 * GiB);
-  w.sample();
+  DaemonConfig shared;
+  shared.store = "postgresql://vramd@db/vramd";
+  World w = holding(8 * GiB, svc("comfyui"), shared);
   for (Duration g : gaps(run_paced(w, "comfyui", 40s))) EXPECT_EQ(g, 2s);
 }
 
 TEST(ProbePacing, AnIdleTtlIsDecidedOnAFreshProbe) {
   auto c = svc("comfyui");
   c.unload_after_idle = 45s;
-  World w({c});
-  w.hold(100, "comfyui", 16 * GiB);
-  w.sample();
+  World w = holding(16 * GiB, c);
   std::vector<Duration> ages;
   auto at = run_paced(w, "comfyui", 50s, false, &ages);
   // The probes backed off, then came back to probe_interval before the TTL fell due: the
@@ -618,9 +618,7 @@ TEST(ProbePacing, AnIdleTtlIsDecidedOnAFreshProbe) {
 }
 
 TEST(ProbePacing, ChangesToTheServiceAndHealthThatDisagreesResetThePace) {
-  World w({svc("comfyui")});
-  w.hold(100, "comfyui", 8 * GiB);
-  w.sample();
+  World w = holding(8 * GiB);
   auto at = run_paced(w, "comfyui", 40s);
   ASSERT_EQ(w.arbiter().service("comfyui")->pace.due, at.back() + 10s);
   // Its container restarted: back to probe_interval from the last probe.
@@ -629,7 +627,8 @@ TEST(ProbePacing, ChangesToTheServiceAndHealthThatDisagreesResetThePace) {
   EXPECT_EQ(w.now() + *after, std::max(w.now(), at.back() + 2s));
   // A health check that says it is down while the last probe found it up: probed now.
   at = run_paced(w, "comfyui", 40s);
-  after = scheduled(w.feed(HealthChecked{"comfyui", false, "GET /system_stats: refused"}), "comfyui");
+  after = scheduled(w.feed(HealthChecked{"comfyui", false, "GET /system_stats: refused"}),
+                    "comfyui");
   ASSERT_TRUE(after);
   EXPECT_EQ(*after, 0s);
   // One that agrees changes nothing.
@@ -638,15 +637,22 @@ TEST(ProbePacing, ChangesToTheServiceAndHealthThatDisagreesResetThePace) {
 }
 
 TEST(ProbePacing, AQuietIntervalOfProbeIntervalMeansNoBackingOff) {
-  auto cfg = parse_config("[daemon]\nprobe_interval = \"3s\"\nquiet_probe_interval = \"3s\"\n", "t.toml");
+  auto cfg = parse_config("[daemon]\nprobe_interval = \"3s\"\nquiet_probe_interval = \"3s\"\n",
+                          "t.toml");
   ASSERT_TRUE(cfg.ok()) << cfg.error();
   EXPECT_EQ(cfg->daemon.quiet_probe_interval, 3s);
+  World w = holding(8 * GiB, svc("comfyui"), cfg->daemon);
+  for (Duration g : gaps(run_paced(w, "comfyui", 40s))) EXPECT_EQ(g, 3s);
   // Unset: 10 s, or probe_interval when that is longer.
-  EXPECT_EQ(parse_config("[daemon]\nprobe_interval = \"30s\"\n", "t.toml")->daemon.quiet_probe_interval, 30s);
+  EXPECT_EQ(parse_config("[daemon]\nprobe_interval = \"30s\"\n", "t.toml")->daemon.quiet_probe_interval,
+            30s);
   EXPECT_EQ(parse_config("", "t.toml")->daemon.quiet_probe_interval, 10s);
-  auto bad = parse_config("[daemon]\nprobe_interval = \"5s\"\nquiet_probe_interval = \"2s\"\n", "t.toml");
+  auto bad = parse_config("[daemon]\nprobe_interval = \"5s\"\nquiet_probe_interval = \"2s\"\n",
+                          "t.toml");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.error().find("t.toml:3:24: daemon.quiet_probe_interval: must be at least probe_interval (5s)"), std::string::npos)
+  EXPECT_NE(bad.error().find("t.toml:3:24: daemon.quiet_probe_interval: must be at least "
+                             "probe_interval (5s)"),
+            std::string::npos)
       << bad.error();
 }
 
