@@ -98,7 +98,7 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
   const bool pending = decisions_pending(admission_, config_);
   if (auto service = service_moved(event)) services_.reset_pace(*service, pending, now, actions);
   if (const auto* h = std::get_if<HealthChecked>(&event))
-    services_.on_health_seen(*h, pending, now, actions);
+    services_.on_health_seen(*h, now, actions);
   route(intents, now, actions);
   // Admission after anything that may change what fits (a heartbeat changes nothing).
   if (!std::holds_alternative<LeaseHeartbeat>(event) && admission_.wants_admission()) {

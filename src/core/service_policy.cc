@@ -153,8 +153,8 @@ void ServicePolicy::reset_pace(const std::string& service, bool decisions_pendin
   bring_forward(it->second, decisions_pending, now, actions);
 }
 
-void ServicePolicy::on_health_seen(const HealthChecked& e, bool decisions_pending,
-                                   const Now& now, std::vector<Action>& actions) {
+void ServicePolicy::on_health_seen(const HealthChecked& e, const Now& now,
+                                   std::vector<Action>& actions) {
   auto it = services_.find(e.service);
   if (it == services_.end() || !it->second.pace.due) return;
   if (e.ok == (it->second.state == ServiceState::up)) return;  // it agrees

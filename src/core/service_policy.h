@@ -39,8 +39,7 @@ class ServicePolicy {
   void reset_pace(const std::string& service, bool decisions_pending, const Now& now,
                   std::vector<Action>& actions);
   // A health check (Supervision's) that disagrees with the last probe: probed at once.
-  void on_health_seen(const HealthChecked& e, bool decisions_pending, const Now& now,
-                      std::vector<Action>& actions);
+  void on_health_seen(const HealthChecked& e, const Now& now, std::vector<Action>& actions);
   // After the ledger attributed a sample: each service's bytes and activity, reload costs, the
   // verification of unloads under way, and idle TTLs. `in_use`: services a granted lease works
   // through (never unloaded by TTL).
