@@ -115,6 +115,7 @@ bool DockerEngine::start() {
   if (::geteuid() != 0) {
     why_ = fmt::format("{} needs root here (a rootless engine is not set up by the tests)",
                        daemon_name);
+    unavailable_ = true;
     return false;
   }
   std::string dockerd = podman_ ? find_program({"/usr/bin/podman", "podman"})
@@ -122,15 +123,18 @@ bool DockerEngine::start() {
   if (dockerd.empty()) {
     why_ = podman_ ? "no podman (Debian package podman; `make deps` installs it)"
                    : "no dockerd (Debian package docker.io; `make deps` installs it)";
+    unavailable_ = true;
     return false;
   }
   if (docker_client().empty()) {
     why_ = "no docker client (Debian package docker.io)";
+    unavailable_ = true;
     return false;
   }
   std::string busybox = find_program({"/bin/busybox", "/usr/bin/busybox"});
   if (busybox.empty() || shell("ldd " + busybox).out.find("not a dynamic") == std::string::npos) {
     why_ = "no static busybox (Debian package busybox-static)";
+    unavailable_ = true;
     return false;
   }
   // What an earlier run left when it was killed before its teardown: engines whose dockerd is

@@ -30,6 +30,9 @@ class DockerEngine {
   // Removes every container, kills dockerd by its pid, unmounts and removes its directories.
   void stop();
   const std::string& why() const { return why_; }
+  // After a failed start: whether it failed for what this machine lacks (not root, a package
+  // not installed), which skips the tests, rather than an engine that is there and broke.
+  bool unavailable() const { return unavailable_; }
 
   const std::string& socket() const { return socket_; }
   // `docker -H unix://SOCKET ARGS...` (Debian's client), stdout and stderr together.
@@ -52,6 +55,7 @@ class DockerEngine {
   int pid_ = -1;        // dockerd (or `podman system service`), our child
   bool podman_ = false;  // VRAMD_TEST_ENGINE=podman: Podman's Docker-compatible service
   std::string why_;
+  bool unavailable_ = false;
 };
 
 // The engine of this run (started by main before any test).

@@ -19,7 +19,7 @@ namespace {
 TEST(ClusterE2E, TwentyClientsOnThreeHostsAndNoLeaseIsGrantedTwice) {
   // 8, 16 and 23.6 GiB free: room for 2, 4 and 5 leases of 4 GiB at once.
   Cluster c("twenty", {16 * GiB, 8 * GiB, 400 * MiB});
-  if (!c.pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(c.pg);
   const std::map<std::string, int> room = {{"gpu1", 2}, {"gpu2", 4}, {"gpu3", 5}};
   std::mutex mu;
   std::map<uint64_t, std::set<std::string>> seen;  // lease id -> hosts a client saw it granted on
@@ -94,7 +94,7 @@ TEST(ClusterE2E, TwentyClientsOnThreeHostsAndNoLeaseIsGrantedTwice) {
 
 TEST(ClusterE2E, LeasesGoWhereThereIsRoomANamedHostOnlyThereAndTheReasonNamesEachHost) {
   Cluster c("room", {22 * GiB, 22 * GiB, 400 * MiB});
-  if (!c.pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(c.pg);
   DaemonFixture& gpu1 = c.host[0];
   // Asked of gpu1, which has no room: granted on gpu3.
   auto a = post_lease(gpu1, {{"vram", "8GiB"}, {"label", "flux"}});
@@ -183,7 +183,7 @@ TEST(ClusterE2E, LeasesGoWhereThereIsRoomANamedHostOnlyThereAndTheReasonNamesEac
 
 TEST(ClusterE2E, AHostKilledWithSigkillHasItsLeasesRequeuedAndGrantedElsewhere) {
   Cluster c("lost", {22 * GiB, 22 * GiB, 400 * MiB});
-  if (!c.pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(c.pg);
   DaemonFixture& gpu1 = c.host[0];
   auto keep = post_lease(gpu1, {{"vram", "8GiB"}, {"label", "keep"}});
   auto end = post_lease(gpu1, {{"vram", "8GiB"}, {"label", "end"}, {"on_host_lost", "end"}});

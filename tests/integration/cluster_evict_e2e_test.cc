@@ -56,7 +56,7 @@ TEST(ClusterEvictE2E, ALeaseThatFitsNowhereIsGrantedWhereAnIdleServiceIsUnloaded
     if (i == 2) return "";
     return comfyui_toml(c.fake(i, "comfyui", {"--model-bytes", "16GiB"}));
   });
-  if (!c.pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(c.pg);
   FakeService& idle = *c.fakes[0];
   FakeService& busy = *c.fakes[1];
   auto r = http_request({busy.url()}, "POST", "/fake/busy?for=10m", "", 2000);
@@ -99,7 +99,7 @@ TEST(ClusterEvictE2E, AHostWithRoomAsItIsWinsOverOneThatWouldHaveToUnload) {
     if (i != 0) return "";
     return comfyui_toml(c.fake(i, "comfyui", {"--model-bytes", "16GiB"}));
   });
-  if (!c.pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(c.pg);
   FakeService& idle = *c.fakes[0];
   wait_comfyui(c.host[0], false);
   // Asked of gpu1: it looks at the lease first (a claim soon after a lease is queued), and must
@@ -124,7 +124,7 @@ TEST(ClusterEvictE2E, AnUnloadThatFreesNothingGivesTheLeaseBackToTheQueueWithThe
     return comfyui_toml(c.fake(i, "comfyui", {"--model-bytes", "16GiB", "--ignore-unload"}),
                         "unload_timeout = \"2s\"\n");
   });
-  if (!c.pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(c.pg);
   FakeService& stubborn = *c.fakes[0];
   wait_comfyui(c.host[0], false);
   auto l = post_lease(c.host[1], {{"vram", "12GiB"}, {"label", "flux"}});
@@ -183,7 +183,7 @@ TEST(ClusterEvictE2E, TheReasonOfALeaseNoHostCanTakeYetNamesEveryHostOnAnyHost) 
     if (i == 0) args.insert(args.end(), {"--unload-delay", "8s"});
     return comfyui_toml(c.fake(i, "comfyui", args));
   });
-  if (!c.pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(c.pg);
   wait_comfyui(c.host[0], false);
   wait_comfyui(c.host[1], false);
   // Kept by gpu2; read on gpu3, which neither keeps it nor makes room for it.

@@ -51,7 +51,7 @@ TEST(ClusterFaultE2E, PostgresRestartedUnderLoadOnThreeHostsLosesNoAcknowledgedL
   // No heartbeat is needed within the test: kept leases stay as their clients left them.
   ClusterFixture c("pgrestart", {400 * MiB, 400 * MiB, 400 * MiB},
                    "host_timeout = \"20s\"\nlease_heartbeat = \"5m\"\n");
-  if (!c.pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(c.pg);
   struct Told {
     std::string state;  // what the client was last told (queued / granted)
     std::string host;   // where, once granted
@@ -177,7 +177,7 @@ TEST(ClusterFaultE2E, PostgresRestartedUnderLoadOnThreeHostsLosesNoAcknowledgedL
 
 TEST(ClusterFaultE2E, OneHostCutOffFromTheStoreWhileTheOthersKeepGoing) {
   PostgresServer* pg = PostgresServer::get();
-  if (!pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(pg);
   // gpu3 logs in as a role of its own, so that it alone can be cut off.
   ClusterFixture c("cutoff", {}, "");  // the database only: the hosts are made below
   pg->psql(c.db, "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'gpu3')"
@@ -251,7 +251,7 @@ TEST(ClusterFaultE2E, OneHostCutOffFromTheStoreWhileTheOthersKeepGoing) {
 TEST(ClusterFaultE2E, ARestartedHostGivesNoIdAgainThatMovedToAnotherHost) {
   // gpu1 has no room: what it queues, gpu2 claims.
   ClusterFixture c("ids", {22 * GiB, 400 * MiB}, "lease_heartbeat = \"5m\"\n");
-  if (!c.pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(c.pg);
   DaemonFixture& gpu1 = c[0];
   DaemonFixture& gpu2 = c[1];
   std::set<uint64_t> given;

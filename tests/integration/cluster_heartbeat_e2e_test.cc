@@ -18,7 +18,7 @@ TEST(ClusterHeartbeatE2E, AHeartbeatToAnyHostKeepsALeaseHeldByAnotherAndSilenceE
   // gpu1 has no room; gpu2 has. Leases without a pid need a heartbeat every 3 s.
   ClusterFixture c("beats", {22 * GiB, 400 * MiB},
                    "host_timeout = \"30s\"\nlease_heartbeat = \"3s\"\n");
-  if (!c.pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(c.pg);
   DaemonFixture& gpu1 = c[0];
   DaemonFixture& gpu2 = c[1];
   // Asked of gpu1, granted on gpu2.

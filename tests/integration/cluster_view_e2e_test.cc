@@ -68,7 +68,7 @@ std::map<uint64_t, json> leases_of(const DaemonFixture& f, const std::string& ho
 TEST(ClusterViewE2E, EveryHostsLeasesFromAnyHostEachOnceUnderItsHost) {
   // gpu1 full, gpu2 with 8 GiB free, gpu3 with 23.6 GiB free.
   ViewCluster c("view", {22 * GiB, 16 * GiB, 400 * MiB});
-  if (!c.pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(c.pg);
   c.start();
   DaemonFixture &gpu1 = c.host[0], &gpu2 = c.host[1], &gpu3 = c.host[2];
   // Asked of gpu1, named gpu2: granted on gpu2.
@@ -163,7 +163,7 @@ TEST(ClusterViewE2E, EveryHostsLeasesFromAnyHostEachOnceUnderItsHost) {
 
 TEST(ClusterViewE2E, ALeaseOfAKilledHostIsListedOnceWhereItWent) {
   ViewCluster c("viewlost", {22 * GiB, 22 * GiB, 400 * MiB});
-  if (!c.pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(c.pg);
   c.start();
   DaemonFixture& gpu1 = c.host[0];
   auto moved = post_lease(gpu1, {{"vram", "8GiB"}, {"label", "moved"}});
@@ -233,7 +233,7 @@ int run_browser(const std::string& phase, const json& expect, const TempDir& dir
 
 TEST(ClusterViewE2E, TheDashboardShowsEveryHostAndActsOnlyOnItsOwn) {
   ViewCluster c("viewdash", {400 * MiB, 400 * MiB, 400 * MiB});
-  if (!c.pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(c.pg);
   FakeService comfy(c.host[0], "comfyui", {"--model-bytes", "12GiB"});
   FakeService ollama(c.host[1], "ollama", {"--model-bytes", "5GiB", "--model", "llama3.1:8b"});
   FakeService vllm(c.host[2], "vllm", {"--model-bytes", "6GiB", "--model", "Qwen/Qwen2.5-7B"});

@@ -31,7 +31,7 @@ const json* host_row(const json& hosts, const std::string& name) {
 
 TEST(PostgresE2E, ThreeHostsOnOneDatabaseEachSeeAllThreeAndALostOne) {
   PostgresServer* pg = PostgresServer::get();
-  if (!pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(pg);
   std::string db = pg->create_database("hosts");
   DaemonFixture a, b, c;
   int i = 0;
@@ -99,7 +99,7 @@ TEST(PostgresE2E, ThreeHostsOnOneDatabaseEachSeeAllThreeAndALostOne) {
 
 TEST(PostgresE2E, NoAcknowledgedLeaseIsLostAcrossAServerRestartUnderLoadAndAKillDashNine) {
   PostgresServer* pg = PostgresServer::get();
-  if (!pg) GTEST_SKIP() << PostgresServer::skip_reason();
+  VRAMD_REQUIRE_POSTGRES(pg);
   std::string db = pg->create_database("load");
   DaemonFixture f;
   use_postgres(f, *pg, db, "gpu1");

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -81,6 +82,9 @@ int spawn(const std::vector<std::string>& argv, bool as_nobody, const std::strin
     if (keep) prctl(PR_SET_PDEATHSIG, SIGQUIT);
     setenv("LC_ALL", "C", 1);
     setenv("HOME", "/tmp", 1);
+    // The test's folder (the build folder) may be out of nobody's reach: initdb and postgres
+    // refuse a working directory they cannot enter.
+    if (::chdir("/tmp") != 0) _exit(125);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -108,6 +112,8 @@ std::unique_ptr<PostgresServer>& instance() {
 
 const std::string& PostgresServer::skip_reason() { return reason(); }
 
+bool PostgresServer::installed() { return !find_bin().empty(); }
+
 PostgresServer* PostgresServer::get() {
   static bool tried = false;
   if (!tried) {
@@ -132,9 +138,14 @@ bool PostgresServer::init(std::string& why) {
   as_nobody_ = ::geteuid() == 0;
   try {
     // One template cluster per build folder (initdb takes a second or two), copied for each test
-    // process: every process has its own server, data and port.
-    std::string base = build_dir() + "/pgtest";
+    // process: every process has its own server, data and port. Under /tmp, not the build
+    // folder: `nobody` must reach it, and a clone in /root (mode 0700) is out of its reach.
+    std::string base = fmt::format("/tmp/vramd-pgtest-{}-{:016x}", ::geteuid(),
+                                   std::hash<std::string>{}(build_dir()));
     fs::create_directories(base);
+    fs::permissions(base, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                              fs::perms::others_read | fs::perms::others_exec,
+                    fs::perm_options::replace);
     std::string tmpl = base + "/template";
     {
       int lock = ::open((base + "/template.lock").c_str(), O_RDWR | O_CREAT, 0644);

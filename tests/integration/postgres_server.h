@@ -1,12 +1,27 @@
 // A private PostgreSQL server for tests: Debian's postgresql (initdb, postgres) on a cluster under
-// the build folder, on a free port of 127.0.0.1, started once per test binary and stopped when it
-// exits. As root, the cluster is owned and run by `nobody` (PostgreSQL refuses to run as root).
-// When it cannot start (no postgresql installed), `PostgresServer::get()` returns null and
-// `skip_reason()` says why: the tests GTEST_SKIP with it.
+// /tmp (one folder per build folder: wherever the clone is, `nobody` can reach it), on a free
+// port of 127.0.0.1, started once per test binary and stopped when it exits. As root, the
+// cluster is owned and run by `nobody` (PostgreSQL refuses to run as root).
+// When it cannot start, `PostgresServer::get()` returns null and `skip_reason()` says why. Only a
+// machine without PostgreSQL skips (VRAMD_REQUIRE_POSTGRES): installed but failing to start is a
+// failure, so that a skip never hides a broken test server.
 #pragma once
 
 #include <memory>
 #include <string>
+
+#include <gtest/gtest.h>
+
+// In a test body: skip when PostgreSQL is not installed, fail (with the reason) when it is but
+// could not start.
+#define VRAMD_REQUIRE_POSTGRES(pg)                                                  \
+  do {                                                                             \
+    if (!(pg)) {                                                                   \
+      if (::vramd::testing::PostgresServer::installed())                           \
+        FAIL() << ::vramd::testing::PostgresServer::skip_reason();                 \
+      GTEST_SKIP() << ::vramd::testing::PostgresServer::skip_reason();             \
+    }                                                                              \
+  } while (false)
 
 namespace vramd::testing {
 
@@ -15,6 +30,9 @@ class PostgresServer {
   // The server, started on the first call; null when it could not start.
   static PostgresServer* get();
   static const std::string& skip_reason();
+  // Whether Debian's postgresql (or $VRAMD_PG_BIN) is there: a server that is and does not
+  // start is a failure, not a skip.
+  static bool installed();
 
   ~PostgresServer();
 
