@@ -88,7 +88,9 @@ tidy: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) --target vramd_lib
 	node tests/tidy/tidy.mjs $(BUILD) $(TIDY_JOBS)
 
-demo: build
+# Only what the demo runs: vramd, the test GPU's library and the stand-in servers (not the tests).
+demo: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) --target vramd nvidia-ml-fake fake-gpu-server
 	$(BUILD)/vramd demo
 
 # dist/: what a user downloads. vramd with every library but glibc linked in and the dashboard

@@ -39,8 +39,10 @@ endif()
 # ClusterViewE2E.TheDashboardShowsEveryHostAndActsOnlyOnItsOwn, which sets up PostgreSQL and
 # three daemons first: it is told where node, chromium and playwright-core are.
 if(VRAMD_NODE AND VRAMD_CHROMIUM AND TARGET vramd_tests)
-  set_property(SOURCE ${CMAKE_SOURCE_DIR}/tests/integration/cluster_view_e2e_test.cc APPEND PROPERTY
-    COMPILE_DEFINITIONS VRAMD_BROWSER_NODE="${VRAMD_NODE}" VRAMD_BROWSER_CHROMIUM="${VRAMD_CHROMIUM}"
+  # On the target, not the source: in a unity build (cmake/unity.cmake) the file is compiled
+  # inside its batch, and a source's own definitions would not reach it.
+  target_compile_definitions(vramd_tests PRIVATE
+    VRAMD_BROWSER_NODE="${VRAMD_NODE}" VRAMD_BROWSER_CHROMIUM="${VRAMD_CHROMIUM}"
     VRAMD_BROWSER_MODULES="${browser_npm}/node_modules")
   add_dependencies(vramd_tests browser_test_deps)
 endif()

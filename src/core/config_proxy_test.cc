@@ -4,7 +4,8 @@
 #include "core/config.h"
 
 namespace vramd {
-namespace {
+// Named, not anonymous: its helpers share a unity batch with other tests' (cmake/unity.cmake).
+namespace config_proxy_test {
 
 std::string error_of(std::string_view text) {
   Result<Config> c = parse_config(text, "vramd.toml");
@@ -83,5 +84,5 @@ TEST(ConfigProxy, BadValuesSayWhereAndWhy) {
   EXPECT_EQ(e.rfind("vramd.toml:4:16: services.a.wake_timeout: ", 0), 0u) << e;
 }
 
-}  // namespace
+}  // namespace config_proxy_test
 }  // namespace vramd

@@ -4,7 +4,8 @@
 #include <gtest/gtest.h>
 
 namespace vramd {
-namespace {
+// Named, not anonymous: its helpers share a unity batch with other tests' (cmake/unity.cmake).
+namespace service_policy_test {
 
 using namespace std::chrono_literals;
 
@@ -656,5 +657,5 @@ TEST(ProbePacing, AQuietIntervalOfProbeIntervalMeansNoBackingOff) {
       << bad.error();
 }
 
-}  // namespace
+}  // namespace service_policy_test
 }  // namespace vramd

@@ -8,7 +8,8 @@
 #include "core/arbiter.h"
 
 namespace vramd {
-namespace {
+// Named, not anonymous: its helpers share a unity batch with other tests' (cmake/unity.cmake).
+namespace supervision_containers_test {
 
 using namespace std::chrono_literals;
 
@@ -212,5 +213,5 @@ TEST(ContainerSupervision, ACrashLoopEndsInFailed) {
   EXPECT_EQ(w.asked.size(), 2u);  // two restarts, then it stays down
 }
 
-}  // namespace
+}  // namespace supervision_containers_test
 }  // namespace vramd

@@ -8,7 +8,8 @@
 #include "core/arbiter.h"
 
 namespace vramd {
-namespace {
+// Named, not anonymous: its helpers share a unity batch with other tests' (cmake/unity.cmake).
+namespace supervision_test {
 
 using namespace std::chrono_literals;
 
@@ -244,5 +245,5 @@ TEST(ArbiterSupervisor, ServicesWithoutStartCannotBeStarted) {
   EXPECT_NE(w.finished[0].message.find("no start command, container or unit"), std::string::npos);
 }
 
-}  // namespace
+}  // namespace supervision_test
 }  // namespace vramd

@@ -10,7 +10,8 @@
 #include "core/arbiter.h"
 
 namespace vramd {
-namespace {
+// Named, not anonymous: its helpers share a unity batch with other tests' (cmake/unity.cmake).
+namespace supervision_units_test {
 
 using namespace std::chrono_literals;
 
@@ -213,5 +214,5 @@ TEST(UnitSupervision, ARunThatEndedBetweenTwoReadsIsStillACrash) {
   EXPECT_EQ(w.count("service.systemd_restarts"), 1u);
 }
 
-}  // namespace
+}  // namespace supervision_units_test
 }  // namespace vramd

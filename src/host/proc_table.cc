@@ -14,7 +14,7 @@
 namespace vramd {
 namespace {
 
-std::optional<std::string> read_text(const std::string& path) {
+std::optional<std::string> read_proc_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
   std::ostringstream ss;
@@ -123,7 +123,7 @@ std::optional<StatFields> parse_stat(std::string_view line) {
 ProcTable::ProcTable(std::string root) : root_(std::move(root)) {}
 
 std::optional<long long> ProcTable::boot_time_s() const {
-  auto stat = read_text(root_ + "/stat");
+  auto stat = read_proc_text(root_ + "/stat");
   if (!stat) return std::nullopt;
   size_t pos = stat->find("\nbtime ");
   if (pos == std::string::npos) {
@@ -151,24 +151,24 @@ std::string ProcTable::user_name(unsigned uid) {
 
 std::optional<ProcessInfo> ProcTable::read_one(int pid, std::optional<long long> boot_time_s) {
   const std::string dir = root_ + "/" + std::to_string(pid);
-  auto stat_text = read_text(dir + "/stat");
+  auto stat_text = read_proc_text(dir + "/stat");
   if (!stat_text) return std::nullopt;
   auto stat = parse_stat(*stat_text);
   if (!stat) return std::nullopt;
-  auto status = read_text(dir + "/status");
+  auto status = read_proc_text(dir + "/status");
   if (!status) return std::nullopt;  // vanished between the two reads
 
   ProcessInfo p;
   p.pid = pid;
   p.ppid = stat->ppid;
   p.start_ticks = stat->start_ticks;
-  if (auto comm = read_text(dir + "/comm")) {
+  if (auto comm = read_proc_text(dir + "/comm")) {
     p.comm = std::move(*comm);
     while (!p.comm.empty() && p.comm.back() == '\n') p.comm.pop_back();
   } else {
     p.comm = stat->comm;
   }
-  if (auto cmdline = read_text(dir + "/cmdline")) {
+  if (auto cmdline = read_proc_text(dir + "/cmdline")) {
     std::string& c = *cmdline;
     while (!c.empty() && c.back() == '\0') c.pop_back();
     std::replace(c.begin(), c.end(), '\0', ' ');
@@ -180,7 +180,7 @@ std::optional<ProcessInfo> ProcTable::read_one(int pid, std::optional<long long>
   p.user = user_name(p.uid);
   if (auto rss = kb_field(*status, "VmRSS")) {
     p.rss = *rss;
-  } else if (auto statm = read_text(dir + "/statm")) {
+  } else if (auto statm = read_proc_text(dir + "/statm")) {
     std::string_view s = *statm;
     size_t sp = s.find(' ');
     if (sp != std::string_view::npos) {
@@ -194,7 +194,7 @@ std::optional<ProcessInfo> ProcTable::read_one(int pid, std::optional<long long>
         *boot_time_s * 1000 + static_cast<long long>(p.start_ticks * 1000 / clock_ticks());
     p.start_time = TimePoint(std::chrono::milliseconds(ms));
   }
-  if (auto cgroup = read_text(dir + "/cgroup")) p.cgroup = parse_cgroup(*cgroup);
+  if (auto cgroup = read_proc_text(dir + "/cgroup")) p.cgroup = parse_cgroup(*cgroup);
   return p;
 }
 
@@ -227,7 +227,7 @@ MemInfo parse_meminfo(const std::string& text) {
 }
 
 MemInfo ProcTable::read_meminfo() const {
-  auto text = read_text(root_ + "/meminfo");
+  auto text = read_proc_text(root_ + "/meminfo");
   return text ? parse_meminfo(*text) : MemInfo{};
 }
 
@@ -237,7 +237,7 @@ std::optional<ProcessInfo> read_process(const std::string& root, int pid) {
 
 bool process_alive(const std::string& root, int pid, unsigned long long start_ticks) {
   if (pid <= 0) return false;
-  auto text = read_text(root + "/" + std::to_string(pid) + "/stat");
+  auto text = read_proc_text(root + "/" + std::to_string(pid) + "/stat");
   if (!text) return false;
   auto stat = parse_stat(*text);
   return stat && stat->start_ticks == start_ticks;

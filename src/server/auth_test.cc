@@ -10,7 +10,8 @@
 #include <nlohmann/json.hpp>
 
 namespace vramd {
-namespace {
+// Named, not anonymous: its helpers share a unity batch with other tests' (cmake/unity.cmake).
+namespace auth_test {
 
 namespace http = boost::beast::http;
 
@@ -261,5 +262,5 @@ TEST_F(TokenFile, WorldReadableWarns) {
   EXPECT_EQ(warning, "token file " + path + " is readable by every user (mode 644); chmod o-r it");
 }
 
-}  // namespace
+}  // namespace auth_test
 }  // namespace vramd

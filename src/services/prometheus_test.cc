@@ -9,7 +9,8 @@
 #include "services/parsers.h"
 
 namespace vramd {
-namespace {
+// Named, not anonymous: its helpers share a unity batch with other tests' (cmake/unity.cmake).
+namespace prometheus_test {
 
 std::string fixture(const std::string& name) {
   std::ifstream in(std::string(VRAMD_SOURCE_DIR) + "/tests/fixtures/services/" + name);
@@ -98,5 +99,5 @@ TEST(Prometheus, CrLfLineEndings) {
   EXPECT_EQ(e.type.at("a"), "gauge");
 }
 
-}  // namespace
+}  // namespace prometheus_test
 }  // namespace vramd

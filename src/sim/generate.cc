@@ -39,7 +39,7 @@ class Rng {
   uint64_t s_[4];
 };
 
-struct Line {
+struct TraceLine {
   double t;
   std::string json;
 };
@@ -95,7 +95,7 @@ class Builder {
   }
   std::string text() {
     std::stable_sort(lines_.begin(), lines_.end(),
-                     [](const Line& a, const Line& b) { return a.t < b.t; });
+                     [](const TraceLine& a, const TraceLine& b) { return a.t < b.t; });
     std::string out;
     for (const auto& h : head_) out += h + "\n";
     for (const auto& l : lines_) out += l.json + "\n";
@@ -105,7 +105,7 @@ class Builder {
 
  private:
   std::vector<std::string> head_;
-  std::vector<Line> lines_;
+  std::vector<TraceLine> lines_;
 };
 
 void homelab(Builder& b) {

@@ -7,7 +7,8 @@
 #include "integration/test_util.h"
 
 namespace vramd {
-namespace {
+// Named, not anonymous: its helpers share a unity batch with other tests' (cmake/unity.cmake).
+namespace event_store_test {
 
 EventRecord ev(int64_t ms, std::string type, std::string message) {
   return {TimePoint(Duration(ms)), std::move(type), 0u, "comfyui", std::move(message)};
@@ -60,5 +61,5 @@ TEST(EventStore, AFileThatIsNotADatabaseIsAClearError) {
   EXPECT_NE(store.error().find(dir.file("vramd.db")), std::string::npos) << store.error();
 }
 
-}  // namespace
+}  // namespace event_store_test
 }  // namespace vramd

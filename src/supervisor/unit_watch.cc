@@ -5,7 +5,7 @@
 namespace vramd {
 
 namespace {
-constexpr std::chrono::milliseconds kTimeout{5000};
+constexpr std::chrono::milliseconds kShowTimeout{5000};
 
 // ExecMainCode: CLD_EXITED 1, CLD_KILLED 2, CLD_DUMPED 3 (waitid(2)).
 void fill_exit(ContainerChanged& e, const UnitShow& u) {
@@ -92,7 +92,7 @@ void UnitWatch::run() {
   do {
     std::string failed;
     for (const auto& w : watched_) {
-      auto u = show_unit(tools_, w.unit, kTimeout);
+      auto u = show_unit(tools_, w.unit, kShowTimeout);
       if (!u) {
         failed = u.error();
         continue;

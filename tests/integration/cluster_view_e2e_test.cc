@@ -13,18 +13,13 @@
 
 #include <gtest/gtest.h>
 
+#include "integration/cluster_fixture.h"
 #include "integration/daemon_fixture.h"
 #include "integration/postgres_server.h"
 #include "testgpu/fake_gpu_state.h"
 
 namespace vramd::testing {
 namespace {
-
-void set_used(DaemonFixture& f, Bytes used) {
-  auto s = make_fake_gpu_state({{"NVIDIA GeForce RTX 3090", 24 * GiB}});
-  s["gpus"][0]["used"] = used;
-  ASSERT_TRUE(write_fake_gpu_state(f.state, s).ok());
-}
 
 // Three hosts gpu1..gpu3 on database `db`, a 3 s host_timeout; `services[i]`: host i's services.
 struct ViewCluster {
@@ -45,17 +40,6 @@ struct ViewCluster {
     for (int i = 0; i < 3; ++i) host[i].start(services[static_cast<size_t>(i)]);
   }
 };
-
-Result<json> post_lease(const DaemonFixture& f, const json& body) {
-  auto r = http_request({f.url}, "POST", "/v1/leases", body.dump(), 10000);
-  if (!r) return make_error(r.error());
-  if (r->status != 201) return make_error(fmt::format("{}: {}", r->status, r->body));
-  return json::parse(r->body);
-}
-
-json lease_at(const DaemonFixture& f, uint64_t id, const std::string& wait = "") {
-  return get(f, fmt::format("/v1/leases/{}{}", id, wait.empty() ? "" : "?wait=" + wait));
-}
 
 // GET /v1/leases?host=... as id -> lease.
 std::map<uint64_t, json> leases_of(const DaemonFixture& f, const std::string& host) {

@@ -31,7 +31,26 @@ const cacheDir =
       path.join(process.env.XDG_CACHE_HOME || path.join(os.homedir(), ".cache"), "vramd-tidy");
 if (cacheDir) fs.mkdirSync(cacheDir, { recursive: true });
 
-const db = JSON.parse(fs.readFileSync(path.join(build, "compile_commands.json"), "utf8"));
+const built = JSON.parse(fs.readFileSync(path.join(build, "compile_commands.json"), "utf8"));
+// A unity build (cmake/unity.cmake) has one entry per batch of sources: each source it includes
+// is checked with its batch's command and its own path, from a database of its own.
+const unityDir = path.join(path.resolve(build), "unity") + path.sep;
+const db = [];
+for (const e of built) {
+  const unit = path.resolve(e.directory, e.file);
+  if (!unit.startsWith(unityDir)) {
+    db.push(e);
+    continue;
+  }
+  for (const m of fs.readFileSync(unit, "utf8").matchAll(/^#include "([^"]+)"$/gm)) {
+    const file = path.join(root, m[1]);
+    const args = argvOf(e).map((a) => (path.resolve(e.directory, a) === unit ? file : a));
+    db.push({ directory: e.directory, file, arguments: args });
+  }
+}
+const dbDir = path.join(path.resolve(build), "tidy-db");
+fs.mkdirSync(dbDir, { recursive: true });
+fs.writeFileSync(path.join(dbDir, "compile_commands.json"), JSON.stringify(db, null, 1));
 const byFile = new Map(db.map((e) => [path.resolve(e.directory, e.file), e]));
 const files = execFileSync("git", ["ls-files", "src/*.cc"], { encoding: "utf8" })
   .split("\n")
@@ -81,7 +100,7 @@ const outputs = new Map();
 async function check(file) {
   const entry = byFile.get(path.resolve(root, file));
   if (!entry) {
-    failures.push(`${file}: not in ${build}/compile_commands.json (configure again)`);
+    failures.push(`${file}: not in ${dbDir}/compile_commands.json (configure again)`);
     return;
   }
   let key = null;
@@ -107,7 +126,7 @@ async function check(file) {
     }
   }
   ++misses;
-  const r = await run("clang-tidy", ["-p", build, "--quiet", file], root);
+  const r = await run("clang-tidy", ["-p", dbDir, "--quiet", file], root);
   const text = relative(r.out.toString());
   // clang-tidy exits non-zero when the file does not compile for it: a failure, never cached.
   if (r.code !== 0 && !/warning: /.test(text)) {
