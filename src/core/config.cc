@@ -155,7 +155,9 @@ const std::vector<std::string> kDaemonKeys = {
     "lease_heartbeat",
     "discover",   "discover_unload", "discover_interval", "systemctl", "journalctl", "systemd_user",
     "store",      "store_url_file", "host",          "host_timeout"};
-const std::vector<std::string> kGpuKeys = {"backend", "baseline", "residual_tolerance", "reserve"};
+const std::vector<std::string> kGpuKeys = {"backend",        "baseline",
+                                           "residual_tolerance", "reserve",
+                                           "process_scan_threshold", "process_scan_interval"};
 const std::vector<std::string> kBackends = {"auto", "nvml", "nvidia-smi"};
 const std::vector<std::string> kServiceKeys = {
     "kind",  "url", "match", "unload_after_idle", "min_idle", "on_ineffective_unload", "group",        "pinned",
@@ -583,6 +585,15 @@ class ConfigParser {
         if (auto b = size_value(node, field)) out.residual_tolerance = *b;
       } else if (k == "reserve") {
         if (auto b = size_value(node, field)) out.reserve = *b;
+      } else if (k == "process_scan_threshold") {
+        if (auto b = size_value(node, field)) out.process_scan_threshold = *b;
+      } else if (k == "process_scan_interval") {
+        if (auto d = duration_value(node, field)) {
+          if (*d < kMinSampleInterval)
+            error(node.source().begin, field + ": must be at least 100ms, got " + describe(node));
+          else
+            out.process_scan_interval = *d;
+        }
       } else {
         unknown_key(key, "[gpu]", kGpuKeys);
       }

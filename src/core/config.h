@@ -144,6 +144,11 @@ struct GpuConfig {
   std::optional<Bytes> baseline;  // nullopt: "auto" (learned)
   Bytes residual_tolerance = 256 * MiB;
   Bytes reserve = 0;  // kept free on every GPU, never leased
+  // The driver's process lists (a global lock each) are read when a GPU's used memory moved by
+  // this much since they were last read, when vramd did something that may change them, and
+  // at least every process_scan_interval (core/process_scan.h).
+  Bytes process_scan_threshold = 32 * MiB;
+  Duration process_scan_interval = std::chrono::seconds(10);
 };
 
 // A [[crash_rules]] entry: a regex over a crashed service's log, and what it means.

@@ -184,7 +184,25 @@ TEST(Config, UnknownTopLevelTableSuggests) {
 TEST(Config, UnknownKeyWithoutSuggestionListsKnownKeys) {
   EXPECT_EQ(error_of("[gpu]\nfoo = 1\n"),
             "vramd.toml:2:1: unknown key 'foo' in [gpu]; known keys: backend, baseline, "
-            "residual_tolerance and reserve");
+            "residual_tolerance, reserve, process_scan_threshold and process_scan_interval");
+}
+
+TEST(Config, ProcessScanKeys) {
+  auto c = parse_config(
+      "[gpu]\nprocess_scan_threshold = \"64MiB\"\nprocess_scan_interval = \"30s\"\n",
+      "vramd.toml");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->gpu.process_scan_threshold, 64 * MiB);
+  EXPECT_EQ(c->gpu.process_scan_interval, std::chrono::seconds(30));
+  auto d = parse_config("", "vramd.toml");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->gpu.process_scan_threshold, 32 * MiB);
+  EXPECT_EQ(d->gpu.process_scan_interval, std::chrono::seconds(10));
+  EXPECT_EQ(error_of("[gpu]\nprocess_scan_interval = \"10ms\"\n"),
+            "vramd.toml:2:25: gpu.process_scan_interval: must be at least 100ms, got \"10ms\"");
+  EXPECT_EQ(error_of("[gpu]\nprocess_scan_threshold = 5\n"),
+            "vramd.toml:2:26: gpu.process_scan_threshold: expected a size like \"16GiB\" or "
+            "\"512MiB\", got 5");
 }
 
 TEST(Config, LeaseKeys) {

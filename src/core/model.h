@@ -1,8 +1,10 @@
 // The words of DESIGN.md as types: GPU samples, processes, owners, holdings.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/units.h"
@@ -50,6 +52,9 @@ struct GpuSample {
   // that says nothing); per-process N/A is per entry instead.
   bool processes_readable = true;
   std::vector<ProcessMemory> processes;
+  // false when this sample did not read the driver's process lists (core/process_scan.h): then
+  // `processes` are those of the last read, which its memory has not moved far from since.
+  bool processes_listed = true;
   // MIG. On a physical GPU: mig_enabled when its MIG mode is on. On an instance: parent is the
   // physical GPU's index; gpu_instance_id its GI id; compute_instance_id its first CI's id;
   // mig_profile "1g.18gb" (empty when the driver does not say).
@@ -69,6 +74,10 @@ struct GpuReading {
   std::string driver_version;  // may be empty
   std::string error;           // non-empty: the whole read failed (driver not loaded, ...)
   std::vector<GpuSample> gpus;
+  // NVML entry points called since the reader was opened, by name ("nvmlDeviceGetMemoryInfo_v2"),
+  // counted by the reader itself: the metric vramd_nvml_calls_total{function}. Empty for
+  // nvidia-smi.
+  std::vector<std::pair<std::string, uint64_t>> nvml_calls;
 };
 
 // ---- What the host shell sees (host/) ----

@@ -178,6 +178,13 @@ void Daemon::stop() {
 }
 
 void Daemon::feed(const Event& event) {
+  // What may have changed the GPUs' processes: their lists are read on the next sample
+  // (core/process_scan.h; between such moments, only when memory moves or every 10 s).
+  if (std::holds_alternative<ChildStarted>(event) || std::holds_alternative<ChildExited>(event) ||
+      std::holds_alternative<HolderExited>(event) ||
+      std::holds_alternative<ContainerChanged>(event) ||
+      std::holds_alternative<LifecycleDone>(event) || std::holds_alternative<UnloadCallDone>(event))
+    sample_gate_.list_processes();
   apply(arbiter_.handle(event, clock_()));
   // A deadline sooner than the tick loop's wake-up: wake it to wait for that one instead.
   if (auto due = arbiter_.next_deadline(); due && *due < tick_at_) tick_timer_.cancel();
@@ -209,6 +216,7 @@ void Daemon::apply(std::vector<Action> actions) {
       asio::co_spawn(io_, call_unload(*c), asio::detached);
     } else if (auto* f = std::get_if<SetFastSampling>(&a)) {
       fast_sampling_ = f->on;
+      sample_gate_.set_fast(f->on);  // a verification reads the lists on every sample
       sample_gate_.set_interval(f->on ? Duration(kFastSampleInterval)
                                       : arbiter_.config().daemon.sample_interval);
       if (f->on) sample_gate_.wake();  // sample now rather than at the end of the interval
@@ -221,6 +229,9 @@ void Daemon::apply(std::vector<Action> actions) {
     } else if (auto* l = std::get_if<Lifecycle>(&a)) {
       run_lifecycle(*l);
     } else if (auto* lc = std::get_if<LeaseChanged>(&a)) {
+      // A grant lets its holder allocate; an end, its memory go.
+      if (lc->lease.state == LeaseState::granted || !is_active(lc->lease.state))
+        sample_gate_.list_processes();
       save_lease(lc->lease, std::exchange(told, {}));
       // A lease for the shared queue, or room given back: claim soon rather than at the round.
       if (lc->lease.request.cluster || !is_active(lc->lease.state)) claim_soon();
@@ -382,9 +393,13 @@ asio::awaitable<void> Daemon::watchdog_loop(std::chrono::microseconds interval) 
 }
 
 void Daemon::sampler_thread() {
-  // Blocking reads, off the event loop; the Arbiter is only touched back on the loop.
-  while (std::optional<HostScanRequest> request = sample_gate_.next()) {
-    SampleTaken sample = take_sample(*reader_, *scanner_, *request);
+  // Blocking reads, off the event loop; the Arbiter is only touched back on the loop. The
+  // process lists' schedule is this thread's alone.
+  const GpuConfig& gpu = arbiter_.config().gpu;
+  ProcessListSchedule lists({gpu.process_scan_threshold, gpu.process_scan_interval});
+  while (std::optional<SampleGate::Order> order = sample_gate_.next()) {
+    SampleTaken sample =
+        take_sample(*reader_, *scanner_, order->request, &lists, mono_now(), order->list_all);
     sample_gate_.taken();
     asio::post(io_, [this, sample = std::move(sample)]() mutable { on_sample(std::move(sample)); });
   }
@@ -404,6 +419,7 @@ void Daemon::on_sample(SampleTaken sample) {
   if (stopping_) return;
   arm_stall_timer();
   backend_works("sampler");
+  if (!sample.gpus.nvml_calls.empty()) metrics_.nvml_calls = std::move(sample.gpus.nvml_calls);
   if (!sample.host.error.empty()) {
     // Without the process table every GPU process would read as unowned and every service as
     // empty: such a sample would mislead the core (a verification, an idle TTL), so it is not

@@ -234,6 +234,7 @@ asio::awaitable<WakeResult> Daemon::wake_for_request(std::string service, std::s
       auto op = adapter->second->wake();
       call = co_await std::move(op);
     }
+    sample_gate_.list_processes();  // the load's processes show at the next sample
   }
   bool failed = call.result == UnloadCall::Result::failed;
   // The lease holds the room until the load shows on the GPU, not just until the call returned:

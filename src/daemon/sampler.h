@@ -14,7 +14,12 @@
 
 namespace vramd {
 
-SampleTaken take_sample(GpuReader& reader, HostScanner& scanner, const HostScanRequest& request);
+// `lists`: read each GPU's process lists only when due (core/process_scan.h), begun at `now`
+// (with `list_all`, every GPU's); null: every time. When a kept list names a pid the host scan
+// no longer finds, every GPU is listed on the next sample.
+SampleTaken take_sample(GpuReader& reader, HostScanner& scanner, const HostScanRequest& request,
+                        ProcessListSchedule* lists = nullptr, MonoTime now = {},
+                        bool list_all = false);
 
 // The schedule of the sampler thread, which runs one loop for the daemon's life: wait for the
 // next sample's time, take it, hand it to the event loop, compute the next time. The event loop
@@ -28,9 +33,15 @@ class SampleGate {
   explicit SampleGate(HostScanRequest request, Duration interval)
       : request_(std::move(request)), interval_(interval) {}
 
+  // What the sampler thread is to take: the host scan's request, and whether every GPU's process
+  // lists are to be read (something vramd did may have changed them; fast sampling).
+  struct Order {
+    HostScanRequest request;
+    bool list_all = false;
+  };
   // The sampler thread: blocks until the next sample is due (or wake(), or close()); nullopt
-  // when closed, else the request to scan with. The first is due at once.
-  std::optional<HostScanRequest> next() {
+  // when closed, else what to take. The first is due at once.
+  std::optional<Order> next() {
     std::unique_lock lock(mu_);
     for (;;) {
       while (!jobs_.empty()) {  // other work for this thread (discovery's scans), in order
@@ -52,7 +63,9 @@ class SampleGate {
     }
     woken_ = false;
     in_flight_ = true;
-    return request_;
+    Order order{request_, list_all_ || fast_};
+    list_all_ = false;
+    return order;
   }
   // The sampler thread, once the sample is taken: the next is due one interval after this one
   // was (fixed rate), or one interval from now after a stall (no burst to catch up).
@@ -77,6 +90,17 @@ class SampleGate {
   void set_interval(Duration interval) {
     std::lock_guard lock(mu_);
     interval_ = interval;
+  }
+  // The event loop: the next sample reads every GPU's process lists (a start, an exit, a grant,
+  // an unload, a wake may have changed them). Wakes nobody: the sample comes at its time.
+  void list_processes() {
+    std::lock_guard lock(mu_);
+    list_all_ = true;
+  }
+  // The event loop: while on (an unload or a stop being verified), every sample reads them.
+  void set_fast(bool on) {
+    std::lock_guard lock(mu_);
+    fast_ = on;
   }
   void set_request(HostScanRequest request) {
     std::lock_guard lock(mu_);
@@ -105,6 +129,8 @@ class SampleGate {
   bool waiting_handled_ = false;  // the sampler waits for handled()
   bool woken_ = false;
   bool closed_ = false;
+  bool list_all_ = true;  // the first sample lists every GPU
+  bool fast_ = false;
 };
 
 // The clocks at millisecond resolution: the shell's only clock reads. The core decides on the

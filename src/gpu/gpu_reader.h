@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/model.h"
+#include "core/process_scan.h"
 #include "core/result.h"
 
 namespace vramd {
@@ -14,9 +15,18 @@ class GpuReader {
  public:
   virtual ~GpuReader() = default;
   virtual std::string backend() const = 0;  // "nvml" | "nvidia-smi"
-  // Reads every GPU. Never throws; failures are in GpuReading::error or per GPU health.
-  // A reader whose driver failed retries initialisation on the next read.
-  virtual GpuReading read() = 0;
+  // Reads every GPU, its process lists included. Never throws; failures are in
+  // GpuReading::error or per GPU health. A reader whose driver failed retries initialisation on
+  // the next read.
+  GpuReading read() { return read_gpus(nullptr); }
+  // The same, but each GPU's process lists only when `lists` says they are due
+  // (core/process_scan.h); otherwise the lists it keeps stand in, and the sample says so
+  // (GpuSample::processes_listed). A backend that cannot read memory without the lists reads
+  // them every time.
+  GpuReading read(ProcessListSchedule& lists) { return read_gpus(&lists); }
+
+ protected:
+  virtual GpuReading read_gpus(ProcessListSchedule* lists) = 0;
 };
 
 // backend: "auto" (NVML, then nvidia-smi), "nvml" or "nvidia-smi". NVML is loaded from

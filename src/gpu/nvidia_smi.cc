@@ -369,7 +369,7 @@ Result<std::unique_ptr<NvidiaSmiReader>> NvidiaSmiReader::open() {
 NvidiaSmiReader::NvidiaSmiReader(std::string binary, Duration timeout)
     : binary_(std::move(binary)), timeout_(timeout) {}
 
-GpuReading NvidiaSmiReader::read() {
+GpuReading NvidiaSmiReader::read_gpus(ProcessListSchedule* lists) {
   GpuReading reading;
   reading.backend = "nvidia-smi";
   warnings_.clear();
@@ -400,9 +400,23 @@ GpuReading NvidiaSmiReader::read() {
   SmiGpus gpus = parse_smi_query_gpu(gpu_out);
   warnings_ = std::move(gpus.warnings);
   reading.gpus = std::move(gpus.gpus);
+  auto key = [](const GpuSample& g) { return g.uuid.empty() ? g.label : g.uuid; };
+  bool due = lists == nullptr || !mig_listing_.empty() || mig_check_in_ == 0;
+  for (const GpuSample& g : reading.gpus) due = due || lists->due(key(g), g.used);
+  if (!due) {
+    for (GpuSample& g : reading.gpus) {
+      g.processes = lists->last(key(g));
+      g.processes_listed = false;
+    }
+    --mig_check_in_;
+    return reading;
+  }
   if (!run("--query-compute-apps=gpu_uuid,pid,process_name,used_memory", apps_out)) {
     // The cards were read; only the process list is missing.
-    for (GpuSample& g : reading.gpus) g.processes_readable = false;
+    for (GpuSample& g : reading.gpus) {
+      g.processes_readable = false;
+      if (lists != nullptr) lists->listed(key(g), g.used, false, {});
+    }
     warnings_.push_back(reading.error);
     reading.error.clear();
     return reading;
@@ -410,6 +424,8 @@ GpuReading NvidiaSmiReader::read() {
   SmiApps apps = parse_smi_compute_apps(apps_out);
   warnings_.insert(warnings_.end(), apps.warnings.begin(), apps.warnings.end());
   attach_smi_apps(reading.gpus, apps.apps, warnings_);
+  if (lists != nullptr)
+    for (const GpuSample& g : reading.gpus) lists->listed(key(g), g.used, true, g.processes);
 
   // MIG: which instances exist (`nvidia-smi -L`, looked at again every kMigRecheckReads reads:
   // MIG mode changes only with a GPU reset); while there are some, their memory and processes

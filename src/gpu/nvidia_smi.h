@@ -115,11 +115,15 @@ class NvidiaSmiReader : public GpuReader {
   explicit NvidiaSmiReader(std::string binary, Duration timeout = std::chrono::seconds(10));
 
   std::string backend() const override { return "nvidia-smi"; }
-  GpuReading read() override;
 
   const std::string& binary() const { return binary_; }
   // Lines skipped by the last read().
   const std::vector<std::string>& last_warnings() const { return warnings_; }
+
+ protected:
+  // The process list is a run of its own (`--query-compute-apps`), skipped when `lists` says no
+  // GPU's is due; with MIG on, always run (the plain table names each process's instance).
+  GpuReading read_gpus(ProcessListSchedule* lists) override;
 
  private:
   static constexpr int kMigRecheckReads = 60;

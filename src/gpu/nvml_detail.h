@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,38 +13,56 @@
 
 namespace vramd {
 
-// What dlsym found in the library (nullptr: absent).
+// One entry point of the library: what dlsym found (null: absent), called through operator(),
+// which counts the call (GpuReading::nvml_calls, the metric vramd_nvml_calls_total).
+template <typename Fn>
+struct NvmlEntry;
+template <typename R, typename... A>
+struct NvmlEntry<R (*)(A...)> {
+  R (*fn)(A...) = nullptr;
+  uint64_t* calls = nullptr;  // this entry's count in Symbols::calls
+  R operator()(A... a) const {
+    ++*calls;
+    return fn(a...);
+  }
+  explicit operator bool() const { return fn != nullptr; }
+  bool operator==(std::nullptr_t) const { return fn == nullptr; }
+};
+
+// What dlsym found in the library, and how often each entry point was called.
 struct NvmlReader::Symbols {
-  nvmlInit_fn init_v2 = nullptr;
-  nvmlInit_fn init_v1 = nullptr;
-  nvmlShutdown_fn shutdown = nullptr;
-  nvmlErrorString_fn error_string = nullptr;
-  nvmlSystemGetDriverVersion_fn driver_version = nullptr;
-  nvmlDeviceGetCount_fn count_v2 = nullptr;
-  nvmlDeviceGetCount_fn count_v1 = nullptr;
-  nvmlDeviceGetHandleByIndex_fn handle_v2 = nullptr;
-  nvmlDeviceGetHandleByIndex_fn handle_v1 = nullptr;
-  nvmlDeviceGetName_fn name = nullptr;
-  nvmlDeviceGetUUID_fn uuid = nullptr;
-  nvmlDeviceGetMemoryInfo_v2_fn memory_v2 = nullptr;
-  nvmlDeviceGetMemoryInfo_fn memory_v1 = nullptr;
-  nvmlDeviceGetUtilizationRates_fn utilization = nullptr;
-  nvmlDeviceGetTemperature_fn temperature = nullptr;
-  nvmlDeviceGetPowerUsage_fn power = nullptr;
-  nvmlDeviceGetProcesses_v2_fn compute_v3 = nullptr;
-  nvmlDeviceGetProcesses_v2_fn compute_v2 = nullptr;
-  nvmlDeviceGetProcesses_v1_fn compute_v1 = nullptr;
-  nvmlDeviceGetProcesses_v2_fn graphics_v3 = nullptr;
-  nvmlDeviceGetProcesses_v2_fn graphics_v2 = nullptr;
-  nvmlDeviceGetProcesses_v1_fn graphics_v1 = nullptr;
-  nvmlDeviceGetProcesses_v2_fn mps_v3 = nullptr;
-  nvmlDeviceGetProcesses_v2_fn mps_v2 = nullptr;
-  nvmlDeviceGetProcesses_v1_fn mps_v1 = nullptr;
-  nvmlDeviceGetMigMode_fn mig_mode = nullptr;
-  nvmlDeviceGetMaxMigDeviceCount_fn max_mig_count = nullptr;
-  nvmlDeviceGetMigDeviceHandleByIndex_fn mig_handle = nullptr;
-  nvmlDeviceGetInstanceId_fn gpu_instance_id = nullptr;
-  nvmlDeviceGetInstanceId_fn compute_instance_id = nullptr;
+  // Calls by symbol name, of each entry point found (std::map: each count's address is stable).
+  std::map<std::string, uint64_t> calls;
+  NvmlEntry<nvmlInit_fn> init_v2;
+  NvmlEntry<nvmlInit_fn> init_v1;
+  NvmlEntry<nvmlShutdown_fn> shutdown;
+  NvmlEntry<nvmlErrorString_fn> error_string;
+  NvmlEntry<nvmlSystemGetDriverVersion_fn> driver_version;
+  NvmlEntry<nvmlDeviceGetCount_fn> count_v2;
+  NvmlEntry<nvmlDeviceGetCount_fn> count_v1;
+  NvmlEntry<nvmlDeviceGetHandleByIndex_fn> handle_v2;
+  NvmlEntry<nvmlDeviceGetHandleByIndex_fn> handle_v1;
+  NvmlEntry<nvmlDeviceGetName_fn> name;
+  NvmlEntry<nvmlDeviceGetUUID_fn> uuid;
+  NvmlEntry<nvmlDeviceGetMemoryInfo_v2_fn> memory_v2;
+  NvmlEntry<nvmlDeviceGetMemoryInfo_fn> memory_v1;
+  NvmlEntry<nvmlDeviceGetUtilizationRates_fn> utilization;
+  NvmlEntry<nvmlDeviceGetTemperature_fn> temperature;
+  NvmlEntry<nvmlDeviceGetPowerUsage_fn> power;
+  NvmlEntry<nvmlDeviceGetProcesses_v2_fn> compute_v3;
+  NvmlEntry<nvmlDeviceGetProcesses_v2_fn> compute_v2;
+  NvmlEntry<nvmlDeviceGetProcesses_v1_fn> compute_v1;
+  NvmlEntry<nvmlDeviceGetProcesses_v2_fn> graphics_v3;
+  NvmlEntry<nvmlDeviceGetProcesses_v2_fn> graphics_v2;
+  NvmlEntry<nvmlDeviceGetProcesses_v1_fn> graphics_v1;
+  NvmlEntry<nvmlDeviceGetProcesses_v2_fn> mps_v3;
+  NvmlEntry<nvmlDeviceGetProcesses_v2_fn> mps_v2;
+  NvmlEntry<nvmlDeviceGetProcesses_v1_fn> mps_v1;
+  NvmlEntry<nvmlDeviceGetMigMode_fn> mig_mode;
+  NvmlEntry<nvmlDeviceGetMaxMigDeviceCount_fn> max_mig_count;
+  NvmlEntry<nvmlDeviceGetMigDeviceHandleByIndex_fn> mig_handle;
+  NvmlEntry<nvmlDeviceGetInstanceId_fn> gpu_instance_id;
+  NvmlEntry<nvmlDeviceGetInstanceId_fn> compute_instance_id;
   // nvitop's test for the early R535 libraries (535.43-535.86), whose _v3 process lists write
   // 32-byte entries: nvmlDeviceGetConfComputeMemSizeInfo exported, ...RunningProcessDetailList not.
   bool r535_exports = false;

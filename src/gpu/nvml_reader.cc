@@ -21,8 +21,10 @@ constexpr int kMaxListAttempts = 5;
 constexpr unsigned kListSlack = 8;
 
 template <typename Fn>
-void resolve(void* handle, const char* name, Fn& out) {
-  out = reinterpret_cast<Fn>(::dlsym(handle, name));
+void resolve(void* handle, std::map<std::string, uint64_t>& calls, const char* name,
+             NvmlEntry<Fn>& out) {
+  out.fn = reinterpret_cast<Fn>(::dlsym(handle, name));
+  out.calls = &calls[name];
 }
 
 // Room per entry in the buffers handed to the library: the largest entry any driver writes, so
@@ -33,7 +35,7 @@ constexpr std::size_t kMaxEntryBytes = sizeof(nvmlProcessInfo_r535_t);
 // the library writes (16 for v1, 24 for v2/v3, 32 for early-R535 v3); `ids` whether they carry
 // gpuInstanceId/computeInstanceId (at offsets 16 and 20).
 template <typename Info, typename Fn>
-nvmlReturn_t fetch_processes(Fn fn, nvmlDevice_t device, std::size_t stride, bool ids,
+nvmlReturn_t fetch_processes(const Fn& fn, nvmlDevice_t device, std::size_t stride, bool ids,
                              std::vector<ProcessMemory>& out) {
   static_assert(offsetof(nvmlProcessInfo_v2_t, gpuInstanceId) == 16);
   static_assert(offsetof(nvmlProcessInfo_v2_t, computeInstanceId) == 20);
@@ -160,36 +162,36 @@ Result<std::unique_ptr<NvmlReader>> NvmlReader::open(const std::vector<std::stri
       continue;
     }
     auto s = std::make_unique<Symbols>();
-    resolve(handle, "nvmlInit_v2", s->init_v2);
-    resolve(handle, "nvmlInit", s->init_v1);
-    resolve(handle, "nvmlShutdown", s->shutdown);
-    resolve(handle, "nvmlErrorString", s->error_string);
-    resolve(handle, "nvmlSystemGetDriverVersion", s->driver_version);
-    resolve(handle, "nvmlDeviceGetCount_v2", s->count_v2);
-    resolve(handle, "nvmlDeviceGetCount", s->count_v1);
-    resolve(handle, "nvmlDeviceGetHandleByIndex_v2", s->handle_v2);
-    resolve(handle, "nvmlDeviceGetHandleByIndex", s->handle_v1);
-    resolve(handle, "nvmlDeviceGetName", s->name);
-    resolve(handle, "nvmlDeviceGetUUID", s->uuid);
-    resolve(handle, "nvmlDeviceGetMemoryInfo_v2", s->memory_v2);
-    resolve(handle, "nvmlDeviceGetMemoryInfo", s->memory_v1);
-    resolve(handle, "nvmlDeviceGetUtilizationRates", s->utilization);
-    resolve(handle, "nvmlDeviceGetTemperature", s->temperature);
-    resolve(handle, "nvmlDeviceGetPowerUsage", s->power);
-    resolve(handle, "nvmlDeviceGetComputeRunningProcesses_v3", s->compute_v3);
-    resolve(handle, "nvmlDeviceGetComputeRunningProcesses_v2", s->compute_v2);
-    resolve(handle, "nvmlDeviceGetComputeRunningProcesses", s->compute_v1);
-    resolve(handle, "nvmlDeviceGetGraphicsRunningProcesses_v3", s->graphics_v3);
-    resolve(handle, "nvmlDeviceGetGraphicsRunningProcesses_v2", s->graphics_v2);
-    resolve(handle, "nvmlDeviceGetGraphicsRunningProcesses", s->graphics_v1);
-    resolve(handle, "nvmlDeviceGetMPSComputeRunningProcesses_v3", s->mps_v3);
-    resolve(handle, "nvmlDeviceGetMPSComputeRunningProcesses_v2", s->mps_v2);
-    resolve(handle, "nvmlDeviceGetMPSComputeRunningProcesses", s->mps_v1);
-    resolve(handle, "nvmlDeviceGetMigMode", s->mig_mode);
-    resolve(handle, "nvmlDeviceGetMaxMigDeviceCount", s->max_mig_count);
-    resolve(handle, "nvmlDeviceGetMigDeviceHandleByIndex", s->mig_handle);
-    resolve(handle, "nvmlDeviceGetGpuInstanceId", s->gpu_instance_id);
-    resolve(handle, "nvmlDeviceGetComputeInstanceId", s->compute_instance_id);
+    resolve(handle, s->calls, "nvmlInit_v2", s->init_v2);
+    resolve(handle, s->calls, "nvmlInit", s->init_v1);
+    resolve(handle, s->calls, "nvmlShutdown", s->shutdown);
+    resolve(handle, s->calls, "nvmlErrorString", s->error_string);
+    resolve(handle, s->calls, "nvmlSystemGetDriverVersion", s->driver_version);
+    resolve(handle, s->calls, "nvmlDeviceGetCount_v2", s->count_v2);
+    resolve(handle, s->calls, "nvmlDeviceGetCount", s->count_v1);
+    resolve(handle, s->calls, "nvmlDeviceGetHandleByIndex_v2", s->handle_v2);
+    resolve(handle, s->calls, "nvmlDeviceGetHandleByIndex", s->handle_v1);
+    resolve(handle, s->calls, "nvmlDeviceGetName", s->name);
+    resolve(handle, s->calls, "nvmlDeviceGetUUID", s->uuid);
+    resolve(handle, s->calls, "nvmlDeviceGetMemoryInfo_v2", s->memory_v2);
+    resolve(handle, s->calls, "nvmlDeviceGetMemoryInfo", s->memory_v1);
+    resolve(handle, s->calls, "nvmlDeviceGetUtilizationRates", s->utilization);
+    resolve(handle, s->calls, "nvmlDeviceGetTemperature", s->temperature);
+    resolve(handle, s->calls, "nvmlDeviceGetPowerUsage", s->power);
+    resolve(handle, s->calls, "nvmlDeviceGetComputeRunningProcesses_v3", s->compute_v3);
+    resolve(handle, s->calls, "nvmlDeviceGetComputeRunningProcesses_v2", s->compute_v2);
+    resolve(handle, s->calls, "nvmlDeviceGetComputeRunningProcesses", s->compute_v1);
+    resolve(handle, s->calls, "nvmlDeviceGetGraphicsRunningProcesses_v3", s->graphics_v3);
+    resolve(handle, s->calls, "nvmlDeviceGetGraphicsRunningProcesses_v2", s->graphics_v2);
+    resolve(handle, s->calls, "nvmlDeviceGetGraphicsRunningProcesses", s->graphics_v1);
+    resolve(handle, s->calls, "nvmlDeviceGetMPSComputeRunningProcesses_v3", s->mps_v3);
+    resolve(handle, s->calls, "nvmlDeviceGetMPSComputeRunningProcesses_v2", s->mps_v2);
+    resolve(handle, s->calls, "nvmlDeviceGetMPSComputeRunningProcesses", s->mps_v1);
+    resolve(handle, s->calls, "nvmlDeviceGetMigMode", s->mig_mode);
+    resolve(handle, s->calls, "nvmlDeviceGetMaxMigDeviceCount", s->max_mig_count);
+    resolve(handle, s->calls, "nvmlDeviceGetMigDeviceHandleByIndex", s->mig_handle);
+    resolve(handle, s->calls, "nvmlDeviceGetGpuInstanceId", s->gpu_instance_id);
+    resolve(handle, s->calls, "nvmlDeviceGetComputeInstanceId", s->compute_instance_id);
     s->r535_exports = ::dlsym(handle, "nvmlDeviceGetConfComputeMemSizeInfo") != nullptr &&
                       ::dlsym(handle, "nvmlDeviceGetRunningProcessDetailList") == nullptr;
     std::string missing;
@@ -239,6 +241,11 @@ nvmlReturn_t NvmlReader::init() {
   return r;
 }
 
+void NvmlReader::add_calls(GpuReading& reading) const {
+  for (const auto& [name, n] : sym_->calls)
+    if (n > 0) reading.nvml_calls.emplace_back(name, n);
+}
+
 void NvmlReader::shutdown() {
   if (initialized_ && sym_->shutdown != nullptr) sym_->shutdown();
   initialized_ = false;
@@ -246,19 +253,22 @@ void NvmlReader::shutdown() {
 
 nvmlReturn_t NvmlReader::read_processes(ProcessList list, nvmlDevice_t device,
                                         std::vector<ProcessMemory>& out, std::string& version) {
-  nvmlDeviceGetProcesses_v2_fn v3 = nullptr, v2 = nullptr;
-  nvmlDeviceGetProcesses_v1_fn v1 = nullptr;
+  const NvmlEntry<nvmlDeviceGetProcesses_v2_fn>* v3e = nullptr;
+  const NvmlEntry<nvmlDeviceGetProcesses_v2_fn>* v2e = nullptr;
+  const NvmlEntry<nvmlDeviceGetProcesses_v1_fn>* v1e = nullptr;
   switch (list) {
     case ProcessList::compute:
-      v3 = sym_->compute_v3, v2 = sym_->compute_v2, v1 = sym_->compute_v1;
+      v3e = &sym_->compute_v3, v2e = &sym_->compute_v2, v1e = &sym_->compute_v1;
       break;
     case ProcessList::graphics:
-      v3 = sym_->graphics_v3, v2 = sym_->graphics_v2, v1 = sym_->graphics_v1;
+      v3e = &sym_->graphics_v3, v2e = &sym_->graphics_v2, v1e = &sym_->graphics_v1;
       break;
     case ProcessList::mps:
-      v3 = sym_->mps_v3, v2 = sym_->mps_v2, v1 = sym_->mps_v1;
+      v3e = &sym_->mps_v3, v2e = &sym_->mps_v2, v1e = &sym_->mps_v1;
       break;
   }
+  const auto &v3 = *v3e, &v2 = *v2e;
+  const auto& v1 = *v1e;
   nvmlReturn_t r = NVML_ERROR_FUNCTION_NOT_FOUND;
   version.clear();
   if (v3 != nullptr) {
@@ -320,7 +330,8 @@ nvmlReturn_t NvmlReader::read_all_processes(nvmlDevice_t device, std::vector<Pro
   return readable ? NVML_SUCCESS : (rc != NVML_SUCCESS ? rc : rg);
 }
 
-void NvmlReader::read_device(unsigned index, std::vector<GpuSample>& out, bool& lost) {
+void NvmlReader::read_device(unsigned index, std::vector<GpuSample>& out, bool& lost,
+                             ProcessListSchedule* lists) {
   out.emplace_back();
   std::size_t at = out.size() - 1;
   auto sample = [&]() -> GpuSample& { return out[at]; };
@@ -411,11 +422,19 @@ void NvmlReader::read_device(unsigned index, std::vector<GpuSample>& out, bool& 
       return fail(r, "nvmlDeviceGetPowerUsage");
   }
 
+  // The process lists take the driver's global lock: read only when due (core/process_scan.h).
+  const std::string key = sample().uuid.empty() ? sample().label : sample().uuid;
+  if (!mig && lists != nullptr && !lists->due(key, sample().used)) {
+    sample().processes = lists->last(key);
+    sample().processes_listed = false;
+    return;
+  }
   std::vector<ProcessMemory> processes;
   bool readable = false;
   const char* failed = "";
   r = read_all_processes(device, processes, readable, failed);
   if (is_lost(r)) return fail(r, failed);
+  if (!mig && lists != nullptr) lists->listed(key, sample().used, readable, processes);
   if (!mig) {
     sample().processes_readable = readable;
     sample().processes = std::move(processes);
@@ -431,13 +450,14 @@ void NvmlReader::read_device(unsigned index, std::vector<GpuSample>& out, bool& 
   for (auto& g : instances) out.push_back(std::move(g));
 }
 
-GpuReading NvmlReader::read() {
+GpuReading NvmlReader::read_gpus(ProcessListSchedule* lists) {
   GpuReading reading;
   reading.backend = "nvml";
   if (!initialized_) {
     nvmlReturn_t r = init();
     if (r != NVML_SUCCESS) {
       reading.error = describe_init_failure(r, error_string(r));
+      add_calls(reading);
       return reading;
     }
   }
@@ -454,16 +474,18 @@ GpuReading NvmlReader::read() {
   if (r != NVML_SUCCESS) {
     reading.error = "cannot count GPUs (NVML: " + error_string(r) + ")";
     shutdown();  // start afresh next time: the driver may have gone away
+    add_calls(reading);
     return reading;
   }
   versions_.v3_entry_bytes = sym_->r535_exports || is_early_r535(reading.driver_version)
                                  ? sizeof(nvmlProcessInfo_r535_t)
                                  : sizeof(nvmlProcessInfo_v2_t);
   bool lost = false;
-  for (unsigned i = 0; i < count; ++i) read_device(i, reading.gpus, lost);
+  for (unsigned i = 0; i < count; ++i) read_device(i, reading.gpus, lost, lists);
   // A lost GPU may come back (reset, driver reload): re-initialise before the next read so that
   // NVML enumerates devices afresh.
   if (lost) shutdown();
+  add_calls(reading);
   return reading;
 }
 

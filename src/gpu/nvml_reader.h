@@ -48,10 +48,12 @@ class NvmlReader : public GpuReader {
   NvmlReader& operator=(const NvmlReader&) = delete;
 
   std::string backend() const override { return "nvml"; }
-  GpuReading read() override;
 
   const std::string& library_path() const { return library_path_; }
   const NvmlApiVersions& api_versions() const { return versions_; }
+
+ protected:
+  GpuReading read_gpus(ProcessListSchedule* lists) override;
 
  private:
   struct Symbols;
@@ -60,9 +62,14 @@ class NvmlReader : public GpuReader {
   // nvmlInit_v2, falling back to nvmlInit when absent or answering FUNCTION_NOT_FOUND.
   nvmlReturn_t init();
   void shutdown();
+  // Every entry point called so far, by name (GpuReading::nvml_calls).
+  void add_calls(GpuReading& reading) const;
   std::string error_string(nvmlReturn_t code) const;
-  // Appends GPU `index` to `out`, then its MIG instances when MIG is on.
-  void read_device(unsigned index, std::vector<GpuSample>& out, bool& lost);
+  // Appends GPU `index` to `out`, then its MIG instances when MIG is on. Its process lists are
+  // read when `lists` is null or says they are due (always with MIG on: the parent's list says
+  // which instance each process is in).
+  void read_device(unsigned index, std::vector<GpuSample>& out, bool& lost,
+                   ProcessListSchedule* lists);
   // One device per GPU instance of a MIG parent (compute instances of one GI merged); what cannot
   // be read goes to parent_sample.note or to that instance's error.
   void read_mig_instances(unsigned parent_index, nvmlDevice_t parent, GpuSample& parent_sample,

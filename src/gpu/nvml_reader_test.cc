@@ -355,3 +355,141 @@ TEST(FakeNvml, ProcessListCountProtocol) {
 
 }  // namespace
 }  // namespace vramd
+
+namespace vramd {
+namespace {
+
+using nlohmann::json;
+using namespace nvml_test;
+
+// The fake library's own count of each entry point (fakeNvmlCallCounts), through a handle of
+// this test's that keeps the library loaded while readers come and go.
+struct FakeCounts {
+  void* lib = ::dlopen(VRAMD_BUILD_DIR "/libnvidia-ml-fake.so", RTLD_NOW | RTLD_LOCAL);
+  ~FakeCounts() {
+    if (lib) ::dlclose(lib);
+  }
+  json now() const {
+    auto fn = reinterpret_cast<const char* (*)()>(::dlsym(lib, "fakeNvmlCallCounts"));
+    return fn ? json::parse(fn()) : json::object();
+  }
+};
+
+uint64_t calls_of(const GpuReading& r, const std::string& fn) {
+  for (const auto& [name, n] : r.nvml_calls)
+    if (name == fn) return n;
+  return 0;
+}
+
+// The reader's count of every entry point is the library's own, call for call.
+TEST(NvmlReader, CountsEveryCallAsTheLibrarySeesIt) {
+  TestGpu gpu;
+  gpu.write(base_state());
+  FakeCounts fake;
+  ASSERT_NE(fake.lib, nullptr) << ::dlerror();
+  json before = fake.now();
+  auto reader = open_reader();
+  ASSERT_NE(reader, nullptr);
+  GpuReading r;
+  for (int i = 0; i < 3; ++i) r = reader->read();
+  json after = fake.now();
+  ASSERT_FALSE(r.nvml_calls.empty());
+  for (const auto& [fn, n] : r.nvml_calls) {
+    uint64_t seen = after.value(fn, uint64_t{0}) - before.value(fn, uint64_t{0});
+    EXPECT_EQ(n, seen) << fn;
+  }
+  EXPECT_EQ(calls_of(r, "nvmlDeviceGetMemoryInfo_v2"), 6u);  // 2 GPUs, 3 reads
+  EXPECT_EQ(calls_of(r, "nvmlInit_v2"), 1u);
+  // GPU 0's compute list has processes: a count call and a fetch each read; GPU 1's is empty.
+  EXPECT_EQ(calls_of(r, "nvmlDeviceGetComputeRunningProcesses_v3"), 9u);
+}
+
+// With a schedule, the lists are read when memory moves by the threshold, when forced, when the
+// interval passed, and otherwise the last lists stand in.
+TEST(NvmlReader, ProcessListsOnlyWhenDue) {
+  TestGpu gpu;
+  gpu.write(base_state());
+  auto reader = open_reader();
+  ASSERT_NE(reader, nullptr);
+  ProcessListSchedule lists({32 * MiB, std::chrono::seconds(10)});
+  MonoTime t{};
+  auto read = [&](bool force = false) {
+    lists.begin(t, force);
+    return reader->read(lists);
+  };
+  const std::string list_fn = "nvmlDeviceGetComputeRunningProcesses_v3";
+  GpuReading first = read();
+  expect_base_figures(first, true);
+  EXPECT_TRUE(first.gpus[0].processes_listed);
+  uint64_t listed = calls_of(first, list_fn);
+
+  // Nothing moved: memory and utilization are read, the lists are not; the last ones stand.
+  t += std::chrono::seconds(1);
+  GpuReading quiet = read();
+  expect_base_figures(quiet, true);
+  EXPECT_FALSE(quiet.gpus[0].processes_listed);
+  EXPECT_FALSE(quiet.gpus[1].processes_listed);
+  EXPECT_EQ(calls_of(quiet, list_fn), listed);
+  EXPECT_EQ(calls_of(quiet, "nvmlDeviceGetMemoryInfo_v2"), 4u);
+
+  // A new process whose 20 MiB stay under the threshold is not seen yet...
+  ASSERT_TRUE(add_fake_process(gpu.path(), 0, 4242, 20 * MiB).ok());
+  t += std::chrono::seconds(1);
+  GpuReading small = read();
+  EXPECT_EQ(find_pid(small.gpus[0], 4242), nullptr);
+  EXPECT_EQ(calls_of(small, list_fn), listed);
+  // ...and is once vramd says something changed (a grant, a start).
+  GpuReading forced = read(/*force=*/true);
+  ASSERT_NE(find_pid(forced.gpus[0], 4242), nullptr);
+  EXPECT_GT(calls_of(forced, list_fn), listed);
+  listed = calls_of(forced, list_fn);
+
+  // Memory moving by the threshold lists that GPU alone, in the same read.
+  ASSERT_TRUE(add_fake_process(gpu.path(), 0, 4343, 1 * GiB).ok());
+  t += std::chrono::seconds(1);
+  GpuReading moved = read();
+  ASSERT_NE(find_pid(moved.gpus[0], 4343), nullptr);
+  EXPECT_TRUE(moved.gpus[0].processes_listed);
+  EXPECT_FALSE(moved.gpus[1].processes_listed);
+  EXPECT_EQ(find_pid(moved.gpus[0], 4343)->used, 1 * GiB);
+
+  // The interval: each GPU again 10 s after its last lists, with nothing moving (GPU 1 was last
+  // listed a second before GPU 0).
+  t += std::chrono::seconds(9);
+  GpuReading gpu1_due = read();
+  EXPECT_FALSE(gpu1_due.gpus[0].processes_listed);
+  EXPECT_TRUE(gpu1_due.gpus[1].processes_listed);
+  t += std::chrono::seconds(1);
+  GpuReading gpu0_due = read();
+  EXPECT_TRUE(gpu0_due.gpus[0].processes_listed);
+  EXPECT_FALSE(gpu0_due.gpus[1].processes_listed);
+
+  // Without a schedule, every read lists (discover, `vramd status` without a daemon).
+  EXPECT_TRUE(reader->read().gpus[0].processes_listed);
+}
+
+// Lists that could not be read are not kept in place of the next read.
+TEST(NvmlReader, UnreadableListsAreReadAgain) {
+  TestGpu gpu;
+  json s = base_state();
+  s["errors"] = {{"nvmlDeviceGetComputeRunningProcesses_v3", "NO_PERMISSION"},
+                 {"nvmlDeviceGetGraphicsRunningProcesses_v3", "NO_PERMISSION"}};
+  s["omit_symbols"] = {"nvmlDeviceGetComputeRunningProcesses_v2",
+                       "nvmlDeviceGetComputeRunningProcesses",
+                       "nvmlDeviceGetGraphicsRunningProcesses_v2",
+                       "nvmlDeviceGetGraphicsRunningProcesses"};
+  gpu.write(s);
+  auto reader = open_reader();
+  ASSERT_NE(reader, nullptr);
+  ProcessListSchedule lists;
+  lists.begin(MonoTime{}, false);
+  GpuReading r = reader->read(lists);
+  EXPECT_FALSE(r.gpus[0].processes_readable);
+  lists.begin(MonoTime{} + std::chrono::seconds(1), false);
+  r = reader->read(lists);
+  EXPECT_TRUE(r.gpus[0].processes_listed);  // read again, not stood in for
+  EXPECT_FALSE(r.gpus[0].processes_readable);
+}
+
+}  // namespace
+}  // namespace vramd

@@ -197,6 +197,12 @@ std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& c, con
   for (const auto& [key, n] : c.crashes)
     o.sample("vramd_crashes_total", labels("service", key.first, "signature", key.second),
              static_cast<double>(n));
+  o.family("vramd_nvml_calls_total", "counter",
+           "NVML calls vramd made, by entry point, since it started. The process lists "
+           "(nvmlDeviceGet*RunningProcesses*) take the driver's global lock: they are read when "
+           "memory moves ([gpu] process_scan_threshold).");
+  for (const auto& [function, n] : c.nvml_calls)
+    o.sample("vramd_nvml_calls_total", label("function", function), static_cast<double>(n));
   return o.take();
 }
 

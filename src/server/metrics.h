@@ -31,6 +31,8 @@ class MetricsCounters {
   std::vector<uint64_t> wait_counts;  // per bucket (not cumulative), then +Inf
   uint64_t wait_count = 0;
   double wait_sum = 0;
+  // NVML calls by entry point, as the last sample's reader counted them (GpuReading::nvml_calls).
+  std::vector<std::pair<std::string, uint64_t>> nvml_calls;
 
  private:
   std::set<uint64_t> waited_;  // granted leases already observed (until they end)

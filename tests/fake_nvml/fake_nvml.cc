@@ -26,11 +26,16 @@
 //   exports nvmlDeviceGetConfComputeMemSizeInfo but not nvmlDeviceGetRunningProcessDetailList.
 // - "overstate_count": N: a successful process-list call reports N more entries than it wrote.
 // - A missing or unreadable state file makes nvmlInit return DRIVER_NOT_LOADED.
+// Every call is counted by entry point: with $FAKE_NVML_CALLS set, the counts are written there
+// as a JSON object ({"nvmlDeviceGetMemoryInfo_v2": 61, ...}) when the library is unloaded (the
+// process exits or dlcloses it), so that a test can hold vramd's own count against the driver's.
 // Device handles encode the index: (nvmlDevice_t)(index + 1); a MIG device's handle adds
 // (slot + 1) << 16.
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -51,6 +56,30 @@ constexpr bool kR535 = false;
 
 std::mutex g_mutex;
 int g_init_count = 0;
+// Every call, by entry point (under g_mutex). Never destroyed: the library's destructor below
+// runs after the static destructors at exit.
+std::map<std::string, unsigned long long>& g_calls = *new std::map<std::string, unsigned long long>;
+
+void count_call(const char* fn) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ++g_calls[fn];
+}
+
+// At unload: the counts to $FAKE_NVML_CALLS, when set.
+__attribute__((destructor)) void write_call_counts() {
+  const char* path = std::getenv("FAKE_NVML_CALLS");
+  if (path == nullptr || *path == '\0') return;
+  json counts = json::object();
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    for (const auto& [fn, n] : g_calls) counts[fn] = n;
+  }
+  if (FILE* f = std::fopen(path, "w")) {
+    std::string text = counts.dump();
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+}
 // Process-list calls since nvmlInit, by function name and gpu index.
 std::map<std::pair<std::string, unsigned>, int> g_list_calls;
 
@@ -99,6 +128,7 @@ std::optional<nvmlReturn_t> configured_error(const json& obj, const char* fn) {
 
 // Common checks of a library-level call: state readable, initialised, not omitted, no error set.
 nvmlReturn_t enter(const char* fn, std::shared_ptr<const json>& state) {
+  count_call(fn);
   state = fake_nvml::load_state();
   if (!state) return NVML_ERROR_DRIVER_NOT_LOADED;
   if (omitted(*state, fn)) return NVML_ERROR_FUNCTION_NOT_FOUND;
@@ -159,6 +189,7 @@ nvmlReturn_t copy_string(const std::string& s, char* out, unsigned length) {
 }
 
 nvmlReturn_t do_init(const char* fn) {
+  count_call(fn);
   std::shared_ptr<const json> state = fake_nvml::load_state();
   if (!state) return NVML_ERROR_DRIVER_NOT_LOADED;
   if (omitted(*state, fn)) return NVML_ERROR_FUNCTION_NOT_FOUND;
@@ -272,13 +303,26 @@ nvmlReturn_t nvmlInit_v2(void) { return do_init("nvmlInit_v2"); }
 nvmlReturn_t nvmlInit(void) { return do_init("nvmlInit"); }
 
 nvmlReturn_t nvmlShutdown(void) {
+  count_call("nvmlShutdown");
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_init_count <= 0) return NVML_ERROR_UNINITIALIZED;
   --g_init_count;
   return NVML_SUCCESS;
 }
 
+// Not NVML's: the counts so far, as the JSON object written to $FAKE_NVML_CALLS. For tests that
+// load the library in their own process. The text stays valid until the next call.
+const char* fakeNvmlCallCounts(void) {
+  static std::string text;
+  json counts = json::object();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (const auto& [fn, n] : g_calls) counts[fn] = n;
+  text = counts.dump();
+  return text.c_str();
+}
+
 const char* nvmlErrorString(nvmlReturn_t result) {
+  count_call("nvmlErrorString");
   switch (result) {
     case NVML_SUCCESS:
       return "Success";

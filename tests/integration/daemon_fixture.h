@@ -57,12 +57,13 @@ struct DaemonFixture {
   }
   std::vector<std::string> extra_env;  // more "K=V" for the daemon (set before start)
   std::string daemon_toml;             // more [daemon] keys (set before start)
+  std::string gpu_toml;                // more [gpu] keys (set before start)
 
   void start(const std::string& services_toml) {
     std::ofstream(dir.file("vramd.toml")) << fmt::format(
         "[daemon]\nlisten = \"127.0.0.1:{}\"\nstate_dir = \"{}\"\nsample_interval = \"200ms\"\n{}\n"
-        "[gpu]\nbackend = \"nvml\"\n\n{}",
-        port, dir.path(), daemon_toml, services_toml);
+        "[gpu]\nbackend = \"nvml\"\n{}\n{}",
+        port, dir.path(), daemon_toml, gpu_toml, services_toml);
     daemon = std::make_unique<Child>(
         std::vector<std::string>{vramd_bin(), "serve", "--config", dir.file("vramd.toml")}, env(),
         dir.file("daemon.log"));

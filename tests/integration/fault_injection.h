@@ -53,7 +53,9 @@ class FaultyGpuReader : public GpuReader {
   FaultyGpuReader(std::unique_ptr<GpuReader> inner, std::shared_ptr<FaultSwitches> sw)
       : inner_(std::move(inner)), sw_(std::move(sw)) {}
   std::string backend() const override { return inner_->backend(); }
-  GpuReading read() override {
+
+ protected:
+  GpuReading read_gpus(ProcessListSchedule* lists) override {
     if (sw_->gpu_hang) sw_->wait_while(sw_->gpu_hang);
     if (sw_->gpu_fail) {
       GpuReading r;
@@ -61,7 +63,7 @@ class FaultyGpuReader : public GpuReader {
       r.error = "nvmlDeviceGetCount: Unknown Error (injected)";  // what NVML says when it fails
       return r;
     }
-    return inner_->read();
+    return lists ? inner_->read(*lists) : inner_->read();
   }
 
  private:
