@@ -249,6 +249,7 @@ void NvmlReader::add_calls(GpuReading& reading) const {
 void NvmlReader::shutdown() {
   if (initialized_ && sym_->shutdown != nullptr) sym_->shutdown();
   initialized_ = false;
+  identity_known_ = false;
 }
 
 nvmlReturn_t NvmlReader::read_processes(ProcessList list, nvmlDevice_t device,
@@ -337,6 +338,7 @@ void NvmlReader::read_device(unsigned index, std::vector<GpuSample>& out, bool& 
   auto sample = [&]() -> GpuSample& { return out[at]; };
   sample().index = index;
   sample().label = std::to_string(index);
+  DeviceIdentity& id = devices_[index];
   auto fail = [&](nvmlReturn_t r, const char* what) {
     GpuSample& s = sample();
     if (is_lost(r)) {
@@ -347,41 +349,49 @@ void NvmlReader::read_device(unsigned index, std::vector<GpuSample>& out, bool& 
     }
     s.error = "GPU " + std::to_string(index) + (s.uuid.empty() ? "" : " (" + s.uuid + ")") + ": " +
               error_string(r) + " (NVML " + what + ")";
+    identity_known_ = false;  // whatever failed, the next read asks everything again
   };
 
-  nvmlDevice_t device = nullptr;
   nvmlReturn_t r = NVML_ERROR_FUNCTION_NOT_FOUND;
-  if (sym_->handle_v2 != nullptr) r = sym_->handle_v2(index, &device);
-  if (r == NVML_ERROR_FUNCTION_NOT_FOUND && sym_->handle_v1 != nullptr) {
-    r = sym_->handle_v1(index, &device);
+  if (!id.known) {
+    id = DeviceIdentity{};
+    if (sym_->handle_v2 != nullptr) r = sym_->handle_v2(index, &id.handle);
+    if (r == NVML_ERROR_FUNCTION_NOT_FOUND && sym_->handle_v1 != nullptr) {
+      r = sym_->handle_v1(index, &id.handle);
+    }
+    if (r != NVML_SUCCESS) return fail(r, "nvmlDeviceGetHandleByIndex");
+    if (sym_->uuid != nullptr) {
+      char buf[nvml::kDeviceUuidBufferSize] = {};
+      r = sym_->uuid(id.handle, buf, sizeof buf);
+      if (r == NVML_SUCCESS)
+        id.uuid = c_string(buf, sizeof buf);
+      else if (is_lost(r))
+        return fail(r, "nvmlDeviceGetUUID");
+    }
+    sample().uuid = id.uuid;
+    if (sym_->name != nullptr) {
+      char buf[nvml::kDeviceNameBufferSize] = {};
+      r = sym_->name(id.handle, buf, sizeof buf);
+      if (r == NVML_SUCCESS)
+        id.name = c_string(buf, sizeof buf);
+      else if (is_lost(r))
+        return fail(r, "nvmlDeviceGetName");
+    }
+    if (sym_->mig_mode != nullptr) {
+      unsigned current = 0, pending = 0;
+      r = sym_->mig_mode(id.handle, &current, &pending);
+      if (r == NVML_SUCCESS)
+        id.mig = current == nvml::kDeviceMigEnable;
+      else if (is_lost(r))
+        return fail(r, "nvmlDeviceGetMigMode");
+      // NOT_SUPPORTED: a card without MIG.
+    }
+    id.known = true;
   }
-  if (r != NVML_SUCCESS) return fail(r, "nvmlDeviceGetHandleByIndex");
-
-  if (sym_->uuid != nullptr) {
-    char buf[nvml::kDeviceUuidBufferSize] = {};
-    r = sym_->uuid(device, buf, sizeof buf);
-    if (r == NVML_SUCCESS)
-      sample().uuid = c_string(buf, sizeof buf);
-    else if (is_lost(r))
-      return fail(r, "nvmlDeviceGetUUID");
-  }
-  if (sym_->name != nullptr) {
-    char buf[nvml::kDeviceNameBufferSize] = {};
-    r = sym_->name(device, buf, sizeof buf);
-    if (r == NVML_SUCCESS)
-      sample().name = c_string(buf, sizeof buf);
-    else if (is_lost(r))
-      return fail(r, "nvmlDeviceGetName");
-  }
-  if (sym_->mig_mode != nullptr) {
-    unsigned current = 0, pending = 0;
-    r = sym_->mig_mode(device, &current, &pending);
-    if (r == NVML_SUCCESS)
-      sample().mig_enabled = current == nvml::kDeviceMigEnable;
-    else if (is_lost(r))
-      return fail(r, "nvmlDeviceGetMigMode");
-    // NOT_SUPPORTED: a card without MIG.
-  }
+  nvmlDevice_t device = id.handle;
+  sample().uuid = id.uuid;
+  sample().name = id.name;
+  sample().mig_enabled = id.mig;
   const bool mig = sample().mig_enabled;
   auto add_note = [&](const std::string& text) {
     std::string& note = sample().note;
@@ -451,6 +461,20 @@ void NvmlReader::read_device(unsigned index, std::vector<GpuSample>& out, bool& 
 }
 
 GpuReading NvmlReader::read_gpus(ProcessListSchedule* lists) {
+  const bool kept = initialized_ && identity_known_ && identity_age_ < kIdentityReads;
+  bool lost = false;
+  GpuReading reading = read_all(lists, lost);
+  // A failure on identities kept from an earlier read: read again asking everything, as a read
+  // without them would have (the driver gone: "cannot count GPUs"). A lost GPU is read afresh
+  // on the next read, as before.
+  if (kept && !identity_known_ && !lost) {
+    lost = false;
+    reading = read_all(lists, lost);
+  }
+  return reading;
+}
+
+GpuReading NvmlReader::read_all(ProcessListSchedule* lists, bool& lost) {
   GpuReading reading;
   reading.backend = "nvml";
   if (!initialized_) {
@@ -461,27 +485,35 @@ GpuReading NvmlReader::read_gpus(ProcessListSchedule* lists) {
       return reading;
     }
   }
-  if (sym_->driver_version != nullptr) {
-    char buf[nvml::kDriverVersionBufferSize] = {};
-    if (sym_->driver_version(buf, sizeof buf) == NVML_SUCCESS) {
-      reading.driver_version = c_string(buf, sizeof buf);
+  if (!identity_known_ || identity_age_ >= kIdentityReads) {
+    driver_version_.clear();
+    if (sym_->driver_version != nullptr) {
+      char buf[nvml::kDriverVersionBufferSize] = {};
+      if (sym_->driver_version(buf, sizeof buf) == NVML_SUCCESS)
+        driver_version_ = c_string(buf, sizeof buf);
     }
+    unsigned count = 0;
+    nvmlReturn_t r = NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (sym_->count_v2 != nullptr) r = sym_->count_v2(&count);
+    if (r == NVML_ERROR_FUNCTION_NOT_FOUND && sym_->count_v1 != nullptr)
+      r = sym_->count_v1(&count);
+    if (r != NVML_SUCCESS) {
+      reading.driver_version = driver_version_;
+      reading.error = "cannot count GPUs (NVML: " + error_string(r) + ")";
+      shutdown();  // start afresh next time: the driver may have gone away
+      add_calls(reading);
+      return reading;
+    }
+    devices_.assign(count, DeviceIdentity{});
+    identity_known_ = true;
+    identity_age_ = 0;
   }
-  unsigned count = 0;
-  nvmlReturn_t r = NVML_ERROR_FUNCTION_NOT_FOUND;
-  if (sym_->count_v2 != nullptr) r = sym_->count_v2(&count);
-  if (r == NVML_ERROR_FUNCTION_NOT_FOUND && sym_->count_v1 != nullptr) r = sym_->count_v1(&count);
-  if (r != NVML_SUCCESS) {
-    reading.error = "cannot count GPUs (NVML: " + error_string(r) + ")";
-    shutdown();  // start afresh next time: the driver may have gone away
-    add_calls(reading);
-    return reading;
-  }
+  ++identity_age_;
+  reading.driver_version = driver_version_;
   versions_.v3_entry_bytes = sym_->r535_exports || is_early_r535(reading.driver_version)
                                  ? sizeof(nvmlProcessInfo_r535_t)
                                  : sizeof(nvmlProcessInfo_v2_t);
-  bool lost = false;
-  for (unsigned i = 0; i < count; ++i) read_device(i, reading.gpus, lost, lists);
+  for (unsigned i = 0; i < devices_.size(); ++i) read_device(i, reading.gpus, lost, lists);
   // A lost GPU may come back (reset, driver reload): re-initialise before the next read so that
   // NVML enumerates devices afresh.
   if (lost) shutdown();

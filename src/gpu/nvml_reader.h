@@ -59,6 +59,8 @@ class NvmlReader : public GpuReader {
   struct Symbols;
   NvmlReader(void* handle, std::string path, std::unique_ptr<Symbols> symbols);
 
+  // One read of every GPU; `lost` is set when one fell off the bus.
+  GpuReading read_all(ProcessListSchedule* lists, bool& lost);
   // nvmlInit_v2, falling back to nvmlInit when absent or answering FUNCTION_NOT_FOUND.
   nvmlReturn_t init();
   void shutdown();
@@ -89,6 +91,23 @@ class NvmlReader : public GpuReader {
   std::unique_ptr<Symbols> sym_;
   bool initialized_ = false;
   NvmlApiVersions versions_;
+
+  // What does not change while the driver stays loaded: its version, the device count, each
+  // device's handle, UUID, name and MIG mode (MIG mode changes only with a GPU reset). Read at
+  // initialisation, again every kIdentityReads reads, and on the read after any failure, so that
+  // a sample costs only the calls whose answers move: memory, utilization, temperature, power
+  // (and the process lists when due). Each NVML call is an ioctl into the driver.
+  struct DeviceIdentity {
+    bool known = false;
+    nvmlDevice_t handle = nullptr;
+    std::string uuid, name;
+    bool mig = false;
+  };
+  static constexpr int kIdentityReads = 60;
+  std::vector<DeviceIdentity> devices_;
+  std::string driver_version_;
+  int identity_age_ = 0;  // reads since the driver version and the count were read
+  bool identity_known_ = false;
 };
 
 }  // namespace vramd

@@ -40,6 +40,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "../../src/gpu/nvml_api.h"  // the fake is built without src/ on its include path
 #include "fake_state.h"
@@ -58,11 +59,14 @@ std::mutex g_mutex;
 int g_init_count = 0;
 // Every call, by entry point (under g_mutex). Never destroyed: the library's destructor below
 // runs after the static destructors at exit.
-std::map<std::string, unsigned long long>& g_calls = *new std::map<std::string, unsigned long long>;
+std::map<std::string, unsigned long long, std::less<>>& g_calls =
+    *new std::map<std::string, unsigned long long, std::less<>>;
 
 void count_call(const char* fn) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  ++g_calls[fn];
+  auto it = g_calls.find(std::string_view(fn));  // no allocation once the name is there
+  if (it == g_calls.end()) it = g_calls.emplace(fn, 0).first;
+  ++it->second;
 }
 
 // At unload: the counts to $FAKE_NVML_CALLS, when set.
