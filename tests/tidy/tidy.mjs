@@ -78,6 +78,15 @@ function argvOf(entry) {
   return entry.command.match(/(?:[^\s"\\]|\\.|"(?:[^"\\]|\\.)*")+/g).map((w) => w.replace(/\\"/g, '"'));
 }
 
+// The command as the cache key sees it: without the object file, which names the source's
+// unity batch (cmake/unity.cmake), so that a batch renamed does not make its files new.
+function keyArgv(entry) {
+  const argv = argvOf(entry);
+  const i = argv.indexOf("-o");
+  if (i >= 0) argv.splice(i, 2);
+  return argv;
+}
+
 // Preprocess: the same command with -E -P and no output file.
 async function preprocessed(entry) {
   const argv = argvOf(entry);
@@ -109,7 +118,7 @@ async function check(file) {
     if (pre.code === 0) {
       const hash = createHash("sha256")
         .update(tidyVersion).update("\0").update(config).update("\0")
-        .update(relative(argvOf(entry).join(" ")).split(path.resolve(build)).join("<build>"))
+        .update(relative(keyArgv(entry).join(" ")).split(path.resolve(build)).join("<build>"))
         .update("\0").update(relative(pre.out.toString()));
       // -P drops comments, and with them NOLINTs: the file's own count too (a header's NOLINT
       // added or removed is not seen: clear the cache then).
