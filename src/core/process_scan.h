@@ -37,8 +37,9 @@ class ProcessListSchedule {
     force_ = force || invalid_;
     invalid_ = false;
   }
-  // Whether GPU `key` (its UUID, else its index) must have its lists read, its memory now
-  // reading `used`.
+  // The key of a GPU's lists: its UUID, else its label.
+  static std::string key_of(const GpuSample& g) { return g.uuid.empty() ? g.label : g.uuid; }
+  // Whether GPU `key` (key_of) must have its lists read, its memory now reading `used`.
   bool due(const std::string& key, Bytes used) const;
   // Its lists were read: they stand until the next read.
   void listed(const std::string& key, Bytes used, bool readable,
@@ -47,8 +48,6 @@ class ProcessListSchedule {
   const std::vector<ProcessMemory>& last(const std::string& key) const;
   // A kept list named a pid that is gone: the next sample lists every GPU.
   void invalidate() { invalid_ = true; }
-
-  const ProcessScanPolicy& policy() const { return policy_; }
 
  private:
   struct Kept {

@@ -400,7 +400,7 @@ GpuReading NvidiaSmiReader::read_gpus(ProcessListSchedule* lists) {
   SmiGpus gpus = parse_smi_query_gpu(gpu_out);
   warnings_ = std::move(gpus.warnings);
   reading.gpus = std::move(gpus.gpus);
-  auto key = [](const GpuSample& g) { return g.uuid.empty() ? g.label : g.uuid; };
+  auto key = &ProcessListSchedule::key_of;
   bool due = lists == nullptr || !mig_listing_.empty() || mig_check_in_ == 0;
   for (const GpuSample& g : reading.gpus) due = due || lists->due(key(g), g.used);
   if (!due) {

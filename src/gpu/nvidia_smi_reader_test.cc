@@ -36,6 +36,7 @@ class SmiGpu {
     ASSERT_TRUE(s.ok()) << s.error();
   }
   const std::string& dir() const { return dir_; }
+  const std::string& path() const { return path_; }
 
  private:
   std::string dir_;
@@ -82,6 +83,42 @@ TEST(NvidiaSmiReader, ReadsTheFakeThroughTheRealBinaryPath) {
   EXPECT_EQ(r.gpus[1].utilization_pct, std::nullopt);
   EXPECT_EQ(r.gpus[1].power_w, std::nullopt);
   EXPECT_TRUE(r.gpus[1].processes.empty());
+}
+
+// With a schedule (core/process_scan.h) the `--query-compute-apps` run is left out while no
+// GPU's memory moved by the threshold; the last lists stand in.
+TEST(NvidiaSmiReader, TheProcessListRunsOnlyWhenDue) {
+  SmiGpu gpu;
+  gpu.write(state());
+  NvidiaSmiReader reader(kFakeSmi);
+  ProcessListSchedule lists({32 * MiB, std::chrono::seconds(10)});
+  MonoTime t{};
+  auto read = [&](bool force = false) {
+    lists.begin(t, force);
+    return reader.read(lists);
+  };
+  GpuReading first = read();
+  ASSERT_TRUE(first.error.empty()) << first.error;
+  EXPECT_TRUE(first.gpus[0].processes_listed);
+  ASSERT_EQ(first.gpus[0].processes.size(), 2u);
+
+  // 20 MiB more, under the threshold: the list is not run; the last one stands in.
+  ASSERT_TRUE(add_fake_process(gpu.path(), 0, 4242, 20 * MiB).ok());
+  t += std::chrono::seconds(1);
+  GpuReading quiet = read();
+  EXPECT_FALSE(quiet.gpus[0].processes_listed);
+  EXPECT_EQ(quiet.gpus[0].processes.size(), 2u);
+  EXPECT_EQ(quiet.gpus[0].used, 17408 * MiB + 20 * MiB);  // the cards are read every time
+  // Forced (vramd did something): run, and the new process is there.
+  GpuReading forced = read(/*force=*/true);
+  EXPECT_TRUE(forced.gpus[0].processes_listed);
+  EXPECT_EQ(forced.gpus[0].processes.size(), 3u);
+  // 1 GiB more moves the card past the threshold: run without being asked.
+  ASSERT_TRUE(add_fake_process(gpu.path(), 0, 4343, 1 * GiB).ok());
+  t += std::chrono::seconds(1);
+  GpuReading moved = read();
+  EXPECT_TRUE(moved.gpus[0].processes_listed);
+  EXPECT_EQ(moved.gpus[0].processes.size(), 4u);
 }
 
 TEST(NvidiaSmiReader, HeaderedOutputOfTheFakeParsesByColumnName) {

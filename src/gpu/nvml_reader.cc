@@ -433,7 +433,7 @@ void NvmlReader::read_device(unsigned index, std::vector<GpuSample>& out, bool& 
   }
 
   // The process lists take the driver's global lock: read only when due (core/process_scan.h).
-  const std::string key = sample().uuid.empty() ? sample().label : sample().uuid;
+  const std::string key = ProcessListSchedule::key_of(sample());
   if (!mig && lists != nullptr && !lists->due(key, sample().used)) {
     sample().processes = lists->last(key);
     sample().processes_listed = false;
