@@ -93,11 +93,30 @@ void print_services(std::ostream& out, const json& body, TimePoint now) {
     if (s.value("discovered", false))
       out << "    discovered by " << text_or(s, "discovered_by", "?")
           << (s.value("can_unload", false) ? "" : "; left alone until it is in the config") << "\n";
+    if (s.contains("asleep") && s["asleep"].is_object()) {
+      const json& a = s["asleep"];
+      std::string since = "-";
+      if (a["since"].is_string())
+        if (auto t = parse_rfc3339(a["since"].get<std::string>())) since = format_age(now - *t);
+      out << fmt::format("    asleep ({}) for {}: {} kept on the GPU", text_or(a, "label", "?"),
+                         since, format_size(a.value("gpu_kept_bytes", Bytes(0))));
+      if (a.value("host_ram_bytes", Bytes(0)) > 0)
+        out << fmt::format(", {} of host RAM{}", format_size(a["host_ram_bytes"].get<Bytes>()),
+                           a.value("host_ram_measured", false) ? "" : " (estimated)");
+      out << "\n";
+    }
     if (!reason.empty() && (process == "failed" || process == "backoff" || process == "queued"))
       out << "    " << process << ": " << reason << "\n";
     else if (s["probe_error"].is_string() && process != "stopped" && process != "starting")
       out << "    " << s["probe_error"].get<std::string>() << "\n";
   }
+  // Host RAM that sleepers keep (core/sleep.h): it is theirs until they wake or are deepened.
+  for (const auto& s : services)
+    if (s.contains("asleep") && s["asleep"].is_object() &&
+        s["asleep"].value("host_ram_bytes", Bytes(0)) > 0)
+      out << fmt::format("Host RAM: {} asleep ({}): {} of host RAM\n", s["name"].get<std::string>(),
+                         text_or(s["asleep"], "label", "?"),
+                         format_size(s["asleep"]["host_ram_bytes"].get<Bytes>()));
 }
 
 std::string watch_frame(const std::string& header, const std::string& body, bool tty, bool first) {

@@ -132,5 +132,34 @@ TEST(PrintStatus, MigInstancesUnderTheirCardWithLabelUuidAndProfile) {
   EXPECT_NE(text.find("\n    gpu_burn[12267]"), std::string::npos) << text;
 }
 
+TEST(PrintServices, ASleeperShowsItsDepthAndTheHostRamItKeeps) {
+  // Through the API's own JSON (server/json_view), as `vramd status` gets it.
+  ServiceStatus st;
+  st.name = "vllm";
+  st.kind = "vllm";
+  st.state = ServiceState::up;
+  st.bytes = 500 * MiB;
+  Asleep a;
+  a.depth = SleepDepth::sleep1;
+  a.since = MonoTime(std::chrono::minutes(1));
+  a.gpu_kept = 500 * MiB;
+  a.host_ram = Bytes(14.2 * double(GiB));
+  a.host_ram_measured = true;
+  st.asleep = a;
+  Now now(MonoTime(std::chrono::minutes(4)));
+  nlohmann::json body = {{"services", nlohmann::json::array({to_json(st, now)})}};
+  EXPECT_EQ(body["services"][0]["asleep"]["depth"], "sleep1");
+  EXPECT_EQ(body["services"][0]["wake_seconds"]["sleep1"]["seconds"], 3.0);
+  std::ostringstream out;
+  print_services(out, body, now.wall);
+  std::string text = out.str();
+  EXPECT_NE(text.find("    asleep (level 1) for 3 min: 500 MiB kept on the GPU, 14.2 GiB of host "
+                      "RAM\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("Host RAM: vllm asleep (level 1): 14.2 GiB of host RAM\n"), std::string::npos)
+      << text;
+}
+
 }  // namespace
 }  // namespace vramd

@@ -11,6 +11,7 @@
 #include "core/clock.h"
 #include "core/lease.h"
 #include "core/service_status.h"
+#include "core/sleep.h"
 #include "core/unload.h"
 
 namespace vramd {
@@ -30,10 +31,46 @@ struct EventRecord {
 struct EmitEvent {
   EventRecord event;
 };
-// Call the service's unload API; answer with UnloadCallDone.
+// Call the service's unload API, as deep as `depth` (core/sleep.h); answer with UnloadCallDone.
 struct CallUnload {
   std::string service;
   uint64_t unload_id = 0;
+  SleepDepth depth = SleepDepth::sleep2;
+};
+// Call the service's wake, undoing a sleep at `depth`; answer with WakeCallDone.
+struct CallWake {
+  std::string service;
+  uint64_t wake_id = 0;
+  SleepDepth depth = SleepDepth::sleep1;
+};
+// How a wake (WakeRequested) ended.
+enum class WakeOutcome {
+  ready,      // the service takes the request now
+  refused,    // it cannot be made ready (no room, not startable, unknown): see message
+  failed,     // the server refused the wake call, or its start failed
+  timed_out,  // not ready within its wake_timeout
+  cancelled,  // WakeCancelled: the client went away
+};
+const char* to_string(WakeOutcome o);
+// A wake has its outcome: the request that asked (WakeRequested.id) goes on or gets the message.
+struct WakeFinished {
+  uint64_t id = 0;
+  WakeOutcome outcome = WakeOutcome::ready;
+  std::string message;  // why not, for the client; what happened, for a ready one
+  std::string holder;   // who holds the memory in the way, when known
+  Duration took{0};     // from the request to the outcome
+  std::optional<SleepDepth> depth;  // the sleep it woke from
+  std::vector<std::string> evicted;  // services unloaded or stopped to make room for it
+};
+// A held request's wake is still under way, now for this reason ("waiting for GPU room: ...",
+// "waking vllm from level 1, ~3 s"): a streaming client receives it as an SSE comment.
+struct WakeProgressed {
+  uint64_t id = 0;
+  std::string text;
+};
+// A wake's time was learned (core/sleep.h WakeTime): keep it in the store.
+struct RememberWakeTime {
+  WakeTime time;
 };
 // Probe the service `after` from now (core/probe_pacing.h), whatever wait its probe loop was
 // told before; answer with ProbeDone. Each ProbeDone is answered with one of these.
@@ -115,7 +152,8 @@ struct WatchService {
 using Action =
     std::variant<EmitEvent, CallUnload, SetFastSampling, UnloadFinished, Lifecycle, LeaseChanged,
                  SpawnService, SignalService, CheckHealth, RecordCrash, CommandFinished,
-                 RememberLoadPeak, WatchService, ScheduleProbe>;
+                 RememberLoadPeak, WatchService, ScheduleProbe, CallWake, WakeFinished,
+                 WakeProgressed, RememberWakeTime>;
 
 // An event to emit now ("comfyui now holds 16.3 GiB on GPU 0"), stamped with the wall time.
 inline EmitEvent make_event(const Now& now, std::string type, std::optional<unsigned> gpu,

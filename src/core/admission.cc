@@ -9,6 +9,7 @@
 #include "core/gpu_select.h"
 #include "core/service_policy.h"
 #include "core/supervision.h"
+#include "core/wake.h"
 
 namespace vramd {
 
@@ -114,7 +115,7 @@ std::optional<MonoTime> Admission::next_deadline() const {
     if (!out || t < *out) out = t;
   };
   for (const auto& [id, l] : leases_) {
-    if (!l.request.pid && !l.request.start)
+    if (!l.request.pid && !l.request.start && !l.request.wake)
       earliest(l.last_heartbeat + config_.daemon.lease_heartbeat + Duration(1));
     if (l.state == LeaseState::queued && l.request.wait_timeout)
       earliest(l.requested_at + *l.request.wait_timeout);
@@ -130,8 +131,19 @@ void Admission::on_requested(const LeaseRequested& e, const Now& now,
   if (leases_.count(e.id) || e.id == 0) return;  // ids never repeat
   next_id_ = align_id(std::max(next_id_, e.id + 1));
   LeaseRequest request = e.request;
-  request.start = false;  // only vramd makes start leases
+  request.start = false;  // only vramd makes start leases and wake claims
+  request.wake = false;
   queue(e.id, std::move(request), now, actions);
+}
+
+uint64_t Admission::queue_wake(LeaseRequest request, const Now& now, std::vector<Action>& actions) {
+  uint64_t id = next_id_;
+  next_id_ = align_id(next_id_ + 1);
+  request.wake = true;
+  request.start = false;
+  request.cluster = false;  // for a service of this host
+  queue(id, std::move(request), now, actions);
+  return id;
 }
 
 uint64_t Admission::queue_start(LeaseRequest request, const Now& now,
@@ -217,10 +229,13 @@ void Admission::restore(std::vector<Lease> kept, const std::vector<uint64_t>& al
     } else {
       granted_.insert(id);
     }
-    bool start = l.request.start;
+    bool start = l.request.start, wake = l.request.wake;
     bool was_granted = l.state == LeaseState::granted;
     leases_.emplace(id, std::move(l));
-    if (start)  // the start it was for did not survive the restart of vramd
+    if (wake)  // the request it held room for did not survive the restart of vramd
+      end_as(id, was_granted ? LeaseState::released : LeaseState::cancelled, "vramd restarted",
+             now, actions);
+    else if (start)  // the start it was for did not survive the restart of vramd
       end_as(id, was_granted ? LeaseState::released : LeaseState::cancelled,
              was_granted ? "vramd restarted"
                          : "vramd restarted before the start was admitted; start it again",
@@ -265,7 +280,7 @@ void Admission::check_deadlines(const Now& now, std::vector<Action>& actions) {
   last_deadline_check_ = now.mono;
   std::vector<std::pair<uint64_t, std::pair<LeaseState, std::string>>> ending;
   for (const auto& [id, l] : leases_) {
-    if (!l.request.pid && !l.request.start &&
+    if (!l.request.pid && !l.request.start && !l.request.wake &&
         now.mono - l.last_heartbeat > config_.daemon.lease_heartbeat)
       ending.push_back(
           {id,
@@ -350,7 +365,8 @@ Admission::EvictionPlan Admission::plan_evictions(const Lease& l,
         continue;
       Bytes b = world.services.bytes_on(svc.name, idx);
       if (b >= kWorthUnloading)
-        p.candidates.push_back({svc.name, b, st.reload_cost, *idle_since(st)});
+        p.candidates.push_back(
+            {svc.name, b, eviction_cost(st, svc, world.services.ram_room()), *idle_since(st)});
     }
     p.pick = choose_eviction(p.candidates, more);
     if (p.pick)
@@ -446,6 +462,12 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
           group_members.push_back(svc.name);
     bool group_lease_running = !group.empty() && groups_granted.count(group);
     bool ram_short = l.request.ram && ram && *ram < *l.request.ram;
+    // A RAM lease that does not fit: a shallow sleeper gives its host RAM back first.
+    if (ram_short)
+      intents.push_back(DeepenIntent{*l.request.ram - *ram,
+                                     fmt::format("lease #{} ({}) needs {} of host RAM, {} free",
+                                                 l.id, l.owner_name(),
+                                                 format_size(*l.request.ram), format_size(*ram))});
 
     // Where it fits now: the tightest fit keeps the larger holes for larger work.
     std::optional<unsigned> fit;
@@ -469,6 +491,8 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
       actions.emplace_back(LeaseChanged{l});
       if (l.request.start)
         intents.push_back(LaunchIntent{l.request.service, id});
+      else if (l.request.wake)
+        intents.push_back(WakeGrantedIntent{id});
       else if (!l.request.service.empty())
         intents.push_back(StartForLeaseIntent{l.request.service, id, l.owner_name()});
       continue;
@@ -611,7 +635,8 @@ ClaimContext Admission::claim_context(const World& world, const std::string& hos
         continue;
       Bytes b = world.services.bytes_on(svc.name, c.index);
       if (b >= kWorthUnloading)
-        c.evictable.push_back({svc.name, b, st.reload_cost, *idle_since(st)});
+        c.evictable.push_back(
+            {svc.name, b, eviction_cost(st, svc, world.services.ram_room()), *idle_since(st)});
     }
     ctx.gpus.push_back(std::move(c));
   }

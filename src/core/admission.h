@@ -32,6 +32,8 @@ class Admission {
   void on_requested(const LeaseRequested& e, const Now& now, std::vector<Action>& actions);
   // vramd's own lease for starting a service (start admission). Returns its id.
   uint64_t queue_start(LeaseRequest request, const Now& now, std::vector<Action>& actions);
+  // vramd's own claim for the room of a request's wake (core/wakes.h). Returns its id.
+  uint64_t queue_wake(LeaseRequest request, const Now& now, std::vector<Action>& actions);
   void on_released(const LeaseReleased& e, const Now& now, std::vector<Action>& actions);
   void on_heartbeat(const LeaseHeartbeat& e, const Now& now);
   void on_holder_exited(const HolderExited& e, const Now& now, std::vector<Action>& actions);

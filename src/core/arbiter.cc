@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/wake.h"
+
 namespace vramd {
 
 namespace {
@@ -18,7 +20,8 @@ Arbiter::Arbiter(Config config)
       ledger_(config_),
       services_(config_),
       admission_(config_),
-      supervision_(config_) {}
+      supervision_(config_),
+      wakes_(config_) {}
 
 namespace {
 
@@ -39,6 +42,7 @@ std::optional<std::string> service_moved(const Event& event) {
                  [](const ChildExited& e) -> std::optional<std::string> { return e.service; },
                  [](const ServiceCommand& e) -> std::optional<std::string> { return e.service; },
                  [](const RequestsInFlight& e) -> std::optional<std::string> { return e.service; },
+                 [](const WakeCallDone& e) -> std::optional<std::string> { return e.service; },
                  [](const auto&) -> std::optional<std::string> { return std::nullopt; }},
       event);
 }
@@ -48,6 +52,7 @@ std::optional<std::string> service_moved(const Event& event) {
 std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
   std::vector<Action> actions;
   Intents intents;
+  services_.set_ram_room(sleep_ram_room());
   const World w = world();
   auto command = [&](const std::string& service, Command action, uint64_t request_id, bool force) {
     if (!config_.find_service(service)) {
@@ -92,7 +97,10 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
           [&](const ServiceDiscovered& e) { add_discovered(e.config, now, actions); },
           [&](const ClusterSynced& e) {
             admission_.on_cluster_synced(e, w, now, actions, intents);
-          }},
+          },
+          [&](const WakeRequested& e) { wakes_.on_requested(e, w, now, actions, intents); },
+          [&](const WakeCancelled& e) { wakes_.on_cancelled(e, w, now, actions, intents); },
+          [&](const WakeCallDone& e) { wakes_.on_call_done(e, w, now, actions, intents); }},
       event);
   // What may have changed a service's answers: its probe is not left backed off.
   const bool pending = decisions_pending(admission_, config_);
@@ -102,8 +110,18 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
   route(intents, now, actions);
   // Admission after anything that may change what fits (a heartbeat changes nothing).
   if (!std::holds_alternative<LeaseHeartbeat>(event) && admission_.wants_admission()) {
+    services_.set_ram_room(sleep_ram_room());
     admission_.admit(w, now, actions, intents);
     route(intents, now, actions);
+  }
+  // Held requests' wakes move on with what changed (an unload's verdict, a start, a grant).
+  wakes_.advance(w, now, actions, intents);
+  if (!intents.empty()) {
+    route(intents, now, actions);
+    if (admission_.wants_admission()) {
+      admission_.admit(w, now, actions, intents);
+      route(intents, now, actions);
+    }
   }
   // Fast sampling while any unload is being verified.
   bool want_fast = services_.any_unloading();
@@ -176,7 +194,16 @@ void Arbiter::route(Intents& intents, const Now& now, std::vector<Action>& actio
                      uint64_t id = admission_.queue_start(q.request, now, actions);
                      supervision_.start_lease_queued(q.service, id, q.request, now, actions);
                    },
-                   [&](const EndLeaseIntent& e) { admission_.end(e.lease, e.why, now, actions); }},
+                   [&](const EndLeaseIntent& e) { admission_.end(e.lease, e.why, now, actions); },
+                   [&](const QueueWakeLeaseIntent& q) {
+                     uint64_t id = admission_.queue_wake(q.request, now, actions);
+                     wakes_.on_claim_queued(q.service, id);
+                   },
+                   [&](const WakeGrantedIntent& g) {
+                     wakes_.on_granted(g.lease, w, now, actions, intents);
+                   },
+                   [&](const WokenIntent& wk) { services_.on_woken(wk, now, actions); },
+                   [&](const DeepenIntent& d) { services_.deepen(d, now, actions, intents); }},
         intent);
   }
   intents.clear();
@@ -184,10 +211,26 @@ void Arbiter::route(Intents& intents, const Now& now, std::vector<Action>& actio
 
 std::optional<MonoTime> Arbiter::next_deadline() const {
   std::optional<MonoTime> out;
-  for (auto t :
-       {services_.next_deadline(), admission_.next_deadline(), supervision_.next_deadline()})
+  for (auto t : {services_.next_deadline(), admission_.next_deadline(),
+                 supervision_.next_deadline(), wakes_.next_deadline()})
     if (t && (!out || *t < *out)) out = t;
   return out;
+}
+
+bool Arbiter::ready_for(const std::string& service, const std::string& model, bool can_wake) const {
+  const ServiceConfig* cfg = config_.find_service(service);
+  const ServiceStatus* st = this->service(service);
+  if (!cfg || !st) return true;
+  if (wakes_.waking(service)) return false;  // join the wake under way
+  return plan_wake(*st, *cfg, can_wake, model).step == WakeStep::ready;
+}
+
+std::optional<Bytes> Arbiter::sleep_ram_room() const {
+  std::optional<Bytes> free = admission_.ram_available(ledger_.mem_available());
+  std::optional<Bytes> total = ledger_.mem_total();
+  if (!free || !total) return std::nullopt;
+  Bytes reserve = config_.host.reserve_of(*total);
+  return *free > reserve ? *free - reserve : 0;
 }
 
 std::vector<ServiceStatus> Arbiter::services() const {

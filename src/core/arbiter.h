@@ -6,6 +6,7 @@
 //   ServicePolicy  probes, idle, TTL, verified unload, escalation     core/service_policy.h
 //   Admission      the lease queue, the budget, grants, wait reasons  core/admission.h
 //   Supervision    the state machine of services vramd runs           core/supervision.h
+//   Wakes          held requests' wakes: plan, room, call, load      core/wakes.h
 // A part reads the others through World and asks them to act through intents (core/intents.h),
 // which the Arbiter hands to the part that owns the state.
 #pragma once
@@ -25,6 +26,7 @@
 #include "core/service_policy.h"
 #include "core/service_status.h"
 #include "core/supervision.h"
+#include "core/wakes.h"
 
 namespace vramd {
 
@@ -82,6 +84,15 @@ class Arbiter {
   void restore_load_peaks(const std::vector<LoadPeak>& peaks) {
     services_.restore_load_peaks(peaks);
   }
+  // Brings back the wake times the store kept (core/sleep.h); before the first event.
+  void restore_wake_times(const std::vector<WakeTime>& times) { services_.restore_wake_times(times); }
+  // Whether a request for `service` (naming `model`) can go through now, without a wake
+  // (core/wake.h plan_wake). Unknown services: true (the caller answers for them).
+  bool ready_for(const std::string& service, const std::string& model, bool can_wake) const;
+  // The host RAM a new sleeper may keep now: MemAvailable, less what granted leases were
+  // promised, less [host] ram_reserve. nullopt: unknown.
+  std::optional<Bytes> sleep_ram_room() const;
+  const Wakes& wakes() const { return wakes_; }
   // The id the next LeaseRequested should carry (vramd's own start leases take ids from the
   // same counter).
   uint64_t next_lease_id() const { return admission_.next_id(); }
@@ -98,7 +109,7 @@ class Arbiter {
   void set_lease_id_space(uint64_t stride, uint64_t offset) { admission_.set_id_space(stride, offset); }
 
  private:
-  World world() const { return {config_, ledger_, services_, supervision_, admission_}; }
+  World world() const { return {config_, ledger_, services_, supervision_, admission_, wakes_}; }
   // Hands each intent to the part that owns its state, until none is left.
   void route(Intents& intents, const Now& now, std::vector<Action>& actions);
   void on_sample(const SampleTaken& s, const Now& now, std::vector<Action>& actions,
@@ -111,6 +122,7 @@ class Arbiter {
   ServicePolicy services_;
   Admission admission_;
   Supervision supervision_;
+  Wakes wakes_;
   bool fast_sampling_on_ = false;
   mutable std::map<std::string, ServiceStatus> views_;  // what service() last returned, by name
 };

@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 #include <algorithm>
 #include <cctype>
@@ -144,7 +145,9 @@ Result<HostPort> parse_authority(std::string_view text, bool port_required) {
 constexpr std::string_view kDurationHint = "a duration like \"1s\" or \"300ms\"";
 constexpr std::string_view kSizeHint = "a size like \"16GiB\" or \"512MiB\"";
 
-const std::vector<std::string> kTopKeys = {"daemon", "gpu", "services", "crash_rules", "proxy"};
+const std::vector<std::string> kTopKeys = {"daemon", "gpu", "host", "services", "crash_rules",
+                                           "proxy"};
+const std::vector<std::string> kHostKeys = {"ram_reserve"};
 const std::vector<std::string> kCrashRuleKeys = {"signature", "title", "pattern", "requires",
                                                  "explanation", "suggestion"};
 const std::vector<std::string> kRestartPolicies = {"on-failure", "always", "never"};
@@ -224,6 +227,8 @@ class ConfigParser {
         if (const toml::table* t = table_or_error(node, "daemon")) parse_daemon(*t, config.daemon);
       } else if (k == "gpu") {
         if (const toml::table* t = table_or_error(node, "gpu")) parse_gpu(*t, config.gpu);
+      } else if (k == "host") {
+        if (const toml::table* t = table_or_error(node, "host")) parse_host(*t, config.host);
       } else if (k == "services") {
         if (const toml::table* t = table_or_error(node, "services")) parse_services(*t, config);
       } else if (k == "crash_rules") {
@@ -600,6 +605,33 @@ class ConfigParser {
     }
   }
 
+  void parse_host(const toml::table& t, HostConfig& out) {
+    for (auto&& [key, node] : t) {
+      std::string k(key.str());
+      std::string field = "host." + k;
+      if (k == "ram_reserve") {
+        // "8GiB", or "15%" of MemTotal.
+        const toml::value<std::string>* v = node.as_string();
+        std::string text = v ? v->get() : "";
+        if (v && !text.empty() && text.back() == '%') {
+          char* end = nullptr;
+          double pct = std::strtod(text.c_str(), &end);
+          if (end != text.c_str() + text.size() - 1 || pct < 0 || pct > 90)
+            error(node.source().begin, field + ": expected a share from 0% to 90%, got " +
+                                           describe(node));
+          else
+            out.ram_reserve_pct = pct;
+        } else if (!v) {
+          wrong_type(node, field, std::string(kSizeHint) + " or a share like \"10%\"");
+        } else if (auto b = size_value(node, field)) {
+          out.ram_reserve = *b;
+        }
+      } else {
+        unknown_key(key, "[host]", kHostKeys);
+      }
+    }
+  }
+
   void parse_services(const toml::table& t, Config& config) {
     std::vector<std::pair<toml::source_position, ServiceConfig>> services;
     for (auto&& [key, node] : t) {
@@ -914,16 +946,18 @@ class ConfigParser {
     }
     if (!svc.kind.empty()) {
       // Keys that only one kind reads (core/service_kinds): on another kind, a mistake.
-      for (const auto& kind : service_kinds()) {
-        if (kind.name == svc.kind) continue;
-        for (std::string_view key : kind.own_keys) {
-          std::string k(key);
-          if (set.count(k)) {
-            error(at_key(k), fmt::format("{}: '{}' applies only to kind \"{}\", not \"{}\"", where,
-                                         k, kind.name, svc.kind));
-          }
-        }
-      }
+      const ServiceKind* own = find_service_kind(svc.kind);
+      auto reads = [](const ServiceKind& kind, std::string_view key) {
+        return std::find(kind.own_keys.begin(), kind.own_keys.end(), key) != kind.own_keys.end();
+      };
+      std::map<std::string, std::vector<std::string>> readers;  // key -> the kinds that read it
+      for (const auto& kind : service_kinds())
+        for (std::string_view key : kind.own_keys)
+          if (set.count(std::string(key)) && !(own && reads(*own, key)))
+            readers[std::string(key)].push_back(fmt::format("\"{}\"", kind.name));
+      for (const auto& [k, kinds] : readers)
+        error(at_key(k), fmt::format("{}: '{}' applies only to kind {}, not \"{}\"", where, k,
+                                     fmt::join(kinds, " or "), svc.kind));
     }
     if (set.count("busy_json_pointer") && set.count("busy_metric")) {
       error(at_key("busy_metric"), where + ": set busy_json_pointer or busy_metric, not both");

@@ -83,7 +83,9 @@ struct ServiceConfig {
   Duration connect_timeout = std::chrono::seconds(2);
   std::optional<Duration> unload_timeout;  // nullopt: the adapter's default (20s; comfyui 30s)
   Duration unload_backoff = std::chrono::minutes(10);
-  int sleep_level = 1;                 // vllm: POST /sleep?level=N, 1 or 2
+  // vllm, comfyui: fixes the depth of every unload (1: sleep1, 2: sleep2); unset, the core
+  // chooses by the host RAM free (core/wake.h choose_depth).
+  std::optional<int> sleep_level;
   std::optional<bool> router;          // llamacpp: nullopt = detect with GET /models
   std::vector<std::string> models;     // models to unload/reload; empty: what the probe lists
   // generic_http: URLs are absolute or paths relative to `url`.
@@ -151,6 +153,17 @@ struct GpuConfig {
   Duration process_scan_interval = std::chrono::seconds(10);
 };
 
+// [host]: the host's RAM as vramd shares it (docs/config.md).
+struct HostConfig {
+  // Host RAM never promised to a sleeper or a RAM lease: a size, or a share of MemTotal
+  // (ram_reserve_pct, 10 by default) when none is given.
+  std::optional<Bytes> ram_reserve;
+  double ram_reserve_pct = 10;
+  Bytes reserve_of(Bytes mem_total) const {
+    return ram_reserve ? *ram_reserve : Bytes(double(mem_total) * ram_reserve_pct / 100);
+  }
+};
+
 // A [[crash_rules]] entry: a regex over a crashed service's log, and what it means.
 struct CrashRuleConfig {
   std::string signature;  // defaults to the title, lower-cased with dashes
@@ -165,6 +178,7 @@ struct Config {
   std::string path;  // where it was read from; empty for built-in defaults
   DaemonConfig daemon;
   GpuConfig gpu;
+  HostConfig host;
   // In file order, then those discovered at run time. A deque: adding one keeps every pointer
   // and reference to the others valid (the shell holds them across awaits).
   std::deque<ServiceConfig> services;

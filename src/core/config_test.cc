@@ -531,17 +531,41 @@ TEST(Config, AdapterKeyDefaults) {
   EXPECT_EQ(s.connect_timeout, std::chrono::seconds(2));
   EXPECT_FALSE(s.unload_timeout.has_value());
   EXPECT_EQ(s.unload_backoff, std::chrono::minutes(10));
-  EXPECT_EQ(s.sleep_level, 1);
+  EXPECT_FALSE(s.sleep_level.has_value());  // the core chooses the depth
   EXPECT_FALSE(s.router.has_value());
   EXPECT_EQ(s.unload_method, "POST");
 }
 
 TEST(Config, KindOnlyKeysRejectedElsewhere) {
   EXPECT_EQ(error_of("[services.x]\nkind = \"ollama\"\nurl = \"http://h:1\"\nsleep_level = 2\n"),
-            "vramd.toml:4:15: [services.x]: 'sleep_level' applies only to kind \"vllm\", not "
-            "\"ollama\"");
+            "vramd.toml:4:15: [services.x]: 'sleep_level' applies only to kind \"comfyui\" or "
+            "\"vllm\", not \"ollama\"");
   EXPECT_EQ(error_of("[services.x]\nkind = \"vllm\"\nurl = \"http://h:1\"\nsleep_level = 3\n"),
             "vramd.toml:4:15: services.x.sleep_level: expected 1 or 2, got 3");
+}
+
+TEST(Config, HostRamReserve) {
+  Result<Config> c = parse_config("[host]\nram_reserve = \"8GiB\"\n", "vramd.toml");
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->host.reserve_of(64 * GiB), 8 * GiB);
+  c = parse_config("[host]\nram_reserve = \"25%\"\n", "vramd.toml");
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->host.reserve_of(64 * GiB), 16 * GiB);
+  c = parse_config("", "vramd.toml");
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->host.reserve_of(100 * GiB), 10 * GiB);  // 10% by default
+  EXPECT_EQ(error_of("[host]\nram_reserve = \"95%\"\n"),
+            "vramd.toml:2:15: host.ram_reserve: expected a share from 0% to 90%, got \"95%\"");
+  EXPECT_EQ(error_of("[host]\nram_reserve = 8\n"),
+            "vramd.toml:2:15: host.ram_reserve: expected a size like \"16GiB\" or \"512MiB\" or a "
+            "share like \"10%\", got 8");
+  EXPECT_EQ(error_of("[host]\nram_reserv = \"1GiB\"\n"),
+            "vramd.toml:2:1: unknown key 'ram_reserv' in [host]; did you mean 'ram_reserve'?");
+  // comfyui reads sleep_level too (unload_models only, or with free_memory).
+  c = parse_config("[services.c]\nkind = \"comfyui\"\nurl = \"http://h:1\"\nsleep_level = 2\n",
+                   "vramd.toml");
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->services[0].sleep_level, 2);
 }
 
 TEST(Config, ApiKeyNeverInErrors) {

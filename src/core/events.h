@@ -136,9 +136,31 @@ struct RequestsInFlight {
 struct ServiceDiscovered {
   ServiceConfig config;
 };
+// A request is held for a service that may not take it now (docs/proxy.md "Wake"): the core
+// makes it ready (a start, room admitted, the adapter's wake) and answers with WakeFinished{id}.
+// `can_wake`: the service's adapter has a wake call (a fact of the adapter the shell holds).
+struct WakeRequested {
+  uint64_t id = 0;
+  std::string service;
+  std::string model;  // the model the request names ("" none)
+  bool can_wake = false;
+};
+// The client of a held request went away: its wake is not needed any more (WakeFinished with
+// `cancelled`; the room it waited for goes back to the queue).
+struct WakeCancelled {
+  uint64_t id = 0;
+};
+// The server answered the wake call that CallWake asked for.
+struct WakeCallDone {
+  std::string service;
+  uint64_t wake_id = 0;
+  UnloadCall call;
+  Duration took{0};
+};
 using Event = std::variant<SampleTaken, ProbeDone, UnloadRequested, UnloadCallDone, LifecycleDone,
                            Tick, LeaseRequested, LeaseReleased, LeaseHeartbeat, HolderExited,
                            ServiceCommand, ChildStarted, ChildExited, HealthChecked,
-                           RequestsInFlight, ServiceDiscovered, ContainerChanged, ClusterSynced>;
+                           RequestsInFlight, ServiceDiscovered, ContainerChanged, ClusterSynced,
+                           WakeRequested, WakeCancelled, WakeCallDone>;
 
 }  // namespace vramd

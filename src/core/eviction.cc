@@ -12,6 +12,7 @@ bool evictable(const ServiceStatus& st, const ServiceConfig& cfg, MonoTime now) 
   auto idle = idle_since(st);
   if (!idle || now - *idle < cfg.min_idle) return false;
   if (st.backoff_until && now < *st.backoff_until) return false;
+  if (st.asleep) return false;  // asleep already: what it holds is its context (core/sleep.h)
   // Unloaded since its last activity and holding no more than that unload left (a server's
   // CUDA context stays): another unload would free nothing. Without this a "freed" verdict at
   // ~300 MiB made it the cheapest eviction again every unload_timeout (found by tests/soak).

@@ -10,6 +10,7 @@
 
 #include "core/lease.h"
 #include "core/service_status.h"
+#include "core/sleep.h"
 
 namespace vramd {
 
@@ -17,6 +18,7 @@ class Admission;
 class Ledger;
 class ServicePolicy;
 class Supervision;
+class Wakes;
 struct Config;
 
 // Everything the core knows, read-only: what a part may look at in the others.
@@ -26,6 +28,7 @@ struct World {
   const ServicePolicy& services;
   const Supervision& supervision;
   const Admission& admission;
+  const Wakes& wakes;
 };
 
 // To service policy: unload this service (reason "eviction", "group"); `for_lease` is the lease
@@ -63,8 +66,32 @@ struct EndLeaseIntent {
   std::string why;
 };
 
+// To admission: queue the room a request's wake needs (an internal claim, core/wakes.h).
+struct QueueWakeLeaseIntent {
+  std::string service;
+  LeaseRequest request;
+};
+// To the wakes: the claim of a wake was granted.
+struct WakeGrantedIntent {
+  uint64_t lease = 0;
+};
+// To service policy: the service was woken from `depth` in `took` (for `model`): it is awake.
+struct WokenIntent {
+  std::string service;
+  std::string model;
+  SleepDepth depth = SleepDepth::sleep1;
+  Duration took{0};
+  bool measured = true;  // false: it was made ready without a call (a start's own figure)
+};
+// To service policy: host RAM is short; deepen a sleeper that keeps some (`needs`: how much).
+struct DeepenIntent {
+  Bytes needs = 0;
+  std::string why;
+};
+
 using Intent = std::variant<UnloadIntent, CommandIntent, LaunchIntent, StartForLeaseIntent,
-                            QueueStartLeaseIntent, EndLeaseIntent>;
+                            QueueStartLeaseIntent, EndLeaseIntent, QueueWakeLeaseIntent,
+                            WakeGrantedIntent, WokenIntent, DeepenIntent>;
 using Intents = std::vector<Intent>;
 
 }  // namespace vramd

@@ -39,6 +39,9 @@ struct LeaseRequest {
   // vramd's own lease for starting `service` (start admission): no holder process and no
   // heartbeat; it ends once the service is up (its memory is then its own).
   bool start = false;
+  // vramd's own claim for the room of a request's wake (core/wakes.h): no holder process and no
+  // heartbeat; it ends once the load has shown on the GPU (its memory is then the service's).
+  bool wake = false;
   // Several hosts on one PostgreSQL store (issue 17, core/cluster.h): a lease in the shared
   // queue, which any host (or only `host`, when named) may claim and grant.
   bool cluster = false;

@@ -50,6 +50,7 @@ void Ledger::on_sample(const SampleTaken& s, const OwnerHints& hints,
     emit("gpu.recovered", std::nullopt, "", "GPU backend reads again");
 
   mem_available_ = s.host.mem_available;
+  mem_total_ = s.host.mem_total;
   auto owners = resolver_.resolve(s.host, hints);
   std::unordered_map<int, const ProcessInfo*> by_pid;
   by_pid.reserve(s.host.processes.size());

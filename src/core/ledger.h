@@ -60,6 +60,7 @@ class Ledger {
   // Host RAM of each service's processes in the last sample (services with none are absent).
   const std::map<std::string, Bytes>& service_rss() const { return service_rss_; }
   std::optional<Bytes> mem_available() const { return mem_available_; }
+  std::optional<Bytes> mem_total() const { return mem_total_; }
   // Who held GPU memory in the last sample, largest first (owner name, bytes >= at_least).
   std::vector<std::pair<std::string, Bytes>> holders(Bytes at_least) const;
 
@@ -74,6 +75,7 @@ class Ledger {
   std::map<unsigned, History> history_;
   std::map<std::string, Bytes> service_rss_;
   std::optional<Bytes> mem_available_;
+  std::optional<Bytes> mem_total_;
 };
 
 }  // namespace vramd

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/sleep.h"
 #include "core/units.h"
 
 namespace vramd {
@@ -24,6 +25,13 @@ struct ServiceKind {
   bool has_wake = false;  // it has a call that loads again (else its next request does, or a start)
   bool needs_url = true;  // it is reached over HTTP
   std::vector<std::string_view> own_keys;  // config keys that only this kind reads
+  // Its sleeps (core/sleep.h), shallowest first: what its unload call can keep in host RAM.
+  // Empty for a kind without an unload call (only a stop frees it). A service vramd can stop
+  // also has `stop`, deepest.
+  std::vector<SleepDepth> sleeps = {SleepDepth::sleep2};
+  // A first guess at a sleep1 wake (weights back from host RAM), until vramd has measured one;
+  // a sleep2 wake is guessed at reload_cost, a start at twice that.
+  Duration sleep1_wake{0};
 };
 
 // Every kind, in documentation order.

@@ -19,6 +19,8 @@ struct ServiceProbe {
   std::vector<std::string> models;            // models loaded now (names as the server gives)
   std::optional<Bytes> self_reported_vram;    // the server's own figure: evidence, never primary
   std::optional<Bytes> self_reported_ram;
+  // The server says it sleeps (vLLM's GET /is_sleeping): nullopt where it has no such call.
+  std::optional<bool> asleep;
 };
 
 // The result of asking a service to release GPU memory (or to wake). It says only what the

@@ -7,6 +7,7 @@
 
 #include "core/eviction.h"
 #include "core/service_kinds.h"
+#include "core/wake.h"
 
 namespace vramd {
 
@@ -16,6 +17,7 @@ namespace {
 constexpr double kActiveUtilizationPct = 5.0;
 constexpr Bytes kStableStep = 64 * MiB;  // a load has finished when it grows less than this
 constexpr Bytes kOnGpu = 64 * MiB;       // holding at least this: the service is on that GPU
+constexpr Duration kDeepenSettle = std::chrono::seconds(10);  // between two deepenings
 
 Duration unload_timeout(const ServiceConfig& svc) {
   if (svc.unload_timeout) return *svc.unload_timeout;
@@ -186,12 +188,35 @@ void ServicePolicy::apply_probe(ServiceStatus& st, const ServiceProbe& p, const 
         make_event(now, "service.error", std::nullopt, st.name,
                    fmt::format("{} answers but its API is broken: {}", st.name, p.error)));
   if (!unloading) st.state = ServiceState::up;
-  bool models_changed = st.last_activity.has_value() && p.models != st.models;
+  bool models_changed = st.last_activity.has_value() && p.models != st.models &&
+                        !(p.models.empty() && st.asleep);
   if (!st.last_activity) st.last_activity = now.mono;  // first sight: count from now
   bool was_busy = st.busy.value_or(false);
   st.busy = p.busy;
   st.queue_depth = p.queue_depth;
-  st.models = p.models;
+  // The server's own word on its sleep (vLLM's /is_sleeping) where vramd's differs: put to sleep
+  // by someone else, or before a restart of vramd (its depth unknown: woken as from the deeper
+  // sleep, whose wake also reloads the weights); woken by someone else.
+  st.reports_sleep = p.asleep.has_value();
+  if (p.asleep && *p.asleep && !st.asleep && !unloading) {
+    Asleep a;
+    a.depth = SleepDepth::sleep2;
+    a.since = now.mono;
+    a.gpu_kept = st.bytes;
+    a.models = p.models;
+    st.asleep = a;
+    actions.emplace_back(make_event(
+        now, "service.asleep", std::nullopt, st.name,
+        fmt::format("{} says it is asleep, and vramd did not put it to sleep (or restarted "
+                    "since): its next request wakes it, reloading its weights",
+                    st.name)));
+  } else if (p.asleep && !*p.asleep && st.asleep && st.asleep->depth != SleepDepth::stop &&
+             !unloading) {
+    st.asleep.reset();
+  }
+  // A sleeper's models are still its own (the front door routes to them and wakes it), where
+  // its API no longer lists them asleep (Ollama's /api/ps, llama.cpp's loaded models).
+  st.models = p.models.empty() && st.asleep ? st.asleep->models : p.models;
   st.self_reported_vram = p.self_reported_vram;
   // Activity: working now, the end of work seen, or a change in what is loaded.
   if (p.busy.value_or(false) || was_busy || models_changed) st.last_activity = now.mono;
@@ -214,6 +239,22 @@ void ServicePolicy::on_sample(const Ledger& ledger, const std::set<std::string>&
     st.rss = it != ledger.service_rss().end() ? std::optional<Bytes>(it->second) : std::nullopt;
   }
   update_holdings(ledger, now);
+  for (auto& [name, st] : services_) {
+    // A load seen (a request that loaded it itself, a wake by hand): awake. A server that says
+    // whether it sleeps is believed instead (its bytes before the first sample are unknown).
+    if (st.asleep && st.state != ServiceState::unloading && !st.reports_sleep &&
+        st.bytes >= st.asleep->gpu_kept + kWorthUnloading)
+      st.asleep.reset();
+  }
+  // MemAvailable under the reserve: a shallow sleeper gives its host RAM back first.
+  if (ledger.mem_available() && ledger.mem_total()) {
+    Bytes reserve = config_.host.reserve_of(*ledger.mem_total());
+    if (*ledger.mem_available() < reserve)
+      deepen(DeepenIntent{reserve - *ledger.mem_available(),
+                          fmt::format("host RAM available ({}) fell under the reserve ({})",
+                                      format_size(*ledger.mem_available()), format_size(reserve))},
+             now, actions, intents);
+  }
   learn_reload_costs(now);
   learn_load_peaks(actions);
   advance_unloads(now, actions, intents);
@@ -284,8 +325,10 @@ void ServicePolicy::learn_load_peaks(std::vector<Action>& actions) {
   // once: whose bytes are whose is unknown, so nothing is learned). The store hears of a peak
   // when it has grown by a step since it last heard, not at every sample of a slow growth.
   for (auto& [name, st] : services_) {
+    // Asleep, what it holds is a context, not a load (a sleeping vLLM keeps ~500 MiB and still
+    // lists its model): a wake sized by that would be admitted for too little.
     if (st.state != ServiceState::up || st.load_started || st.bytes < kWorthUnloading ||
-        st.models.size() > 1)
+        st.models.size() > 1 || st.asleep)
       continue;
     std::string model = st.models.empty() ? std::string() : st.models[0];
     Bytes& peak = st.load_peaks[model];
@@ -323,11 +366,21 @@ void ServicePolicy::start_unload(const std::string& service, const std::string& 
   run.timeout = cfg ? unload_timeout(*cfg) : Duration(std::chrono::seconds(20));
   for (const auto& [gpu, bytes] : st.per_gpu) run.before[gpu] = bytes;
   run.rss_before = st.rss;
+  // As shallow as the host RAM allows (core/wake.h), unless sleep_level fixes it. A kind whose
+  // only sleep is a stop is called all the same: its adapter answers not_supported, and the
+  // escalation stops it.
+  run.depth = cfg ? choose_depth(st, *cfg, ram_room_) : SleepDepth::sleep2;
+  SleepDepth call_depth = run.depth == SleepDepth::stop ? SleepDepth::sleep2 : run.depth;
   st.state = ServiceState::unloading;
+  std::string keeps =
+      run.depth == SleepDepth::sleep1
+          ? fmt::format(", keeping ~{} in host RAM", format_size(host_ram_estimate(st, run.depth)))
+          : "";
   actions.emplace_back(make_event(
       now, "unload.started", std::nullopt, service,
-      fmt::format("unloading {} ({}): holds {}", service, reason, format_size(st.bytes))));
-  actions.emplace_back(CallUnload{service, run.id});
+      fmt::format("unloading {} ({}): holds {}; sleeps at {}{}", service, reason,
+                  format_size(st.bytes), describe_depth(call_depth, st.kind), keeps)));
+  actions.emplace_back(CallUnload{service, run.id, call_depth});
   unloads_.emplace(run.id, std::move(run));
 }
 
@@ -471,6 +524,36 @@ void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const s
   } else {
     st.backoff_until.reset();
   }
+  // Asleep from the verdict until a wake or a load is seen (core/sleep.h), whatever it still
+  // holds: a sleeping vLLM keeps its CUDA context.
+  v.depth = run.depth == SleepDepth::stop ? SleepDepth::sleep2 : run.depth;
+  if (v.escalation == "stop") v.depth = SleepDepth::stop;
+  bool slept = outcome == UnloadOutcome::freed || outcome == UnloadOutcome::partial ||
+               v.escalation == "restart" || v.escalation == "stop";
+  if (v.escalation == "restart") v.depth = SleepDepth::sleep2;  // back up, empty
+  if (slept) {
+    Asleep a;
+    a.depth = v.depth;
+    a.since = now.mono;
+    a.gpu_kept = v.escalation.empty() || v.escalation == "report" ? v.after_bytes : 0;
+    a.models = st.models;
+    if (a.depth == SleepDepth::sleep1) {
+      if (v.rss_before && v.rss_after && *v.rss_after > *v.rss_before) {
+        a.host_ram = *v.rss_after - *v.rss_before;
+        a.host_ram_measured = true;
+        st.sleep1_host_ram = a.host_ram;
+      } else {
+        a.host_ram = st.sleep1_host_ram.value_or(v.before_bytes - std::min(v.before_bytes, v.after_bytes));
+      }
+      v.host_ram_kept = a.host_ram;
+      v.message += fmt::format("; asleep at {}, keeping {} in host RAM{}",
+                               describe_depth(a.depth, st.kind), format_size(a.host_ram),
+                               a.host_ram_measured ? "" : " (estimated)");
+    } else {
+      v.message += fmt::format("; asleep at {}", describe_depth(a.depth, st.kind));
+    }
+    st.asleep = a;
+  }
   st.state = ServiceState::up;
   st.last_unload = v;
   st.last_unload_at = now.mono;
@@ -489,13 +572,75 @@ void ServicePolicy::check_idle_ttl(const std::set<std::string>& in_use, const No
     auto idle = idle_since(st);
     if (st.state != ServiceState::up || !idle) continue;
     if (now.mono - *idle < *cfg.unload_after_idle) continue;
-    if (st.bytes < kWorthUnloading) continue;
+    if (st.bytes < kWorthUnloading || st.asleep) continue;
     if (st.backoff_until && now.mono < *st.backoff_until) continue;
     if (in_use.count(cfg.name)) continue;  // a granted lease works through it
     // One TTL unload per idle period: activity starts a new one.
     if (st.last_unload_at && *st.last_unload_at >= *idle) continue;
     start_unload(cfg.name, "idle", 0, now, actions);
   }
+}
+
+void ServicePolicy::on_woken(const WokenIntent& w, const Now& now, std::vector<Action>& actions) {
+  auto it = services_.find(w.service);
+  if (it == services_.end()) return;
+  ServiceStatus& st = it->second;
+  st.asleep.reset();
+  (void)now;
+  if (!w.measured) return;
+  Duration& learned = st.wake_times[{w.model, w.depth}];
+  // The mean of the last and this one: one slow wake (a cold page cache) moves it half way.
+  learned = learned.count() > 0 ? (learned + w.took) / 2 : w.took;
+  actions.emplace_back(RememberWakeTime{{w.service, w.model, w.depth, learned}});
+}
+
+void ServicePolicy::restore_wake_times(const std::vector<WakeTime>& times) {
+  for (const auto& t : times) {
+    auto it = services_.find(t.service);
+    if (it == services_.end() || t.took.count() <= 0) continue;
+    it->second.wake_times[{t.model, t.depth}] = t.took;
+  }
+}
+
+bool ServicePolicy::deepen(const DeepenIntent& d, const Now& now, std::vector<Action>& actions,
+                           Intents& intents) {
+  // The sleeper keeping the most host RAM that vramd can stop. One at a time: its stop takes a
+  // few samples to show in MemAvailable, and the shortage may be gone then.
+  if (last_deepen_ && now.mono - *last_deepen_ < kDeepenSettle) return false;
+  ServiceStatus* pick = nullptr;
+  for (auto& [name, st] : services_) {
+    if (!st.asleep || st.asleep->depth != SleepDepth::sleep1 || st.asleep->host_ram == 0)
+      continue;
+    if (st.control == Control::none) {
+      if (cannot_deepen_told_.insert(name).second)
+        actions.emplace_back(make_event(
+            now, "service.deepen_impossible", std::nullopt, name,
+            fmt::format("{} keeps {} of host RAM asleep and vramd cannot stop it (no start, "
+                        "match.container or match.unit): {}",
+                        name, format_size(st.asleep->host_ram), d.why)));
+      continue;
+    }
+    if (!pick || st.asleep->host_ram > pick->asleep->host_ram) pick = &st;
+  }
+  if (!pick) return false;
+  const ServiceConfig* cfg = config_.find_service(pick->name);
+  last_deepen_ = now.mono;
+  actions.emplace_back(make_event(
+      now, "service.deepened", std::nullopt, pick->name,
+      fmt::format("stopping {} ({} asleep, {} of host RAM): {}", pick->name,
+                  describe_depth(pick->asleep->depth, pick->kind),
+                  format_size(pick->asleep->host_ram), d.why)));
+  if (pick->control == Control::managed || pick->control == Control::container) {
+    intents.push_back(CommandIntent{pick->name, Command::stop});
+  } else if (cfg) {
+    actions.emplace_back(Lifecycle{pick->name, Command::stop, pick->control,
+                                   pick->control == Control::unit ? cfg->match.unit
+                                                                  : cfg->match.container});
+  }
+  pick->asleep->depth = SleepDepth::stop;
+  pick->asleep->host_ram = 0;
+  pick->asleep->gpu_kept = 0;
+  return true;
 }
 
 }  // namespace vramd

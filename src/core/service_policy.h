@@ -60,6 +60,18 @@ class ServicePolicy {
 
   // Brings back the load peaks the store kept (services no longer configured are skipped).
   void restore_load_peaks(const std::vector<LoadPeak>& peaks);
+  // Brings back the wake times the store kept.
+  void restore_wake_times(const std::vector<WakeTime>& times);
+  // The host RAM a new sleeper may keep now (core/wake.h choose_depth); the Arbiter sets it
+  // before each event from the ledger, the leases and [host] ram_reserve.
+  void set_ram_room(std::optional<Bytes> room) { ram_room_ = room; }
+  std::optional<Bytes> ram_room() const { return ram_room_; }
+  // A wake finished (core/wakes.h): the service is awake; its time is learned.
+  void on_woken(const WokenIntent& w, const Now& now, std::vector<Action>& actions);
+  // Host RAM is short: the sleeper keeping the most host RAM is put deeper (stopped), if vramd
+  // can stop it. Returns whether one was.
+  bool deepen(const DeepenIntent& d, const Now& now, std::vector<Action>& actions,
+              Intents& intents);
 
   // nullptr for an unknown name. `managed` is not filled here (the Arbiter joins it).
   const ServiceStatus* find(const std::string& name) const;
@@ -93,6 +105,7 @@ class ServicePolicy {
     std::optional<UnloadVerification> verification;  // set once the call returned
     Duration timeout{0};
     Duration call_duration{0};
+    SleepDepth depth = SleepDepth::sleep2;
   };
   void update_holdings(const Ledger& ledger, const Now& now);
   void learn_reload_costs(const Now& now);
@@ -113,6 +126,9 @@ class ServicePolicy {
   // (service, model) -> the load peak the store last heard of (RememberLoadPeak).
   std::map<std::pair<std::string, std::string>, Bytes> saved_peaks_;
   std::optional<MonoTime> last_sample_at_;
+  std::optional<Bytes> ram_room_;
+  std::optional<MonoTime> last_deepen_;  // one shortage deepens one sleeper at a time
+  std::set<std::string> cannot_deepen_told_;  // said once per service
 };
 
 }  // namespace vramd

@@ -75,4 +75,28 @@ const char* to_string(Control c) {
   return "?";
 }
 
+const char* to_string(SleepDepth d) {
+  switch (d) {
+    case SleepDepth::sleep1:
+      return "sleep1";
+    case SleepDepth::sleep2:
+      return "sleep2";
+    case SleepDepth::stop:
+      return "stop";
+  }
+  return "?";
+}
+
+std::optional<SleepDepth> parse_sleep_depth(std::string_view s) {
+  for (SleepDepth d : {SleepDepth::sleep1, SleepDepth::sleep2, SleepDepth::stop})
+    if (s == to_string(d)) return d;
+  return std::nullopt;
+}
+
+std::string describe_depth(SleepDepth d, std::string_view kind) {
+  if (kind == "vllm" && d != SleepDepth::stop)
+    return d == SleepDepth::sleep1 ? "level 1" : "level 2";
+  return to_string(d);
+}
+
 }  // namespace vramd

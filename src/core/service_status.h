@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/sleep.h"
 #include "core/units.h"
 #include "core/unload.h"
 
@@ -141,6 +142,14 @@ struct ServiceStatus {
   bool reload_measured = false;
   std::map<std::string, Bytes> load_peaks;  // model ("" none named) -> most held (LoadPeak)
   std::optional<Bytes> last_load_bytes;      // what its last load held once it settled
+  // Put to sleep by vramd and not woken or loaded since (core/sleep.h).
+  std::optional<Asleep> asleep;
+  // Its probe says whether it sleeps (vLLM's /is_sleeping): its word ends a sleep, not its bytes.
+  bool reports_sleep = false;
+  // How long its wakes took, by (model, depth) (core/sleep.h WakeTime); learned, kept in the store.
+  std::map<std::pair<std::string, SleepDepth>, Duration> wake_times;
+  // What a sleep1 last kept in host RAM (its RSS growth then): the next sleep1's estimate.
+  std::optional<Bytes> sleep1_host_ram;
   std::optional<ManagedState> managed;  // services with `start` (filled from supervision)
   // Found by `[daemon] discover`, not configured: `discovered_by` is the fingerprint's evidence.
   bool discovered = false;

@@ -9,6 +9,7 @@
 
 #include "core/model.h"
 #include "core/service_model.h"
+#include "core/sleep.h"
 
 namespace vramd {
 
@@ -35,6 +36,8 @@ struct UnloadVerdict {
   Duration duration{0};
   Duration call_duration{0};                   // how long the server took to answer the call
   std::string escalation;                      // "" | "restart" | "stop" | "report"
+  SleepDepth depth = SleepDepth::sleep2;       // how deep it was asked to sleep (core/sleep.h)
+  Bytes host_ram_kept = 0;                     // what the sleep keeps in host RAM
   std::string message;
   TimePoint at{};  // wall time of the verdict: for people
 };

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/eviction.h"
+#include "core/service_kinds.h"
 
 namespace vramd {
 
@@ -26,11 +27,64 @@ std::optional<LoadNeed> load_need(const ServiceStatus& st, const ServiceConfig& 
   return std::nullopt;
 }
 
-bool unloaded_by_vramd(const ServiceStatus& st) {
-  if (!st.last_unload || st.bytes >= kWorthUnloading) return false;
-  // An unload that freed nothing but was escalated (restart, stop) emptied it all the same.
-  const std::string& esc = st.last_unload->escalation;
-  return st.last_unload->outcome == UnloadOutcome::freed || esc == "restart" || esc == "stop";
+bool sleeping(const ServiceStatus& st) {
+  if (!st.asleep) return false;
+  // Stopped by vramd, then started again (by a request, by hand, by its engine): awake.
+  if (st.asleep->depth == SleepDepth::stop && st.managed &&
+      st.managed->state == ManagedPhase::running && st.managed->started_at &&
+      *st.managed->started_at > st.asleep->since)
+    return false;
+  return true;
+}
+
+SleepDepth choose_depth(const ServiceStatus& st, const ServiceConfig& cfg,
+                        std::optional<Bytes> ram_room) {
+  const ServiceKind* kind = find_service_kind(cfg.kind);
+  if (!kind || kind->sleeps.empty()) return SleepDepth::stop;
+  const std::vector<SleepDepth>& sleeps = kind->sleeps;
+  auto offered = [&](SleepDepth d) {
+    return std::find(sleeps.begin(), sleeps.end(), d) != sleeps.end();
+  };
+  if (cfg.sleep_level) {
+    SleepDepth want = *cfg.sleep_level == 1 ? SleepDepth::sleep1 : SleepDepth::sleep2;
+    if (offered(want)) return want;
+  }
+  for (SleepDepth d : sleeps) {
+    Bytes keeps = host_ram_estimate(st, d);
+    if (keeps == 0 || (ram_room && keeps <= *ram_room)) return d;
+  }
+  return sleeps.back();
+}
+
+Bytes host_ram_estimate(const ServiceStatus& st, SleepDepth depth) {
+  if (depth != SleepDepth::sleep1) return 0;
+  if (st.sleep1_host_ram) return *st.sleep1_host_ram;
+  return st.bytes;
+}
+
+Duration expected_wake(const ServiceStatus& st, const std::string& model, SleepDepth depth) {
+  if (auto it = st.wake_times.find({model, depth}); it != st.wake_times.end()) return it->second;
+  for (const auto& [key, took] : st.wake_times)
+    if (key.second == depth) return took;
+  const ServiceKind* kind = find_service_kind(st.kind);
+  Duration reload = st.reload_measured ? st.reload_cost
+                    : kind             ? kind->reload_cost
+                                       : Duration(std::chrono::seconds(30));
+  switch (depth) {
+    case SleepDepth::sleep1:
+      return kind && kind->sleep1_wake.count() > 0 ? kind->sleep1_wake : reload;
+    case SleepDepth::sleep2:
+      return reload;
+    case SleepDepth::stop:
+      return 2 * reload;
+  }
+  return reload;
+}
+
+Duration eviction_cost(const ServiceStatus& st, const ServiceConfig& cfg,
+                       std::optional<Bytes> ram_room) {
+  std::string model = st.models.size() == 1 ? st.models[0] : std::string();
+  return expected_wake(st, model, choose_depth(st, cfg, ram_room));
 }
 
 const char* to_string(WakeStep s) {
@@ -55,24 +109,30 @@ WakePlan plan_wake(const ServiceStatus& st, const ServiceConfig& cfg, bool can_w
   if (st.managed && st.managed->state != ManagedPhase::running) {
     plan.step = WakeStep::start;
     plan.room = load_need(st, cfg, model);
+    if (st.asleep) plan.depth = SleepDepth::stop;
     return plan;
   }
   if (st.state == ServiceState::unloading) {
     plan.step = WakeStep::wait;
     return plan;
   }
-  if (can_wake && unloaded_by_vramd(st)) {
+  bool asleep = sleeping(st);
+  if (can_wake && asleep && st.asleep->depth != SleepDepth::stop) {
     plan.step = WakeStep::wake;
     plan.room = load_need(st, cfg, model);
+    plan.depth = st.asleep->depth;
     return plan;
   }
-  // Empty (unloaded by vramd, by its own keep-alive, or never loaded) and asked for a model whose
-  // size is known: the load it is about to make waits for room like a lease, so that idle others
-  // are evicted for it instead of it failing for memory (Ollama, ComfyUI, a first load).
-  if (!model.empty() && st.state == ServiceState::up && st.bytes < kWorthUnloading) {
+  // Asleep without a wake call, or empty (never loaded, or unloaded by its own keep-alive), and
+  // asked for a model whose size is known: the load it is about to make waits for room like a
+  // lease, so that idle others are evicted for it instead of it failing for memory (Ollama,
+  // ComfyUI, a first load).
+  bool empty = asleep || st.bytes < kWorthUnloading;
+  if (!model.empty() && st.state == ServiceState::up && empty) {
     if (auto need = load_need(st, cfg, model)) {
       plan.step = WakeStep::admit;
       plan.room = need;
+      if (asleep) plan.depth = st.asleep->depth;
     }
   }
   return plan;

@@ -26,16 +26,34 @@ struct LoadNeed {
 std::optional<LoadNeed> load_need(const ServiceStatus& st, const ServiceConfig& cfg,
                                   const std::string& model);
 
-// Unloaded by vramd and not loaded since (freed by an unload, or by the restart or stop its
-// escalation asked for): its next request needs a wake first, where its kind has one (ComfyUI
-// and Ollama load on the request itself).
-bool unloaded_by_vramd(const ServiceStatus& st);
+// Asleep: put to sleep by vramd (an unload's verdict, or the restart or stop its escalation
+// asked for) and not woken or loaded since, whatever it still holds on the GPU (a sleeping vLLM
+// keeps its CUDA context). A service stopped by vramd that runs again is not asleep.
+bool sleeping(const ServiceStatus& st);
+
+// The depth of the next unload of `st` (core/sleep.h): its `sleep_level` when set; else the
+// shallowest of its kind's sleeps whose host RAM (host_ram_estimate) fits `ram_room` (the host
+// RAM a new sleeper may keep: MemAvailable, less what leases were promised, less [host]
+// ram_reserve; nullopt when unknown: the deepest sleep then).
+SleepDepth choose_depth(const ServiceStatus& st, const ServiceConfig& cfg,
+                        std::optional<Bytes> ram_room);
+// What a sleep at `depth` keeps in host RAM: for sleep1, what its last sleep1 was measured to
+// keep, else what it holds on the GPU now (its weights are at most that); 0 for deeper ones.
+Bytes host_ram_estimate(const ServiceStatus& st, SleepDepth depth);
+// How long a wake from `depth` is expected to take: learned for this model and depth, else for
+// any model at that depth, else the kind's first guess (sleep1_wake; sleep2: reload_cost; stop:
+// twice that).
+Duration expected_wake(const ServiceStatus& st, const std::string& model, SleepDepth depth);
+// What an eviction of `st` costs the next request: its expected wake from the depth it would be
+// put to sleep at now (`ram_room` as for choose_depth).
+Duration eviction_cost(const ServiceStatus& st, const ServiceConfig& cfg,
+                       std::optional<Bytes> ram_room);
 
 enum class WakeStep {
   ready,  // forward the request now (it loads on the request itself, or is loaded)
   start,  // a service vramd runs that is not running: start it (start admission sizes it)
   wait,   // being unloaded: wait for the verdict, then wake
-  wake,   // call the adapter's wake, after admitting `room` like a lease when it is known
+  wake,   // asleep: call the adapter's wake, after admitting `room` like a lease when it is known
   admit,  // empty, and it loads on the request itself: admit `room` like a lease, then forward
 };
 const char* to_string(WakeStep s);
@@ -43,9 +61,11 @@ const char* to_string(WakeStep s);
 struct WakePlan {
   WakeStep step = WakeStep::ready;
   std::optional<LoadNeed> room;  // wake: the memory to admit first
+  std::optional<SleepDepth> depth;  // wake: the sleep it wakes from
 };
 
 // `can_wake`: the service's adapter has a wake call (vLLM /wake_up, llama.cpp /models/load).
+// A sleeper whose kind has none loads on the request itself (`admit` when a model is named).
 // `model`: the model the request names ("" for a request that names none: a UI's poll, a
 // ComfyUI prompt). Only a request for a model is admitted before it loads (`admit`): a request
 // that names none may load nothing.

@@ -40,6 +40,13 @@ TEST(LoadNeed, PeakOfTheModelThenEstimateThenLastLoadThenNothing) {
   EXPECT_EQ(load_need(st, cfg, "")->bytes, 20 * GiB);
 }
 
+Asleep asleep_at(SleepDepth d, Bytes gpu_kept = 0) {
+  Asleep a;
+  a.depth = d;
+  a.gpu_kept = gpu_kept;
+  return a;
+}
+
 TEST(PlanWake, EachStepFromTheServicesState) {
   ServiceConfig cfg;
   ServiceStatus st = up("vllm");
@@ -47,15 +54,20 @@ TEST(PlanWake, EachStepFromTheServicesState) {
   EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::ready);  // loaded
   st.state = ServiceState::unloading;
   EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::wait);
-  // Unloaded by vramd: a kind with a wake call is woken, sized by what it took before.
+  // Asleep (put to sleep by vramd): a kind with a wake call is woken from its depth, sized by
+  // what it took before, whatever it still holds: a sleeping vLLM keeps its CUDA context, and
+  // 500 MiB is over any "empty" threshold.
   st.state = ServiceState::up;
-  st.bytes = 100 * MiB;
-  st.last_unload = freed();
+  st.bytes = 500 * MiB;
+  st.asleep = asleep_at(SleepDepth::sleep1, 500 * MiB);
   st.load_peaks["m"] = 8 * GiB;
   WakePlan p = plan_wake(st, cfg, true, "m");
   EXPECT_EQ(p.step, WakeStep::wake);
+  EXPECT_EQ(p.depth, SleepDepth::sleep1);
   ASSERT_TRUE(p.room.has_value());
   EXPECT_EQ(p.room->bytes, 8 * GiB);
+  // A request that names no model is woken all the same (a UI's poll of a sleeper).
+  EXPECT_EQ(plan_wake(st, cfg, true, "").step, WakeStep::wake);
   // A kind that loads on the request itself (ComfyUI, Ollama): nothing to call, but the load it
   // is about to make is admitted first for what it was measured to take.
   p = plan_wake(st, cfg, false, "m");
@@ -63,32 +75,80 @@ TEST(PlanWake, EachStepFromTheServicesState) {
   EXPECT_EQ(p.room->bytes, 8 * GiB);
   // A request that names no model (a UI's poll) may load nothing: forwarded.
   EXPECT_EQ(plan_wake(st, cfg, false, "").step, WakeStep::ready);
-  // Unloaded by someone else, or an unload that freed nothing: nothing to wake; empty, so its
-  // load is admitted when its size is known, else forwarded.
-  st.last_unload->outcome = UnloadOutcome::ineffective;
-  st.last_unload->escalation = "report";
+  // Not asleep (unloaded by someone else, or an unload that freed nothing) but empty: nothing to
+  // wake; its load is admitted when its size is known, else forwarded.
+  st.asleep.reset();
+  st.bytes = 100 * MiB;
   EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::admit);
   EXPECT_EQ(plan_wake(st, cfg, true, "never-measured").step, WakeStep::ready);
-  // Found by vramd sim (the agent-runner day): an unload that freed nothing and was escalated
-  // left the service empty by vramd's own restart; its next load was forwarded unadmitted and
-  // waited for room nobody made (request p95 4,270 s). It is vramd's to wake, like a freed one.
-  st.last_unload->escalation = "restart";
-  EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::wake);
-  EXPECT_EQ(plan_wake(st, cfg, true, "m").room->bytes, 8 * GiB);
-  st.bytes = 8 * GiB;  // loaded again since: nothing to wake
+  // Holding a real amount and not asleep: ready.
+  st.bytes = 600 * MiB;
   EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::ready);
-  st.bytes = 100 * MiB;
-  st.last_unload->escalation = "";
   // A service vramd runs that is down: started, whatever else is true.
   st.managed = ManagedState{};
   st.managed->state = ManagedPhase::stopped;
-  EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::start);
-  EXPECT_EQ(plan_wake(st, cfg, true, "m").room->bytes, 8 * GiB);
-  // Running and empty (it loads on its first request): that load is admitted; loaded: ready.
+  st.asleep = asleep_at(SleepDepth::stop);
+  p = plan_wake(st, cfg, true, "m");
+  EXPECT_EQ(p.step, WakeStep::start);
+  EXPECT_EQ(p.room->bytes, 8 * GiB);
+  EXPECT_EQ(p.depth, SleepDepth::stop);
+  // Stopped by vramd, then started again: awake; empty, so its first load is admitted.
   st.managed->state = ManagedPhase::running;
+  st.managed->started_at = st.asleep->since + std::chrono::seconds(5);
+  st.bytes = 100 * MiB;
+  EXPECT_FALSE(sleeping(st));
   EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::admit);
   st.bytes = 8 * GiB;
   EXPECT_EQ(plan_wake(st, cfg, true, "m").step, WakeStep::ready);
+}
+
+TEST(ChooseDepth, TheShallowestWhoseHostRamFits) {
+  ServiceConfig cfg;
+  cfg.kind = "vllm";
+  ServiceStatus st = up("vllm");
+  st.kind = "vllm";
+  st.bytes = 14 * GiB;
+  // Its weights are at most what it holds on the GPU until a sleep1 was measured.
+  EXPECT_EQ(host_ram_estimate(st, SleepDepth::sleep1), 14 * GiB);
+  EXPECT_EQ(host_ram_estimate(st, SleepDepth::sleep2), 0u);
+  EXPECT_EQ(choose_depth(st, cfg, 20 * GiB), SleepDepth::sleep1);   // RAM fits: level 1
+  EXPECT_EQ(choose_depth(st, cfg, 10 * GiB), SleepDepth::sleep2);   // RAM short: level 2
+  EXPECT_EQ(choose_depth(st, cfg, std::nullopt), SleepDepth::sleep2);  // unknown: keep none
+  st.sleep1_host_ram = 9 * GiB;  // measured at its last sleep1
+  EXPECT_EQ(choose_depth(st, cfg, 10 * GiB), SleepDepth::sleep1);
+  // sleep_level fixes it.
+  cfg.sleep_level = 2;
+  EXPECT_EQ(choose_depth(st, cfg, 100 * GiB), SleepDepth::sleep2);
+  cfg.sleep_level = 1;
+  EXPECT_EQ(choose_depth(st, cfg, 0), SleepDepth::sleep1);
+  // One sleep only (Ollama: the model file stays in the page cache, not the process's RAM).
+  ServiceConfig ollama;
+  ollama.kind = "ollama";
+  EXPECT_EQ(choose_depth(st, ollama, 0), SleepDepth::sleep2);
+  // No unload call at all: only a stop frees it.
+  ServiceConfig process;
+  process.kind = "process";
+  EXPECT_EQ(choose_depth(st, process, 100 * GiB), SleepDepth::stop);
+}
+
+TEST(ExpectedWake, LearnedForTheModelThenTheDepthThenTheKind) {
+  ServiceStatus st = up("vllm");
+  st.kind = "vllm";
+  using std::chrono::seconds;
+  EXPECT_EQ(expected_wake(st, "m", SleepDepth::sleep1), seconds(3));   // vLLM's first guess
+  EXPECT_EQ(expected_wake(st, "m", SleepDepth::sleep2), seconds(60));  // its reload_cost
+  EXPECT_EQ(expected_wake(st, "m", SleepDepth::stop), seconds(120));
+  st.wake_times[{"other", SleepDepth::sleep1}] = seconds(2);
+  EXPECT_EQ(expected_wake(st, "m", SleepDepth::sleep1), seconds(2));  // any model at the depth
+  st.wake_times[{"m", SleepDepth::sleep1}] = seconds(1);
+  EXPECT_EQ(expected_wake(st, "m", SleepDepth::sleep1), seconds(1));
+  // What evicting it costs: the wake from the depth it would sleep at now.
+  ServiceConfig cfg;
+  cfg.kind = "vllm";
+  st.bytes = 14 * GiB;
+  st.models = {"m"};
+  EXPECT_EQ(eviction_cost(st, cfg, 64 * GiB), seconds(1));   // room for level 1
+  EXPECT_EQ(eviction_cost(st, cfg, 1 * GiB), seconds(60));   // level 2: a reload
 }
 
 }  // namespace

@@ -89,6 +89,11 @@ Status Daemon::start() {
   } else {
     spdlog::warn("{}: wakes and starts are sized without past loads", peaks.error());
   }
+  if (auto times = peak_store_->wake_times(); times) {
+    arbiter_.restore_wake_times(*times);
+  } else {
+    spdlog::warn("{}: wake times start from each kind's first guess", times.error());
+  }
   // Last of the reads on this thread: what the restore ends (a holder gone while vramd was down)
   // is written on the store thread from here on, and the stores are not to be used from two
   // threads at once (libpq's connection is not thread-safe: a read here while the store thread
@@ -166,6 +171,7 @@ void Daemon::stop() {
   unit_watch_.reset();
   for (auto& [id, t] : lease_waiters_) t->cancel();
   for (auto& [id, w] : command_waiters_) w->timer.cancel();
+  for (auto& [id, w] : wake_waiters_) w->timer.cancel();
   // Managed children outlive vramd unless on_shutdown = "stop" (they are adopted again).
   for (const auto& st : arbiter_.services()) {
     const ServiceConfig* cfg = arbiter_.config().find_service(st.name);
@@ -183,7 +189,8 @@ void Daemon::feed(const Event& event) {
   if (std::holds_alternative<ChildStarted>(event) || std::holds_alternative<ChildExited>(event) ||
       std::holds_alternative<HolderExited>(event) ||
       std::holds_alternative<ContainerChanged>(event) ||
-      std::holds_alternative<LifecycleDone>(event) || std::holds_alternative<UnloadCallDone>(event))
+      std::holds_alternative<LifecycleDone>(event) || std::holds_alternative<UnloadCallDone>(event) ||
+      std::holds_alternative<WakeCallDone>(event))
     sample_gate_.list_processes();
   apply(arbiter_.handle(event, clock_()));
   // A deadline sooner than the tick loop's wake-up: wake it to wait for that one instead.
@@ -214,6 +221,20 @@ void Daemon::apply(std::vector<Action> actions) {
       });
     } else if (auto* c = std::get_if<CallUnload>(&a)) {
       asio::co_spawn(io_, call_unload(*c), asio::detached);
+    } else if (auto* cw = std::get_if<CallWake>(&a)) {
+      asio::co_spawn(io_, call_wake(*cw), asio::detached);
+    } else if (auto* wf = std::get_if<WakeFinished>(&a)) {
+      if (auto it = wake_waiters_.find(wf->id); it != wake_waiters_.end()) {
+        it->second->result = *wf;
+        it->second->timer.cancel();
+      }
+    } else if (auto* wp = std::get_if<WakeProgressed>(&a)) {
+      if (auto it = wake_waiters_.find(wp->id); it != wake_waiters_.end() && it->second->progress)
+        it->second->progress(wp->text);
+    } else if (auto* rw = std::get_if<RememberWakeTime>(&a)) {
+      asio::post(store_thread_, [store = peak_store_, t = rw->time, at = clock_().wall] {
+        if (auto r = store->save_wake(t, at); !r) spdlog::warn("{}", r.error());
+      });
     } else if (auto* f = std::get_if<SetFastSampling>(&a)) {
       fast_sampling_ = f->on;
       sample_gate_.set_fast(f->on);  // a verification reads the lists on every sample
@@ -330,7 +351,7 @@ asio::awaitable<void> Daemon::call_unload(CallUnload call) {
   auto it = adapters_.find(call.service);
   UnloadCallDone done{call.service, call.unload_id, {UnloadCall::Result::failed, "no adapter"}, {}};
   auto t0 = std::chrono::steady_clock::now();
-  if (it != adapters_.end()) done.call = co_await it->second->unload();
+  if (it != adapters_.end()) done.call = co_await it->second->unload(call.depth);
   done.took = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - t0);
   if (stopping_) co_return;
   feed(done);

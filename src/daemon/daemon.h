@@ -86,6 +86,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   bool is_ready(const std::string& service, const std::string& model) override;
   boost::asio::awaitable<WakeResult> ensure_ready(std::string service, std::string model,
                                                   WakeProgress progress) override;
+  void abandon_wake(const std::string& service, const std::string& model) override;
   std::vector<ModelEntry> models() override;
   std::string socket_path() const;
   uint64_t samples_taken() const { return samples_; }
@@ -171,12 +172,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   // The request path (daemon_proxy.cc).
   bool can_wake(const std::string& service) const;
   void in_flight_changed(const std::string& service, int now_in_flight);
-  boost::asio::awaitable<WakeResult> start_for_request(std::string service, std::string model,
-                                                       Duration limit, WakeProgress progress);
-  boost::asio::awaitable<WakeResult> wake_for_request(
-      std::string service, std::string model, WakePlan plan,
-      std::chrono::steady_clock::time_point deadline, WakeProgress progress);
-  boost::asio::awaitable<void> release_when_loaded(uint64_t lease, std::string service, Bytes room);
+  boost::asio::awaitable<void> call_wake(CallWake call);
   // Discovery at run time (daemon_discover.cc).
   boost::asio::awaitable<void> discover_loop();
   boost::asio::awaitable<void> discover_once();
@@ -248,6 +244,14 @@ class Daemon : public DaemonControl, public ProxyHooks {
 
  private:
   std::map<uint64_t, std::unique_ptr<Waiter<CommandFinished>>> command_waiters_;
+  // Held requests' wakes (WakeRequested): the core's answer, and who hears its progress.
+  struct WakeWaiter : Waiter<WakeFinished> {
+    using Waiter::Waiter;
+    std::string service, model;
+    WakeProgress progress;
+  };
+  std::map<uint64_t, std::unique_ptr<WakeWaiter>> wake_waiters_;
+  uint64_t next_wake_ = 1;
   MetricsCounters metrics_;
   uint64_t next_command_ = 1;
   MonoTime last_rotation_{};

@@ -52,6 +52,9 @@ class ProxyHooks {
   // Returns when it is, or with the reason it cannot be. The proxy applies wake_timeout itself.
   virtual boost::asio::awaitable<WakeResult> ensure_ready(std::string service, std::string model,
                                                           WakeProgress progress) = 0;
+  // Every held request waiting on the wake of `service` for `model` went away (client gone,
+  // wake_timeout passed): the wake is not needed any more.
+  virtual void abandon_wake(const std::string& service, const std::string& model) = 0;
   // Every model every service serves, now.
   virtual std::vector<ModelEntry> models() = 0;
 };
@@ -66,6 +69,7 @@ class NullProxyHooks : public ProxyHooks {
   boost::asio::awaitable<WakeResult> ensure_ready(std::string, std::string, WakeProgress) override {
     co_return WakeResult::ready();
   }
+  void abandon_wake(const std::string&, const std::string&) override {}
   std::vector<ModelEntry> models() override { return {}; }
 };
 

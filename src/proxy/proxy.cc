@@ -48,6 +48,7 @@ constexpr std::size_t kChunk = std::size_t{16} * 1024;
 constexpr auto kHeaderTimeout = std::chrono::seconds(15);
 constexpr auto kKeepAliveIdle = std::chrono::seconds(60);
 constexpr auto kClientWriteTimeout = std::chrono::seconds(30);
+constexpr auto kWakeAnswerGrace = std::chrono::seconds(2);  // past wake_timeout (hold())
 
 // GCC 12 may destroy a temporary inside a co_await expression twice (a double free when it owns
 // memory): every argument of an awaited call here is a named object, or a reference to one.
@@ -555,7 +556,9 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
                                    bool* sse_open) {
     auto h = std::make_shared<Held>(io);
     h->start = Clock::now();
-    h->deadline = h->start + svc.opt.wake_timeout;
+    // The core times the wake out on its own clock, and answers with who is in the way: this
+    // deadline is only the net under it.
+    h->deadline = h->start + svc.opt.wake_timeout + kWakeAnswerGrace;
     std::string key = svc.opt.name + '\n' + model;
     if (auto it = wakes.find(key); it != wakes.end()) {
       h->wake = it->second;
@@ -587,6 +590,8 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       }
     }
     std::erase(h->wake->waiters, &h->timer);
+    // The last one waiting gone before the answer: the wake is not needed any more.
+    if (h->wake->waiters.empty() && !h->wake->done) hooks.abandon_wake(svc.opt.name, model);
     metrics.held(svc.opt.name, std::chrono::duration<double>(Clock::now() - h->start).count());
     co_return hold_result(*h->wake, h->client_gone, svc);
   }

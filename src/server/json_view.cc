@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "core/gpu_select.h"
+#include "core/service_kinds.h"
+#include "core/wake.h"
 
 namespace vramd {
 
@@ -114,6 +116,8 @@ json to_json(const UnloadVerdict& v) {
           {"duration_ms", v.duration.count()},
           {"call_ms", v.call_duration.count()},
           {"escalation", v.escalation.empty() ? json(nullptr) : json(v.escalation)},
+          {"depth", to_string(v.depth)},
+          {"host_ram_kept_bytes", v.host_ram_kept},
           {"message", v.message},
           {"at", format_rfc3339(v.at)}};
 }
@@ -122,6 +126,28 @@ json to_json(const ServiceStatus& s, const Now& now) {
   auto time = [&](const std::optional<MonoTime>& t) { return when(now, t); };
   json per_gpu = json::array();
   for (const auto& [gpu, b] : s.per_gpu) per_gpu.push_back({{"gpu", gpu}, {"bytes", b}});
+  json asleep = nullptr;
+  if (s.asleep)
+    asleep = {{"depth", to_string(s.asleep->depth)},
+              {"label", describe_depth(s.asleep->depth, s.kind)},
+              {"since", when(now, s.asleep->since)},
+              {"gpu_kept_bytes", s.asleep->gpu_kept},
+              {"host_ram_bytes", s.asleep->host_ram},
+              {"host_ram_measured", s.asleep->host_ram_measured}};
+  // The expected wake from each depth (core/wake.h expected_wake), for its one model if it has
+  // one, and whether it was measured.
+  json wake_seconds = json::object();
+  std::string model = s.models.size() == 1 ? s.models[0] : std::string();
+  std::vector<SleepDepth> depths;
+  if (const ServiceKind* kind = find_service_kind(s.kind)) depths = kind->sleeps;
+  if (s.control != Control::none) depths.push_back(SleepDepth::stop);
+  for (SleepDepth d : depths) {
+    bool measured = false;
+    for (const auto& [key, took] : s.wake_times) measured |= key.second == d;
+    wake_seconds[to_string(d)] = {
+        {"seconds", std::chrono::duration<double>(expected_wake(s, model, d)).count()},
+        {"measured", measured}};
+  }
   return {
       {"name", s.name},
       {"kind", s.kind},
@@ -156,6 +182,9 @@ json to_json(const ServiceStatus& s, const Now& now) {
       // What a wake or start is admitted for (core/wake.h): learned per model.
       {"load_peaks", s.load_peaks.empty() ? json::object() : json(s.load_peaks)},
       {"last_load_bytes", opt(s.last_load_bytes)},
+      // Put to sleep by vramd (core/sleep.h): its depth, what it keeps on the GPU and in host RAM.
+      {"asleep", asleep},
+      {"wake_seconds", wake_seconds},
       // Found by `[daemon] discover`, not configured (and left alone unless discover_unload).
       {"discovered", s.discovered},
       {"discovered_by", s.discovered ? json(s.discovered_by) : json(nullptr)},
@@ -250,6 +279,7 @@ json lease_json(const Lease& l, const Arbiter* local, const Now& now) {
           {"group", r.group.empty() ? json(nullptr) : json(r.group)},
           {"command", r.command},
           {"start", r.start},
+          {"wake", r.wake},
           {"shared_queue", r.cluster},
           {"host_requested", r.cluster ? json(r.host.empty() ? "any" : r.host) : json(nullptr)},
           {"on_host_lost", to_string(r.on_host_lost)},

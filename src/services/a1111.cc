@@ -39,12 +39,12 @@ class A1111Adapter final : public HttpAdapter {
     co_return p;
   }
 
-  awaitable<UnloadCall> unload() override {
+  awaitable<UnloadCall> unload(SleepDepth) override {
     co_return co_await request("POST", "/sdapi/v1/unload-checkpoint", "{}");
   }
 
   bool can_wake() const override { return true; }
-  awaitable<UnloadCall> wake() override {
+  awaitable<UnloadCall> wake(SleepDepth) override {
     co_return co_await request("POST", "/sdapi/v1/reload-checkpoint", "{}");
   }
 

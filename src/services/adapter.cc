@@ -9,7 +9,7 @@
 
 namespace vramd {
 
-boost::asio::awaitable<UnloadCall> Adapter::wake() {
+boost::asio::awaitable<UnloadCall> Adapter::wake(SleepDepth) {
   UnloadCall out;
   out.result = UnloadCall::Result::not_supported;
   out.message = kind() + " has no reload call: it loads on the next request";

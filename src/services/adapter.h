@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/result.h"
+#include "core/sleep.h"
 #include "core/service_model.h"
 
 namespace vramd {
@@ -26,12 +27,14 @@ class Adapter {
   // reachable = false with an error; one that answers an error status or garbage is
   // reachable = true with an error and busy = nullopt (never taken for idle).
   virtual boost::asio::awaitable<ServiceProbe> probe() = 0;
-  // Asks the server to release its GPU memory without ending the process.
-  virtual boost::asio::awaitable<UnloadCall> unload() = 0;
-  // Reloads what unload() released, where the server has such a call (vLLM wake_up, SGLang
+  // Asks the server to release its GPU memory without ending the process, as deep as `depth`
+  // (core/sleep.h; sleep1 or sleep2, one of its kind's sleeps): vLLM's sleep level, ComfyUI's
+  // free_memory. Kinds with one sleep ignore it.
+  virtual boost::asio::awaitable<UnloadCall> unload(SleepDepth depth) = 0;
+  // Reloads what unload(depth) released, where the server has such a call (vLLM wake_up, SGLang
   // resume, A1111 reload-checkpoint). Others reload on the next request.
   virtual bool can_wake() const { return false; }
-  virtual boost::asio::awaitable<UnloadCall> wake();
+  virtual boost::asio::awaitable<UnloadCall> wake(SleepDepth depth);
   // The kind's default health check (docs/adapters.md).
   virtual boost::asio::awaitable<HealthCheck> health() = 0;
   // How long memory may take to come back after unload() before the verdict.

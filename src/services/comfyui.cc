@@ -39,8 +39,13 @@ class ComfyUiAdapter final : public HttpAdapter {
     co_return p;
   }
 
-  awaitable<UnloadCall> unload() override {
-    co_return co_await request("POST", "/free", R"({"unload_models":true,"free_memory":true})");
+  // sleep1: the models move to host RAM (unload_all_models); sleep2 also drops the executor's
+  // caches (free_memory), so nothing of them is kept.
+  awaitable<UnloadCall> unload(SleepDepth depth) override {
+    co_return co_await request("POST", "/free",
+                               depth == SleepDepth::sleep1
+                                   ? R"({"unload_models":true})"
+                                   : R"({"unload_models":true,"free_memory":true})");
   }
 
   awaitable<HealthCheck> health() override { co_return co_await health_get("/system_stats"); }

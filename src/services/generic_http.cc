@@ -39,7 +39,7 @@ class GenericHttpAdapter final : public HttpAdapter {
     co_return p;
   }
 
-  awaitable<UnloadCall> unload() override {
+  awaitable<UnloadCall> unload(SleepDepth) override {
     if (config_.unload_url.empty()) {
       co_return unload_call(UnloadCall::Result::not_supported,
                             "no unload_url configured: stopping the process frees its memory");

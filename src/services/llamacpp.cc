@@ -46,7 +46,7 @@ class LlamaCppAdapter final : public HttpAdapter {
     co_return p;
   }
 
-  awaitable<UnloadCall> unload() override {
+  awaitable<UnloadCall> unload(SleepDepth) override {
     ServiceProbe p;
     std::vector<std::string> models = config_.models;
     std::optional<std::vector<std::string>> listed;
@@ -65,8 +65,8 @@ class LlamaCppAdapter final : public HttpAdapter {
   }
 
   bool can_wake() const override { return router_.value_or(false); }
-  awaitable<UnloadCall> wake() override {
-    if (!router_.value_or(false)) co_return co_await Adapter::wake();
+  awaitable<UnloadCall> wake(SleepDepth depth) override {
+    if (!router_.value_or(false)) co_return co_await Adapter::wake(depth);
     co_return co_await request_each("POST", last_models_, load_path, model_body);
   }
 

@@ -55,7 +55,7 @@ class LocalAiAdapter final : public HttpAdapter {
     co_return p;
   }
 
-  awaitable<UnloadCall> unload() override {
+  awaitable<UnloadCall> unload(SleepDepth) override {
     if (config_.models.empty()) {
       co_return unload_call(UnloadCall::Result::not_supported,
                             "LocalAI needs the model names: set `models` for this service");

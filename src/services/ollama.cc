@@ -33,7 +33,7 @@ class OllamaAdapter final : public HttpAdapter {
     co_return p;
   }
 
-  awaitable<UnloadCall> unload() override {
+  awaitable<UnloadCall> unload(SleepDepth) override {
     std::vector<std::string> models = config_.models;
     if (models.empty()) {
       ServiceProbe p;
@@ -50,7 +50,7 @@ class OllamaAdapter final : public HttpAdapter {
   }
 
   bool can_wake() const override { return true; }
-  awaitable<UnloadCall> wake() override {
+  awaitable<UnloadCall> wake(SleepDepth) override {
     co_return co_await request_each("POST", last_models_, generate_path, load_body);
   }
 

@@ -17,7 +17,7 @@ class ProcessAdapter final : public Adapter {
     p.reachable = true;  // nothing to reach; busy stays unknown
     co_return p;
   }
-  awaitable<UnloadCall> unload() override {
+  awaitable<UnloadCall> unload(SleepDepth) override {
     co_return unload_call(UnloadCall::Result::not_supported,
                           "no API: stopping the process frees its memory");
   }

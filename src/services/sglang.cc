@@ -26,7 +26,7 @@ class SglangAdapter final : public HttpAdapter {
     co_return p;
   }
 
-  awaitable<UnloadCall> unload() override {
+  awaitable<UnloadCall> unload(SleepDepth) override {
     ServiceProbe p = co_await probe();
     if (p.busy.value_or(false)) {
       co_return unload_call(UnloadCall::Result::failed,
@@ -36,7 +36,7 @@ class SglangAdapter final : public HttpAdapter {
   }
 
   bool can_wake() const override { return true; }
-  awaitable<UnloadCall> wake() override {
+  awaitable<UnloadCall> wake(SleepDepth) override {
     co_return co_await request("POST", "/resume_memory_occupation", "{}");
   }
 

@@ -42,7 +42,7 @@ class TabbyAdapter final : public HttpAdapter {
     co_return p;
   }
 
-  awaitable<UnloadCall> unload() override {
+  awaitable<UnloadCall> unload(SleepDepth) override {
     ServiceProbe p = co_await probe();
     if (p.busy.value_or(false)) {
       co_return unload_call(UnloadCall::Result::failed,
@@ -52,7 +52,7 @@ class TabbyAdapter final : public HttpAdapter {
   }
 
   bool can_wake() const override { return true; }
-  awaitable<UnloadCall> wake() override {
+  awaitable<UnloadCall> wake(SleepDepth) override {
     if (last_model_.empty()) {
       co_return unload_call(UnloadCall::Result::failed,
                             "no model to load: none seen loaded and `models` not set");

@@ -30,12 +30,12 @@ class TextgenAdapter final : public HttpAdapter {
     co_return p;
   }
 
-  awaitable<UnloadCall> unload() override {
+  awaitable<UnloadCall> unload(SleepDepth) override {
     co_return co_await request("POST", "/v1/internal/model/unload");
   }
 
   bool can_wake() const override { return true; }
-  awaitable<UnloadCall> wake() override {
+  awaitable<UnloadCall> wake(SleepDepth) override {
     if (last_model_.empty()) {
       co_return unload_call(UnloadCall::Result::failed,
                             "no model to load: none seen loaded and `models` not set");

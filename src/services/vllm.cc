@@ -31,14 +31,16 @@ class VllmAdapter final : public HttpAdapter {
       }
     }
     if (!p.reachable) co_return p;
-    // /is_sleeping exists only in sleep mode; a 404 there is not an error.
+    // /is_sleeping exists only in sleep mode; a 404 there is not an error. Asleep, vramd wakes
+    // it before a request, also when vramd did not put it to sleep (or restarted since).
     Result<HttpReply> r = co_await call("GET", "/is_sleeping", {}, d);
-    bool sleeping = false;
     if (r && ok_status(r->status)) {
       auto j = nlohmann::json::parse(r->body, nullptr, false);
-      sleeping = j.is_object() && j.value("is_sleeping", false);
+      if (j.is_object() && j.contains("is_sleeping") && j["is_sleeping"].is_boolean())
+        p.asleep = j["is_sleeping"].get<bool>();
     }
-    if (sleeping) co_return p;  // nothing on the GPU to name
+    // Asleep or not, its API server lists the names it serves (without the engine): a sleeper's
+    // models stay its own, for the front door to route to and wake.
     if (auto j = co_await probe_json("/v1/models", d, p)) {
       if (j->is_object() && j->contains("data") && (*j)["data"].is_array()) {
         for (const auto& m : (*j)["data"]) {
@@ -51,8 +53,9 @@ class VllmAdapter final : public HttpAdapter {
     co_return p;
   }
 
-  awaitable<UnloadCall> unload() override {
-    std::string path = "/sleep?level=" + std::to_string(config_.sleep_level);
+  // sleep1: level 1 (weights to host RAM, KV cache dropped); sleep2: level 2 (both dropped).
+  awaitable<UnloadCall> unload(SleepDepth depth) override {
+    std::string path = depth == SleepDepth::sleep1 ? "/sleep?level=1" : "/sleep?level=2";
     UnloadCall out = co_await request("POST", path);
     if (out.message.find("→ 404") != std::string::npos) {
       out = unload_call(UnloadCall::Result::not_supported,
@@ -62,16 +65,19 @@ class VllmAdapter final : public HttpAdapter {
   }
 
   bool can_wake() const override { return true; }
-  awaitable<UnloadCall> wake() override {
-    if (config_.sleep_level == 1) co_return co_await request("POST", "/wake_up");
-    // Level 2 dropped the weights: wake them, reload them from disk, then the KV cache.
+  awaitable<UnloadCall> wake(SleepDepth depth) override {
+    if (depth == SleepDepth::sleep1) co_return co_await request("POST", "/wake_up");
+    // Level 2 dropped the weights: wake their memory, reload them from disk, then the KV cache,
+    // and drop the prefix cache computed with the old weights (vLLM's sleep-mode docs).
     UnloadCall w = co_await request("POST", "/wake_up?tags=weights");
     if (w.result != UnloadCall::Result::requested) co_return w;
     UnloadCall r = co_await request("POST", "/collective_rpc", R"({"method":"reload_weights"})");
     if (r.result != UnloadCall::Result::requested) co_return r;
     UnloadCall k = co_await request("POST", "/wake_up?tags=kv_cache");
-    k.message = w.message + "; " + r.message + "; " + k.message;
-    co_return k;
+    if (k.result != UnloadCall::Result::requested) co_return k;
+    UnloadCall p = co_await request("POST", "/reset_prefix_cache");
+    p.message = w.message + "; " + r.message + "; " + k.message + "; " + p.message;
+    co_return p;
   }
 
   awaitable<HealthCheck> health() override { co_return co_await health_get("/health"); }

@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "core/wake.h"
 
 namespace vramd::sim {
 
@@ -65,12 +64,7 @@ std::optional<Ms> VramdPolicy::next_wakeup() const {
 
 void VramdPolicy::on_wakeup(World& w) {
   if (w.now() >= next_sample_) {
-    // The proxy's held requests are clients still there: their wake leases stay alive.
-    for (const auto& [svc, id] : wake_lease_) feed(w, LeaseHeartbeat{id});
     feed(w, sample(w));
-    // Loads that finished before this sample: the Arbiter now sees their bytes as the services'
-    // own, so their wake leases can go (as the daemon's proxy: held until the load shows).
-    for (uint64_t id : std::exchange(release_after_sample_, {})) feed(w, LeaseReleased{id, std::nullopt});
     Ms interval = fast_ ? kFastSample : Ms(arbiter_->config().daemon.sample_interval.count());
     next_sample_ = w.now() + std::max<Ms>(interval, 1);
   }
@@ -144,18 +138,13 @@ void VramdPolicy::report_requests(World& w, size_t svc) {
 }
 
 bool VramdPolicy::may_load(World& w, size_t svc) {
-  if (wake_granted_[svc]) return true;
-  if (wake_lease_.count(svc)) return false;  // waiting for room
+  if (wake_ready_[svc]) return true;
+  if (wake_of_service_.count(svc)) return false;  // its wake is under way
   const TraceService& s = *w.service(svc).spec;
-  const ServiceStatus* st = arbiter_->service(s.name);
-  const ServiceConfig* cfg = arbiter_->config().find_service(s.name);
-  // The proxy's choice, made by the core as in daemon/daemon_proxy.cc (the sim's servers have a
-  // wake call, like vLLM's /wake_up or llama.cpp's router).
-  // A request names its service's model (the sim's probes report it so), as a front door
-  // request does: an empty service's load is admitted when its size is known.
-  WakePlan plan = plan_wake(*st, *cfg, /*can_wake=*/true, s.name);
-  if (plan.step == WakeStep::wait) return false;
-  if ((plan.step != WakeStep::wake && plan.step != WakeStep::admit) || !plan.room) {
+  // The proxy's question, answered by the core as in daemon/daemon_proxy.cc (the sim's servers
+  // have a wake call, like vLLM's /wake_up or llama.cpp's router). A request names its
+  // service's model (the sim's probes report it so), as a front door request does.
+  if (arbiter_->ready_for(s.name, s.name, /*can_wake=*/true)) {
     // Forwarded: the server loads on the request itself, unadmitted. Where the GPU shows too
     // little free, the load fails (an OOM) and is retried when memory comes back.
     Bytes total = w.trace().gpu(s.gpu)->total, used = w.used(s.gpu);
@@ -164,28 +153,17 @@ bool VramdPolicy::may_load(World& w, size_t svc) {
     oom_counted_[svc] = !fits;
     return fits;
   }
-  LeaseRequest r;
-  r.gpu = st->last_gpu.value_or(s.gpu);
-  r.vram = plan.room->bytes;
-  r.holder = "vramd proxy";
-  r.label = "wake " + s.name;
-  r.service = s.name;
-  uint64_t id = arbiter_->next_lease_id();
-  wake_lease_[svc] = id;
-  wake_of_lease_[id] = svc;
-  feed(w, LeaseRequested{id, r});
-  return wake_granted_[svc];
+  // Held: the core wakes it (core/wakes.h), as the daemon's proxy asks it to.
+  uint64_t id = next_wake_++;
+  wake_of_service_[svc] = id;
+  service_of_wake_[id] = svc;
+  feed(w, WakeRequested{id, s.name, s.name, /*can_wake=*/true});
+  return wake_ready_[svc];
 }
 
 void VramdPolicy::on_load_done(World& w, size_t svc) {
   probe(w, svc, true);  // its model is listed now
-  auto it = wake_lease_.find(svc);
-  if (it == wake_lease_.end()) return;
-  uint64_t id = it->second;
-  wake_lease_.erase(it);
-  wake_of_lease_.erase(id);
-  wake_granted_[svc] = false;
-  release_after_sample_.push_back(id);  // once a sample has shown the load's bytes
+  wake_ready_[svc] = false;  // the core's claim holds the room until a sample shows the load
 }
 
 void VramdPolicy::on_unload_done(World& w, size_t svc, bool) { probe(w, svc, true); }
@@ -230,11 +208,18 @@ void VramdPolicy::feed(World& w, Event e) {
 
 void VramdPolicy::on_lease(World& w, const Lease& l) {
   if (l.state != LeaseState::granted) return;
-  if (auto j = job_of_lease_.find(l.id); j != job_of_lease_.end()) {
+  if (auto j = job_of_lease_.find(l.id); j != job_of_lease_.end())
     if (w.jobs()[j->second].state == JobSim::State::waiting) w.grant(j->second);
-  } else if (auto s = wake_of_lease_.find(l.id); s != wake_of_lease_.end()) {
-    wake_granted_[s->second] = true;
-  }
+}
+
+void VramdPolicy::on_wake_finished(const WakeFinished& f) {
+  auto it = service_of_wake_.find(f.id);
+  if (it == service_of_wake_.end()) return;
+  size_t svc = it->second;
+  service_of_wake_.erase(it);
+  wake_of_service_.erase(svc);
+  // Not ready (refused, timed out): the request asks again at its next turn.
+  wake_ready_[svc] = f.outcome == WakeOutcome::ready;
 }
 
 void VramdPolicy::apply(World& w, const std::vector<Action>& actions) {
@@ -254,6 +239,14 @@ void VramdPolicy::apply(World& w, const std::vector<Action>& actions) {
       probe(w, size_t(svc), false);
     } else if (auto* lc = std::get_if<LeaseChanged>(&a)) {
       on_lease(w, lc->lease);
+    } else if (auto* cw = std::get_if<CallWake>(&a)) {
+      // The world's load is the wake: it starts once the request is let through.
+      pending_.emplace_back(WakeCallDone{cw->service,
+                                         cw->wake_id,
+                                         {UnloadCall::Result::requested, "POST /wake_up → 200"},
+                                         Duration(0)});
+    } else if (auto* wf = std::get_if<WakeFinished>(&a)) {
+      on_wake_finished(*wf);
     } else if (auto* f = std::get_if<SetFastSampling>(&a)) {
       fast_ = f->on;
       if (fast_) next_sample_ = std::min(next_sample_, w.now() + kFastSample);

@@ -1,9 +1,9 @@
 // The `vramd` policy: the real core Arbiter, fed on a virtual clock by a second shell that does
 // what daemon/daemon.cc does against the modelled world (docs/sim.md "vramd"). Samples of the
 // world's GPUs become SampleTaken, requests become RequestsInFlight (as the proxy counts them),
-// jobs become leases with the job's pid, a request for an unloaded service takes a lease for the
-// service's memory before it loads (the proxy's wake path); CallUnload, Lifecycle and
-// LeaseChanged act on the world and are answered with the events the daemon would feed.
+// jobs become leases with the job's pid, a request for a service that cannot take it is held and
+// its wake asked of the core (WakeRequested, as the proxy does); CallUnload, CallWake, Lifecycle
+// and LeaseChanged act on the world and are answered with the events the daemon would feed.
 #pragma once
 
 #include <deque>
@@ -49,6 +49,7 @@ class VramdPolicy : public Policy {
   void feed(World& w, Event e);
   void apply(World& w, const std::vector<Action>& actions);
   void on_lease(World& w, const Lease& l);
+  void on_wake_finished(const WakeFinished& f);
   void probe(World& w, size_t svc, bool reachable);
   void report_requests(World& w, size_t svc);
   SampleTaken sample(const World& w) const;
@@ -64,10 +65,10 @@ class VramdPolicy : public Policy {
   Ms last_tick_ = -1;
   std::map<uint64_t, size_t> job_of_lease_;
   std::map<size_t, uint64_t> lease_of_job_;
-  std::map<uint64_t, size_t> wake_of_lease_;  // a service's wake lease
-  std::map<size_t, uint64_t> wake_lease_;     // service -> its wake lease, while it has one
-  std::map<size_t, bool> wake_granted_;
-  std::vector<uint64_t> release_after_sample_;  // wake leases whose load is done
+  uint64_t next_wake_ = 1;
+  std::map<size_t, uint64_t> wake_of_service_;  // service -> its wake under way
+  std::map<uint64_t, size_t> service_of_wake_;
+  std::map<size_t, bool> wake_ready_;  // its wake finished ready: its request may load
   std::map<size_t, bool> oom_counted_;  // a forwarded load waits where it does not fit
 };
 

@@ -49,6 +49,7 @@ std::string lease_to_json(const Lease& l, const Now& now) {
               {"wait_timeout_ms", r.wait_timeout ? json(r.wait_timeout->count()) : json(nullptr)},
               {"command", r.command},
               {"start", r.start},
+              {"wake", r.wake},
               {"cluster", r.cluster},
               {"host", r.host},
               {"on_host_lost", to_string(r.on_host_lost)}}}};
@@ -86,6 +87,7 @@ Result<Lease> lease_from_json(const std::string& text, const Now& now) {
       l.request.wait_timeout = Duration(r["wait_timeout_ms"].get<int64_t>());
     l.request.command = r.value("command", "");
     l.request.start = r.value("start", false);
+    l.request.wake = r.value("wake", false);
     l.request.cluster = r.value("cluster", false);
     l.request.host = r.value("host", "");
     l.request.on_host_lost =

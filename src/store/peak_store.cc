@@ -12,6 +12,8 @@ class SqlitePeakStore final : public PeakStore {
   explicit SqlitePeakStore(std::unique_ptr<SQLite::Database> db) : db_(std::move(db)) {}
   Status save(const LoadPeak& peak, TimePoint at) override;
   Result<std::vector<LoadPeak>> all() const override;
+  Status save_wake(const WakeTime& t, TimePoint at) override;
+  Result<std::vector<WakeTime>> wake_times() const override;
 
  private:
   std::unique_ptr<SQLite::Database> db_;
@@ -28,6 +30,10 @@ Result<std::unique_ptr<PeakStore>> PeakStore::open(const std::string& path) {
         "CREATE TABLE IF NOT EXISTS load_peaks ("
         " service TEXT NOT NULL, model TEXT NOT NULL, bytes INTEGER NOT NULL,"
         " at_ms INTEGER NOT NULL, PRIMARY KEY (service, model))");
+    db->exec(
+        "CREATE TABLE IF NOT EXISTS wake_times ("
+        " service TEXT NOT NULL, model TEXT NOT NULL, depth TEXT NOT NULL, ms INTEGER NOT NULL,"
+        " at_ms INTEGER NOT NULL, PRIMARY KEY (service, model, depth))");
     return std::unique_ptr<PeakStore>(new SqlitePeakStore(std::move(db)));
   } catch (const std::exception& e) {
     return make_error(fmt::format("cannot open load peak store {}: {}", path, e.what()));
@@ -66,6 +72,45 @@ Result<std::vector<LoadPeak>> SqlitePeakStore::all() const {
     return out;
   } catch (const std::exception& e) {
     return make_error(fmt::format("cannot read load peaks: {}", e.what()));
+  }
+}
+
+Status SqlitePeakStore::save_wake(const WakeTime& t, TimePoint at) {
+  try {
+    SQLite::Statement q(*db_,
+                        "INSERT INTO wake_times (service, model, depth, ms, at_ms)"
+                        " VALUES (?, ?, ?, ?, ?) ON CONFLICT (service, model, depth) DO UPDATE SET"
+                        " ms = excluded.ms, at_ms = excluded.at_ms");
+    q.bind(1, t.service);
+    q.bind(2, t.model);
+    q.bind(3, to_string(t.depth));
+    q.bind(4, static_cast<int64_t>(t.took.count()));
+    q.bind(5, static_cast<int64_t>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch())
+                      .count()));
+    q.exec();
+    return Ok{};
+  } catch (const std::exception& e) {
+    return make_error(fmt::format("cannot store the wake time of {}: {}", t.service, e.what()));
+  }
+}
+
+Result<std::vector<WakeTime>> SqlitePeakStore::wake_times() const {
+  try {
+    SQLite::Statement q(*db_,
+                        "SELECT service, model, depth, ms FROM wake_times"
+                        " ORDER BY service, model, depth");
+    std::vector<WakeTime> out;
+    while (q.executeStep()) {
+      auto depth = parse_sleep_depth(q.getColumn(2).getString());
+      int64_t ms = q.getColumn(3).getInt64();
+      if (!depth || ms <= 0) continue;  // never written so
+      out.push_back({q.getColumn(0).getString(), q.getColumn(1).getString(), *depth,
+                     Duration(ms)});
+    }
+    return out;
+  } catch (const std::exception& e) {
+    return make_error(fmt::format("cannot read wake times: {}", e.what()));
   }
 }
 

@@ -1,4 +1,4 @@
-// Services' load peaks in the store (SQLite state_dir/vramd.db beside the events, or PostgreSQL): the most each held with
+// Services' load peaks and wake times in the store (SQLite state_dir/vramd.db beside the events, or PostgreSQL): the most each held with
 // each model, learned by the core (core/wake.h) and brought back at the next start of vramd, so
 // a wake or start after a restart is admitted for what the service really takes. Blocking: the
 // daemon calls it from its store thread.
@@ -23,6 +23,10 @@ class PeakStore {
   virtual Status save(const LoadPeak& peak, TimePoint at) = 0;
   // Every stored peak (this host's), by service then model.
   virtual Result<std::vector<LoadPeak>> all() const = 0;
+  // Wake times (core/sleep.h WakeTime), learned the same way: the latest for (service, model,
+  // depth) replaces the one stored.
+  virtual Status save_wake(const WakeTime& t, TimePoint at) = 0;
+  virtual Result<std::vector<WakeTime>> wake_times() const = 0;
 };
 
 }  // namespace vramd

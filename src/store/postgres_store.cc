@@ -280,8 +280,12 @@ const std::vector<std::string> kMigrations = {
     // 5: a heartbeat heard by another host's API for this row's lease, not yet taken up by the
     // host that holds it (HostStore::beat_lease, read and cleared in its claim round).
     "ALTER TABLE leases ADD COLUMN heard BOOLEAN NOT NULL DEFAULT false;",
+    // 6: learned wake times (core/sleep.h WakeTime), beside the load peaks.
+    "CREATE TABLE wake_times ("
+    " host TEXT NOT NULL, service TEXT NOT NULL, model TEXT NOT NULL, depth TEXT NOT NULL,"
+    " ms BIGINT NOT NULL, at_ms BIGINT NOT NULL, PRIMARY KEY (host, service, model, depth));",
 };
-static_assert(kPostgresSchemaVersion == 5);
+static_assert(kPostgresSchemaVersion == 6);
 
 // A list of ids as one PostgreSQL array parameter ($1::bigint[]).
 std::string id_array(const std::vector<uint64_t>& ids) {
@@ -625,6 +629,35 @@ class PgPeakStore final : public PeakStore {
         int64_t bytes = r.integer(i, 2);
         if (bytes <= 0) continue;  // never written so; a damaged row is no peak
         out.push_back({r.text(i, 0), r.text(i, 1), static_cast<Bytes>(bytes)});
+      }
+      return out;
+    });
+  }
+
+  Status save_wake(const WakeTime& t, TimePoint at) override {
+    return guarded(fmt::format("cannot store the wake time of {}", t.service), [&]() -> Status {
+      c_->exec(
+          "INSERT INTO wake_times (host, service, model, depth, ms, at_ms)"
+          " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (host, service, model, depth) DO UPDATE"
+          " SET ms = excluded.ms, at_ms = excluded.at_ms",
+          {host_, t.service, t.model, std::string(to_string(t.depth)),
+           static_cast<int64_t>(t.took.count()), ms_of(at)});
+      return Ok{};
+    });
+  }
+
+  Result<std::vector<WakeTime>> wake_times() const override {
+    return guarded("cannot read wake times", [&]() -> Result<std::vector<WakeTime>> {
+      PgResult r = c_->exec(
+          "SELECT service, model, depth, ms FROM wake_times WHERE host = $1"
+          " ORDER BY service, model, depth",
+          {host_});
+      std::vector<WakeTime> out;
+      for (int i = 0; i < r.rows(); ++i) {
+        auto depth = parse_sleep_depth(r.text(i, 2));
+        int64_t ms = r.integer(i, 3);
+        if (!depth || ms <= 0) continue;  // never written so
+        out.push_back({r.text(i, 0), r.text(i, 1), *depth, Duration(ms)});
       }
       return out;
     });

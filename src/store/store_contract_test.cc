@@ -307,6 +307,28 @@ TEST_P(StoreContract, LoadPeaksKeepTheLargerAndSurviveReopen) {
   EXPECT_EQ((*all)[1].bytes, 6 * GiB);
 }
 
+TEST_P(StoreContract, WakeTimesKeepTheLatestAndSurviveReopen) {
+  {
+    Stores s = open();
+    ASSERT_TRUE(s.peaks);
+    using std::chrono::milliseconds;
+    ASSERT_TRUE(s.peaks->save_wake({"vllm", "qwen", SleepDepth::sleep1, milliseconds(900)},
+                                   TimePoint(Duration(1))).ok());
+    ASSERT_TRUE(s.peaks->save_wake({"vllm", "qwen", SleepDepth::sleep1, milliseconds(1300)},
+                                   TimePoint(Duration(2))).ok());
+    ASSERT_TRUE(s.peaks->save_wake({"vllm", "qwen", SleepDepth::sleep2, milliseconds(8000)},
+                                   TimePoint(Duration(3))).ok());
+  }
+  Stores s = open();
+  auto all = s.peaks->wake_times();
+  ASSERT_TRUE(all.ok()) << all.error();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].depth, SleepDepth::sleep1);
+  EXPECT_EQ((*all)[0].took, std::chrono::milliseconds(1300));
+  EXPECT_EQ((*all)[1].depth, SleepDepth::sleep2);
+  EXPECT_EQ((*all)[1].took, std::chrono::milliseconds(8000));
+}
+
 TEST_P(StoreContract, ASchemaNewerThanThisBinaryIsRefusedWithAClearMessage) {
   { ASSERT_TRUE(open().events); }
   backend_->bump_schema_version();
@@ -375,12 +397,13 @@ TEST_F(PostgresStore, AnOlderSchemaIsMigratedAtOpen) {
             " DROP INDEX leases_by_id; DROP INDEX jobs_by_id; DROP SEQUENCE lease_qseq;"
             " ALTER TABLE leases DROP COLUMN cluster, DROP COLUMN want_host, DROP COLUMN priority,"
             " DROP COLUMN qseq, DROP COLUMN release, DROP COLUMN evict_host, DROP COLUMN heard;"
+            " DROP TABLE wake_times;"
             " DELETE FROM vramd_schema WHERE version >= 2");
   Stores s = open("gpu1");
   ASSERT_TRUE(s.hosts);
   EXPECT_TRUE(s.hosts->beat("{}").ok());
   EXPECT_EQ(pg_->psql(db_, "SELECT string_agg(version::text, ',' ORDER BY version) FROM vramd_schema"),
-            "1,2,3,4,5");
+            "1,2,3,4,5,6");
 }
 
 // The shared queue's claim (HostStore::sync): three hosts claiming at once from 300 queued leases,

@@ -162,6 +162,7 @@ asio::awaitable<HttpResponse> handle(FakeModel& model, HttpRequest req, vramd::H
   if (call.method == "POST" && call.json.is_object() && call.json.value("stream", false) == true &&
       (call.path == "/v1/chat/completions" || call.path == "/v1/completions") &&
       o.kind != "comfyui" && o.kind != "ollama" && o.kind != "a1111" && o.kind != "forge") {
+    if (auto refused = work_refused(model)) co_return std::move(*refused);
     co_await stream_completion(model, call, out);
     co_return text_reply(200, "");  // ignored: the stream took the connection over
   }
@@ -198,10 +199,10 @@ Call make_call(const HttpRequest& req) {
       std::string kv = rest.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
       if (!kv.empty()) {
         auto eq = kv.find('=');
-        if (eq == std::string::npos)
-          c.query[decode_query_value(kv)] = "";
-        else
-          c.query[decode_query_value(kv.substr(0, eq))] = decode_query_value(kv.substr(eq + 1));
+        std::string key = decode_query_value(kv.substr(0, eq));
+        std::string value = eq == std::string::npos ? "" : decode_query_value(kv.substr(eq + 1));
+        c.query[key] = value;
+        c.query_all.emplace(key, value);
       }
       if (amp == std::string::npos) break;
       start = amp + 1;
@@ -241,7 +242,8 @@ int main(int argc, char** argv) {
                  "usage: fake-gpu-server --kind K --port P [--host H] [--state FILE] [--gpu N]\n"
                  "  [--model-bytes SIZE] [--model NAME] [--unloaded] [--na] [--self-report SIZE]\n"
                  "  [--unload-delay DUR] [--partial PCT] [--ignore-unload] [--hang] [--http-500]\n"
-                 "  [--garbage] [--slow DUR] [--crash-on-unload] [--busy-for DUR] [--router]\n");
+                 "  [--garbage] [--slow DUR] [--crash-on-unload] [--busy-for DUR] [--router]\n"
+                 "  [--asleep-keeps SIZE] [--weights-ram SIZE]\n");
     return 2;
   }
   boost::asio::io_context io;

@@ -79,9 +79,9 @@ bool is_openai_work(const Call& c) {
   return is_post(c) && (c.path == "/v1/completions" || c.path == "/v1/chat/completions");
 }
 
-HttpResponse openai_models(FakeModel& m, const std::string& owner) {
+HttpResponse openai_models(FakeModel& m, const std::string& owner, bool listed) {
   json data = json::array();
-  if (m.loaded())
+  if (listed)
     data.push_back(
         {{"id", m.options().model}, {"object", "model"}, {"created", now_unix()}, {"owned_by", owner}});
   return json_reply(200, {{"object", "list"}, {"data", data}});
@@ -232,6 +232,11 @@ HttpResponse ollama(FakeModel& m, const Call& c) {
   return text_reply(404, "404 page not found");
 }
 
+// vLLM's ErrorResponse (OpenAI's shape).
+json vllm_error(int code, const std::string& message, const std::string& type) {
+  return {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}};
+}
+
 // vLLM: sleep mode (needs --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 on the real one).
 HttpResponse vllm(FakeModel& m, const Call& c) {
   const auto& o = m.options();
@@ -251,19 +256,55 @@ HttpResponse vllm(FakeModel& m, const Call& c) {
   }
   if (is_get(c) && c.path == "/health") return empty_reply(200);
   if (is_post(c) && c.path == "/sleep") {
+    // ?level= (default 1); a JSON body's "level" when the query has none.
+    std::string level = "1";
     auto it = c.query.find("level");
-    std::string level = it == c.query.end() ? "1" : it->second;
+    if (it != c.query.end()) {
+      level = it->second;
+    } else if (c.json.is_object() && c.json.contains("level")) {
+      const json& l = c.json["level"];
+      level = l.is_string() ? l.get<std::string>() : l.dump();
+    }
     if (level != "1" && level != "2") return json_reply(400, {{"detail", "level must be 1 or 2"}});
-    m.unload(c.body.empty() ? json{{"level", std::stoi(level)}}.dump() : c.body);
+    m.sleep(std::stoi(level), c.body.empty() ? json{{"level", std::stoi(level)}}.dump() : c.body);
     return empty_reply(200);
   }
   if (is_post(c) && c.path == "/wake_up") {
-    if (!m.loaded()) m.load();
+    // ?tags=weights&tags=kv_cache, none: everything. The KV cache holds no bytes of its own here,
+    // so tags=weights is the whole wake and tags=kv_cache alone changes nothing.
+    auto [first, last] = c.query_all.equal_range("tags");
+    bool weights = first == last;
+    for (auto t = first; t != last; ++t) weights |= t->second == "weights";
+    if (weights && !m.loaded()) m.load();
+    return empty_reply(200);
+  }
+  if (is_post(c) && c.path == "/collective_rpc") {
+    if (!c.json.is_object()) return json_reply(400, {{"detail", "JSON decode error"}});
+    if (!c.json.contains("method"))
+      return json_reply(400, {{"detail", "Missing 'method' in request body"}});
+    if (json_string(c, "method") != "reload_weights")
+      return json_reply(500, vllm_error(500, "the fake runs no worker method but reload_weights",
+                                        "InternalServerError"));
+    // The weights' memory is unmapped while they sleep: loading into it fails.
+    if (!m.loaded())
+      return json_reply(500, vllm_error(500, "reload_weights while the weights sleep: "
+                                             "POST /wake_up?tags=weights first",
+                                        "InternalServerError"));
+    m.reload_weights();
+    return json_reply(200, {{"results", json::array({nullptr})}});
+  }
+  if (is_post(c) && c.path == "/reset_prefix_cache") {
+    m.reset_prefix_cache();
     return empty_reply(200);
   }
   if (is_get(c) && c.path == "/is_sleeping") return json_reply(200, {{"is_sleeping", !m.loaded()}});
-  if (is_get(c) && c.path == "/v1/models") return openai_models(m, "vllm");
-  if (is_openai_work(c)) return openai_reply(m, c);
+  // Its API server lists the served names without the engine: asleep too.
+  if (is_get(c) && c.path == "/v1/models")
+    return openai_models(m, "vllm", m.loaded() || m.asleep());
+  if (is_openai_work(c)) {
+    if (auto refused = work_refused(m)) return std::move(*refused);
+    return openai_reply(m, c);
+  }
   return fastapi_404();
 }
 
@@ -292,7 +333,7 @@ HttpResponse sglang(FakeModel& m, const Call& c) {
     return json_reply(200, {{"model_path", o.model},
                             {"tokenizer_path", o.model},
                             {"is_generation", true}});
-  if (is_get(c) && c.path == "/v1/models") return openai_models(m, "sglang");
+  if (is_get(c) && c.path == "/v1/models") return openai_models(m, "sglang", m.loaded());
   if (is_openai_work(c) || (is_post(c) && c.path == "/generate")) return openai_reply(m, c);
   return fastapi_404();
 }
@@ -373,7 +414,7 @@ HttpResponse textgen(FakeModel& m, const Call& c) {
     return json_reply(200, {{"model_name", m.loaded() ? o.model : "None"},
                             {"lora_names", json::array()}});
   if (is_get(c) && c.path == "/v1/internal/health") return json_reply(200, {{"status", "ok"}});
-  if (is_get(c) && c.path == "/v1/models") return openai_models(m, "user");
+  if (is_get(c) && c.path == "/v1/models") return openai_models(m, "user", m.loaded());
   if (is_openai_work(c)) return openai_reply(m, c);
   return fastapi_404();
 }
@@ -404,7 +445,7 @@ HttpResponse tabbyapi(FakeModel& m, const Call& c) {
                             {"owned_by", "tabbyAPI"},
                             {"parameters", {{"max_seq_len", 32768}, {"cache_mode", "Q4"}}}});
   }
-  if (is_get(c) && c.path == "/v1/models") return openai_models(m, "tabbyAPI");
+  if (is_get(c) && c.path == "/v1/models") return openai_models(m, "tabbyAPI", m.loaded());
   if (is_openai_work(c)) return openai_reply(m, c);
   return fastapi_404();
 }
@@ -559,7 +600,7 @@ HttpResponse localai(FakeModel& m, const Call& c) {
     if (name == o.model) m.unload(c.body);
     return empty_reply(200);
   }
-  if (is_get(c) && c.path == "/v1/models") return openai_models(m, "localai");
+  if (is_get(c) && c.path == "/v1/models") return openai_models(m, "localai", m.loaded());
   if (is_openai_work(c)) return openai_reply(m, c);
   return text_reply(404, "Cannot " + c.method + " " + c.path);
 }
@@ -621,6 +662,20 @@ HttpResponse generic_http(FakeModel& m, const Call& c) {
 }  // namespace
 
 bool is_metrics_path(const std::string& path) { return path == "/metrics"; }
+
+std::optional<HttpResponse> work_refused(const FakeModel& m) {
+  if (m.asleep()) {
+    std::string level = std::to_string(m.sleep_level());
+    return json_reply(503, vllm_error(503, "The engine is sleeping (level " + level +
+                                               "): POST /wake_up first",
+                                      "ServiceUnavailableError"));
+  }
+  if (m.needs_reload_weights())
+    return json_reply(500, vllm_error(500, "The weights were not reloaded after a level-2 sleep: "
+                                           "POST /collective_rpc {\"method\":\"reload_weights\"}",
+                                      "InternalServerError"));
+  return std::nullopt;
+}
 
 HttpResponse handle_kind(FakeModel& m, const Call& c) {
   const std::string& k = m.options().kind;

@@ -1,3 +1,4 @@
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +36,7 @@ Result<Options> parse_options(const std::vector<std::string>& args) {
   Options o;
   if (const char* s = std::getenv("FAKE_NVML_STATE")) o.state_path = s;
   std::optional<int> port;
+  std::optional<Bytes> asleep_keeps, weights_ram;  // defaults depend on --kind
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> Result<std::string> {
@@ -84,6 +86,10 @@ Result<Options> parse_options(const std::vector<std::string>& args) {
       Bytes b = 0;
       st = size(b);
       o.self_report = b;
+    } else if (a == "--asleep-keeps" || a == "--weights-ram") {
+      Bytes b = 0;
+      st = size(b);
+      (a == "--asleep-keeps" ? asleep_keeps : weights_ram) = b;
     } else if (a == "--unload-delay") {
       st = duration(o.unload_delay);
     } else if (a == "--slow") {
@@ -119,11 +125,17 @@ Result<Options> parse_options(const std::vector<std::string>& args) {
   o.port = *port;
   if (o.state_path.empty()) return make_error("--state (or FAKE_NVML_STATE) is required");
   if (o.model.empty()) o.model = default_model(o.kind);
+  // A sleeping vLLM keeps its CUDA context, and level 1 keeps the weights in host RAM.
+  bool vllm = o.kind == "vllm";
+  o.asleep_keeps = asleep_keeps.value_or(vllm ? 500 * MiB : 0);
+  o.weights_ram = weights_ram.value_or(vllm ? 256 * MiB : 0);
   return o;
 }
 
 FakeModel::FakeModel(boost::asio::io_context& io, Options options)
     : io_(io), options_(std::move(options)), pid_(static_cast<int>(::getpid())) {}
+
+FakeModel::~FakeModel() { drop_host_weights(); }
 
 bool FakeModel::busy() const { return std::chrono::steady_clock::now() < busy_until_; }
 
@@ -146,10 +158,38 @@ void FakeModel::put_bytes(Bytes bytes) {
   bytes_on_gpu_ = bytes;
 }
 
+void FakeModel::hold_host_weights(Bytes bytes) {
+  if (bytes == 0 || host_weights_ != nullptr) return;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    std::perror("fake-gpu-server: mmap of the host copy of the weights");
+    return;
+  }
+  // Untouched anonymous pages cost nothing: write every one, so RSS and MemAvailable move as
+  // they do when vLLM copies its weights out.
+  const auto page = static_cast<Bytes>(::sysconf(_SC_PAGESIZE));
+  auto* bytes_p = static_cast<unsigned char*>(p);
+  for (Bytes off = 0; off < bytes; off += page) bytes_p[off] = 1;
+  host_weights_ = p;
+  host_weights_bytes_ = bytes;
+}
+
+void FakeModel::drop_host_weights() {
+  if (host_weights_ != nullptr) ::munmap(host_weights_, host_weights_bytes_);
+  host_weights_ = nullptr;
+  host_weights_bytes_ = 0;
+}
+
 void FakeModel::load(bool initial) {
   if (!initial) ++reload_calls_;
   ++generation_;  // a delayed unload still pending must not free the reloaded model
   loaded_ = true;
+  if (asleep()) {
+    // Level 1's weights come back from host RAM; level 2's memory comes back holding garbage.
+    if (sleep_level_ == 2) needs_reload_weights_ = true;
+    drop_host_weights();
+    sleep_level_ = 0;
+  }
   if (bytes_on_gpu_ != options_.model_bytes) put_bytes(options_.model_bytes);
 }
 
@@ -166,7 +206,10 @@ void FakeModel::unload(const std::string& body) {
   if (!loaded_) return;
   loaded_ = false;
   if (options_.ignore_unload) return;
-  Bytes keep = options_.model_bytes * (100 - options_.partial_pct) / 100;
+  // --asleep-keeps is the floor: what the process holds whatever the model frees.
+  Bytes keep = std::min(options_.model_bytes,
+                        std::max(options_.model_bytes * (100 - options_.partial_pct) / 100,
+                                 options_.asleep_keeps));
   if (options_.unload_delay.count() == 0) {
     put_bytes(keep);
     return;
@@ -176,6 +219,23 @@ void FakeModel::unload(const std::string& body) {
   timer->async_wait([this, timer, gen, keep](const boost::system::error_code& ec) {
     if (!ec && gen == generation_ && !loaded_) put_bytes(keep);
   });
+}
+
+void FakeModel::sleep(int level, const std::string& body) {
+  // vLLM's executor only logs "Executor is already sleeping." and returns.
+  if (asleep()) {
+    unload(body);  // counted; unloaded already, so nothing changes
+    return;
+  }
+  bool weights_on_gpu = loaded_ && !options_.ignore_unload;
+  unload(body);
+  sleep_level_ = level;
+  if (level == 1 && weights_on_gpu) hold_host_weights(options_.weights_ram);
+}
+
+void FakeModel::reload_weights() {
+  ++reload_weights_calls_;
+  needs_reload_weights_ = false;
 }
 
 void FakeModel::work() {
@@ -204,7 +264,13 @@ nlohmann::json FakeModel::fake_state_json() const {
           {"unload_calls", unload_calls_},
           {"reload_calls", reload_calls_},
           {"requests", requests_},
-          {"last_unload_body", last_unload_body_}};
+          {"last_unload_body", last_unload_body_},
+          {"asleep", asleep()},
+          {"sleep_level", sleep_level_},
+          {"host_weights_bytes", host_weights_bytes_},
+          {"reload_weights_calls", reload_weights_calls_},
+          {"reset_prefix_cache_calls", reset_prefix_cache_calls_},
+          {"needs_reload_weights", needs_reload_weights_}};
 }
 
 FakeModel::Gpu FakeModel::gpu() const {

@@ -45,6 +45,12 @@ struct Options {
   bool crash_on_unload = false;         // free the process's memory and _exit(1) on unload
   Duration busy_for{2000};              // a work request keeps it busy this long
   bool router = false;                  // llamacpp: router mode (/models, /models/unload)
+  // An unload leaves at least this much on the GPU: a sleeping vLLM keeps its CUDA context
+  // (about 300–400 MB, held until exit). Default 500MiB for vllm, 0 for the other kinds.
+  Bytes asleep_keeps = 0;
+  // vLLM's level-1 sleep copies the weights to host RAM: this much real anonymous memory is held
+  // until the wake. Default 256MiB for vllm, 0 for the other kinds.
+  Bytes weights_ram = 0;
 };
 
 // Parses argv (without argv[0]). Error text is for people.
@@ -59,6 +65,7 @@ struct Call {
   std::string method;
   std::string path;                          // without the query
   std::map<std::string, std::string> query;  // decoded loosely (no %-escapes in our tests)
+  std::multimap<std::string, std::string> query_all;  // repeated keys too (?tags=a&tags=b)
   std::string body;
   nlohmann::json json;  // the body parsed; discarded (is_discarded) when not JSON
 };
@@ -68,6 +75,9 @@ Call make_call(const HttpRequest& req);
 class FakeModel {
  public:
   FakeModel(boost::asio::io_context& io, Options options);
+  ~FakeModel();
+  FakeModel(const FakeModel&) = delete;
+  FakeModel& operator=(const FakeModel&) = delete;
 
   const Options& options() const { return options_; }
   bool loaded() const { return loaded_; }
@@ -77,11 +87,21 @@ class FakeModel {
   std::chrono::milliseconds busy_left() const;
 
   // Puts the full model into the state (replacing what is there). Counts a reload unless `initial`.
+  // Asleep, it is the wake: the host copy is freed; after level 2 the weights need a reload.
   void load(bool initial = false);
   // The server's unload: from now on its API says unloaded; the memory leaves after
   // --unload-delay (--partial: only part of it; --ignore-unload: none). With --crash-on-unload it
   // frees the process's memory and _exits(1) here. Already unloaded: counted, nothing changes.
   void unload(const std::string& body);
+  // vLLM's sleep: an unload that leaves the API serving names, level 1 with the weights in host
+  // RAM (--weights-ram). Already asleep: counted as an unload, nothing changes, the level stays.
+  void sleep(int level, const std::string& body);
+  bool asleep() const { return sleep_level_ != 0; }
+  int sleep_level() const { return sleep_level_; }  // 0 awake
+  // Woken after a level-2 sleep: the weights are garbage until reload_weights.
+  bool needs_reload_weights() const { return needs_reload_weights_; }
+  void reload_weights();
+  void reset_prefix_cache() { ++reset_prefix_cache_calls_; }
   // A request that does work: loads the model when unloaded, then is busy for --busy-for.
   void work();
   void make_busy(std::chrono::milliseconds d);
@@ -106,6 +126,8 @@ class FakeModel {
 
  private:
   void put_bytes(Bytes bytes);
+  void hold_host_weights(Bytes bytes);
+  void drop_host_weights();
 
   boost::asio::io_context& io_;
   Options options_;
@@ -119,6 +141,12 @@ class FakeModel {
   std::uint64_t requests_ = 0;
   std::uint64_t work_count_ = 0;
   nlohmann::json last_unload_body_;  // null until the first unload
+  int sleep_level_ = 0;              // 0 awake, else the level of the sleep it is in
+  bool needs_reload_weights_ = false;
+  void* host_weights_ = nullptr;  // the level-1 copy of the weights (mmap'd)
+  Bytes host_weights_bytes_ = 0;
+  std::uint64_t reload_weights_calls_ = 0;
+  std::uint64_t reset_prefix_cache_calls_ = 0;
 };
 
 // Response helpers, with the content types the real servers use.
@@ -127,6 +155,9 @@ HttpResponse text_reply(unsigned status, const std::string& body,
 HttpResponse json_reply(unsigned status, const nlohmann::json& body);
 HttpResponse empty_reply(unsigned status);
 
+// What a work request gets instead of the work (vLLM asleep: 503; woken from level 2 without
+// reload_weights: 500), in vLLM's OpenAI error shape; nullopt: do the work.
+std::optional<HttpResponse> work_refused(const FakeModel& model);
 // The kind's API: every path but /fake/*. Never blocks.
 HttpResponse handle_kind(FakeModel& model, const Call& call);
 // True for paths whose answers are Prometheus text (for --garbage).

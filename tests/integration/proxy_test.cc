@@ -54,6 +54,10 @@ class FakeHooks : public ProxyHooks {
     asleep.erase(s);
     co_return WakeResult::ready();
   }
+  void abandon_wake(const std::string& s, const std::string& model) override {
+    std::lock_guard lock(mu);
+    log.push_back("abandon " + s + " " + model);
+  }
   std::vector<ModelEntry> models() override {
     std::lock_guard lock(mu);
     return entries;

@@ -1,7 +1,8 @@
 // The simulator is the daemon's core (issue 13 item 6): one short story told twice, as a trace
-// through `vramd sim`'s vramd policy and as the real daemon on the test GPU with fake ComfyUIs,
-// from the same config, gives the same unloads and grants in the same order.
+// through `vramd sim`'s vramd policy and as the real daemon on the test GPU with fake servers,
+// from the same config, gives the same unloads, grants and wakes in the same order.
 #include <fstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -101,6 +102,81 @@ TEST(SimE2E, AShortTraceGivesTheSameUnloadsAndGrantsInTheSameOrderAsTheDaemon) {
                                        "grant j3"};
   EXPECT_EQ(sim_story(*config), expected);
   EXPECT_EQ(daemon_story(f), expected) << f.log();
+}
+
+// The same with a wake in it (core/wakes.h): j1 evicts big; j2 fits; once j1 ended, a request
+// for big's model is held while the core wakes big, evicting small for it; j3 then needs big
+// gone again. The daemon's servers are fake vLLMs (they keep a CUDA context asleep, as real ones
+// do); the sim's are its generic servers with a wake call. The sim's "load" is the daemon's wake.
+const char* kWakeTrace = R"({"t":0,"type":"gpu","index":0,"total":"24GiB","baseline":"400MiB"}
+{"t":0,"type":"service","name":"big","gpu":0,"model_bytes":"16GiB","load_seconds":1,"unload_seconds":1.5}
+{"t":0,"type":"service","name":"small","gpu":0,"model_bytes":"4GiB","load_seconds":1,"unload_seconds":1.5}
+{"t":0,"type":"request","service":"big","duration":0.1}
+{"t":0,"type":"request","service":"small","duration":0.1}
+{"t":10,"type":"job","name":"j1","gpu":0,"bytes":"12GiB","duration":20}
+{"t":12,"type":"job","name":"j2","gpu":0,"bytes":"6GiB","duration":100}
+{"t":35,"type":"request","service":"big","duration":0.1}
+{"t":40,"type":"job","name":"j3","gpu":0,"bytes":"14GiB","duration":10}
+{"t":120,"type":"end"}
+)";
+
+TEST(SimE2E, AShortTraceWithAWakeGivesTheSameWakesUnloadsAndGrantsAsTheDaemon) {
+  DaemonFixture f;
+  FakeService big(f, "vllm", {"--model-bytes", "16GiB", "--model", "big", "--unload-delay", "1500ms"});
+  FakeService small(f, "vllm", {"--model-bytes", "4GiB", "--model", "small", "--unload-delay", "1500ms"});
+  int door = testing::free_port();
+  // The first line lands in the fixture's [gpu] table. Level 2 on both sides: the sim's servers
+  // keep nothing in host RAM.
+  std::string toml = fmt::format(
+      "baseline = \"400MiB\"\n"
+      "[proxy]\nlisten = \"127.0.0.1:{}\"\n"
+      "[services.big]\nkind = \"vllm\"\nurl = \"{}\"\nmin_idle = \"1s\"\nsleep_level = 2\n"
+      "[services.small]\nkind = \"vllm\"\nurl = \"{}\"\nmin_idle = \"1s\"\nsleep_level = 2\n",
+      door, big.url(), small.url());
+  f.start(toml);
+  ASSERT_TRUE(eventually([&] {
+    json b = get(f, "/v1/services/big"), s = get(f, "/v1/services/small");
+    return b.value("bytes", Bytes{0}) == 16 * GiB && s.value("bytes", Bytes{0}) == 4 * GiB &&
+           !b["idle_since"].is_null() && !s["idle_since"].is_null();
+  })) << f.log();
+  std::this_thread::sleep_for(1100ms);  // idle past min_idle, as in the trace by 10 s
+
+  auto config = parse_config("[gpu]\n" + toml, "vramd.toml");
+  ASSERT_TRUE(config.ok()) << config.error();
+  auto trace = sim::parse_trace(kWakeTrace, "story.jsonl");
+  ASSERT_TRUE(trace.ok()) << trace.error();
+  auto policy = sim::make_policy("vramd", *config, true);
+  ASSERT_TRUE(policy.ok());
+  std::vector<std::string> simulated;
+  for (const auto& d : sim::run_policy(*trace, **policy).decisions)
+    if (d.what.rfind("unload ", 0) == 0 || d.what.rfind("grant ", 0) == 0 ||
+        (d.what.rfind("load ", 0) == 0 && d.t > 0))
+      simulated.push_back(d.what);
+  std::vector<std::string> expected = {"unload big",   "grant j1",   "grant j2", "unload small",
+                                       "load big",     "unload big", "grant j3"};
+  EXPECT_EQ(simulated, expected);
+
+  uint64_t j1 = lease(f, "j1", "12GiB");
+  lease(f, "j2", "6GiB");
+  auto r = http_request({f.url}, "DELETE", fmt::format("/v1/leases/{}", j1), "", 5000);
+  EXPECT_TRUE(r.ok());
+  auto chat = http_request({fmt::format("http://127.0.0.1:{}", door)}, "POST",
+                           "/v1/chat/completions",
+                           R"({"model":"big","messages":[{"role":"user","content":"hi"}]})", 30000);
+  ASSERT_TRUE(chat.ok()) << chat.error();
+  EXPECT_EQ(chat->status, 200u) << chat->body << f.log();
+  std::this_thread::sleep_for(1100ms);  // idle past min_idle again, as in the trace by 5 s
+  lease(f, "j3", "14GiB");
+  std::vector<std::string> told;
+  for (const auto& e : get(f, "/v1/events?limit=1000").value("events", json::array())) {
+    std::string type = e.value("type", ""), subject = e.value("subject", "");
+    if (type == "unload.started") told.push_back("unload " + subject);
+    if (type == "service.woken") told.push_back("load " + subject);
+    // The wake's own claim is the core's, not a job: the sim's world has no grant for it.
+    if (type == "lease.granted" && subject.rfind("wake ", 0) != 0)
+      told.push_back("grant " + subject.substr(0, subject.find('#')));
+  }
+  EXPECT_EQ(told, expected) << f.log();
 }
 
 TEST(SimCli, WrongArgumentsAreUsageErrorsAndJsonCarriesTheIssuesKeys) {
