@@ -14,12 +14,6 @@ ServiceStatus up(std::string name) {
   return st;
 }
 
-UnloadVerdict freed() {
-  UnloadVerdict v;
-  v.outcome = UnloadOutcome::freed;
-  return v;
-}
-
 TEST(LoadNeed, PeakOfTheModelThenEstimateThenLastLoadThenNothing) {
   ServiceStatus st = up("vllm");
   ServiceConfig cfg;
