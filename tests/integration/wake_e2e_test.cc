@@ -168,7 +168,8 @@ TEST(WakeE2E, AWakeTheServerCannotAnswerEndsIn503AndAnEvent) {
       << get(f, "/v1/events?limit=100").dump(2);
   // Its claim did not outlive the wake.
   EXPECT_TRUE(eventually([&] {
-    for (const auto& l : get(f, "/v1/leases")["leases"])
+    json leases = get(f, "/v1/leases");  // named: a range-for keeps no temporary alive
+    for (const auto& l : leases["leases"])
       if (l.value("label", "") == "wake vllm") return false;
     return true;
   })) << get(f, "/v1/leases").dump(2);
