@@ -202,7 +202,7 @@ void Arbiter::route(Intents& intents, const Now& now, std::vector<Action>& actio
                    [&](const WakeGrantedIntent& g) {
                      wakes_.on_granted(g.lease, w, now, actions, intents);
                    },
-                   [&](const WokenIntent& wk) { services_.on_woken(wk, now, actions); },
+                   [&](const WokenIntent& wk) { services_.on_woken(wk, actions); },
                    [&](const DeepenIntent& d) { services_.deepen(d, now, actions, intents); }},
         intent);
   }

@@ -581,12 +581,11 @@ void ServicePolicy::check_idle_ttl(const std::set<std::string>& in_use, const No
   }
 }
 
-void ServicePolicy::on_woken(const WokenIntent& w, const Now& now, std::vector<Action>& actions) {
+void ServicePolicy::on_woken(const WokenIntent& w, std::vector<Action>& actions) {
   auto it = services_.find(w.service);
   if (it == services_.end()) return;
   ServiceStatus& st = it->second;
   st.asleep.reset();
-  (void)now;
   if (!w.measured) return;
   Duration& learned = st.wake_times[{w.model, w.depth}];
   // The mean of the last and this one: one slow wake (a cold page cache) moves it half way.

@@ -67,7 +67,7 @@ class ServicePolicy {
   void set_ram_room(std::optional<Bytes> room) { ram_room_ = room; }
   std::optional<Bytes> ram_room() const { return ram_room_; }
   // A wake finished (core/wakes.h): the service is awake; its time is learned.
-  void on_woken(const WokenIntent& w, const Now& now, std::vector<Action>& actions);
+  void on_woken(const WokenIntent& w, std::vector<Action>& actions);
   // Host RAM is short: the sleeper keeping the most host RAM is put deeper (stopped), if vramd
   // can stop it. Returns whether one was.
   bool deepen(const DeepenIntent& d, const Now& now, std::vector<Action>& actions,
