@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/demand.h"
 #include "core/lease.h"
 #include "core/service_status.h"
 #include "core/sleep.h"
@@ -71,6 +72,10 @@ struct WakeProgressed {
 // A wake's time was learned (core/sleep.h WakeTime): keep it in the store.
 struct RememberWakeTime {
   WakeTime time;
+};
+// Keep a service's demand histogram (core/demand.h): written at most once per busy spell.
+struct RememberDemand {
+  DemandHistory demand;
 };
 // Probe the service `after` from now (core/probe_pacing.h), whatever wait its probe loop was
 // told before; answer with ProbeDone. Each ProbeDone is answered with one of these.
@@ -153,7 +158,7 @@ using Action =
     std::variant<EmitEvent, CallUnload, SetFastSampling, UnloadFinished, Lifecycle, LeaseChanged,
                  SpawnService, SignalService, CheckHealth, RecordCrash, CommandFinished,
                  RememberLoadPeak, WatchService, ScheduleProbe, CallWake, WakeFinished,
-                 WakeProgressed, RememberWakeTime>;
+                 WakeProgressed, RememberWakeTime, RememberDemand>;
 
 // An event to emit now ("comfyui now holds 16.3 GiB on GPU 0"), stamped with the wall time.
 inline EmitEvent make_event(const Now& now, std::string type, std::optional<unsigned> gpu,

@@ -425,6 +425,7 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
   std::map<unsigned, uint64_t>& head = heads_;  // GPU -> the lease that holds the line there
   head.clear();
   std::vector<uint64_t> granted;
+  std::vector<uint64_t> unfit_prewarms;
   for (const auto& key : queue_) {
     if (head.size() >= gpus_wanted) break;  // every GPU someone waits for has its head
     uint64_t id = std::get<2>(key);
@@ -498,6 +499,11 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
       continue;
     }
 
+    // A prewarm takes only room nobody wants: it never waits, holds no line, evicts no one.
+    if (l.request.prewarm) {
+      unfit_prewarms.push_back(id);
+      continue;
+    }
     // It waits: where it means to go, and what to evict there (core/eviction.h).
     EvictionPlan plan = plan_evictions(l, choices, free, group_members, world, now.mono);
     // An `any` lease holds the line only where it means to go: the other GPUs go on admitting
@@ -550,6 +556,22 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
     queue_.erase(queue_key(l));
     if (--queued_for_[l.request.gpu] == 0) queued_for_.erase(l.request.gpu);
   }
+  for (uint64_t id : unfit_prewarms)
+    end_as(id, LeaseState::cancelled, "a prewarm takes only free room, and it did not fit", now,
+           actions);
+}
+
+bool Admission::wants_room() const {
+  if (!evicting_for_.empty() || !cluster_queue_.empty()) return true;
+  for (const auto& key : queue_)
+    if (!leases_.at(std::get<2>(key)).request.prewarm) return true;
+  return false;
+}
+
+std::optional<Bytes> Admission::room_on(const World& world, unsigned gpu) const {
+  for (const auto& g : world.ledger.status().gpus)
+    if (g.sample.index == gpu && admits_leases(g.sample)) return budget(g);
+  return std::nullopt;
 }
 
 uint64_t Admission::align_id(uint64_t at_least) const {

@@ -46,6 +46,11 @@ class Admission {
   // One admission pass: grants what fits, plans evictions for the rest and says why each waits.
   void admit(const World& world, const Now& now, std::vector<Action>& actions, Intents& intents);
   bool wants_admission() const { return !queue_.empty() || !evicting_for_.empty(); }
+  // Someone wants room: a lease queued (other than a prewarm's claim), an eviction under way, a
+  // shared lease queued here. A prewarm waits for none of these.
+  bool wants_room() const;
+  // What a new lease could be granted on `gpu` now (the budget); nullopt: not admitting there.
+  std::optional<Bytes> room_on(const World& world, unsigned gpu) const;
 
   // Several hosts (core/cluster.h). This host's room for a claim from the shared queue; until
   // on_cluster_synced, admit() grants nothing (the room is the claim's).

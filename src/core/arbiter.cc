@@ -93,7 +93,7 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
           [&](const HealthChecked& e) {
             supervision_.on_health_checked(e, w, now, actions, intents);
           },
-          [&](const RequestsInFlight& e) { services_.on_requests(e, now); },
+          [&](const RequestsInFlight& e) { services_.on_requests(e, now, actions); },
           [&](const ServiceDiscovered& e) { add_discovered(e.config, now, actions); },
           [&](const ClusterSynced& e) {
             admission_.on_cluster_synced(e, w, now, actions, intents);
@@ -202,7 +202,7 @@ void Arbiter::route(Intents& intents, const Now& now, std::vector<Action>& actio
                    [&](const WakeGrantedIntent& g) {
                      wakes_.on_granted(g.lease, w, now, actions, intents);
                    },
-                   [&](const WokenIntent& wk) { services_.on_woken(wk, actions); },
+                   [&](const WokenIntent& wk) { services_.on_woken(wk, now, actions); },
                    [&](const DeepenIntent& d) { services_.deepen(d, now, actions, intents); }},
         intent);
   }

@@ -86,6 +86,8 @@ class Arbiter {
   }
   // Brings back the wake times the store kept (core/sleep.h); before the first event.
   void restore_wake_times(const std::vector<WakeTime>& times) { services_.restore_wake_times(times); }
+  // Brings back the demand histograms the store kept (core/demand.h); before the first event.
+  void restore_demand(const std::vector<DemandHistory>& demand) { services_.restore_demand(demand); }
   // Whether a request for `service` (naming `model`) can go through now, without a wake
   // (core/wake.h plan_wake). Unknown services: true (the caller answers for them).
   bool ready_for(const std::string& service, const std::string& model, bool can_wake) const;

@@ -157,7 +157,7 @@ const std::vector<std::string> kDaemonKeys = {
     "token_file", "docker_socket", "probe_interval",  "quiet_probe_interval", "events_retention",
     "lease_heartbeat",
     "discover",   "discover_unload", "discover_interval", "systemctl", "journalctl", "systemd_user",
-    "store",      "store_url_file", "host",          "host_timeout"};
+    "store",      "store_url_file", "host",          "host_timeout", "prewarm"};
 const std::vector<std::string> kGpuKeys = {"backend",        "baseline",
                                            "residual_tolerance", "reserve",
                                            "process_scan_threshold", "process_scan_interval"};
@@ -171,7 +171,9 @@ const std::vector<std::string> kServiceKeys = {
     "unload_backoff", "sleep_level", "router", "models", "busy_url", "busy_json_pointer",
     "busy_metric", "unload_method", "unload_url", "unload_body", "health_url",
     // proxy (issue 12)
-    "proxy", "max_concurrent", "max_queue", "first_byte_timeout", "wake_timeout"};
+    "proxy", "max_concurrent", "max_queue", "first_byte_timeout", "wake_timeout",
+    // prewarm (issue 26)
+    "prewarm"};
 // ---- proxy (issue 12): begin ----
 const std::vector<std::string> kProxyKeys = {"listen", "api_keys", "api_keys_file", "aliases",
                                              "websocket_idle"};
@@ -479,6 +481,8 @@ class ConfigParser {
         if (auto b = bool_value(node, field)) out.discover = *b;
       } else if (k == "discover_unload") {
         if (auto b = bool_value(node, field)) out.discover_unload = *b;
+      } else if (k == "prewarm") {
+        if (auto b = bool_value(node, field)) out.prewarm = *b;
       } else if (k == "discover_interval") {
         if (auto d = duration_value(node, field)) {
           if (*d < std::chrono::seconds(1)) {
@@ -691,6 +695,8 @@ class ConfigParser {
         if (auto s = string_value(node, field, /*allow_empty=*/false)) svc.group = *s;
       } else if (k == "pinned") {
         if (auto b = bool_value(node, field)) svc.pinned = *b;
+      } else if (k == "prewarm") {
+        if (auto b = bool_value(node, field)) svc.prewarm = *b;
       } else if (k == "start") {
         parse_start(node, field, svc.start);
       } else if (k == "cwd") {

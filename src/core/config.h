@@ -58,6 +58,9 @@ struct ServiceConfig {
   std::string on_ineffective_unload = "report";  // restart | stop | report
   std::string group;                             // exclusive group
   bool pinned = false;
+  // Woken before it is asked, when its GPU has room nobody wants and it is likely asked soon
+  // (docs/proxy.md "Prewarm"). nullopt: [daemon] prewarm.
+  std::optional<bool> prewarm;
   // Idle at least this long before vramd unloads it to make room for a lease.
   Duration min_idle = std::chrono::seconds(30);
   std::vector<std::string> start;  // argv, no shell
@@ -129,6 +132,7 @@ struct DaemonConfig {
   // nullopt: on when the config names no service.
   std::optional<bool> discover;
   bool discover_unload = false;  // discovered services may be unloaded, evicted, stopped
+  bool prewarm = false;  // every service's `prewarm` where it does not say (docs/proxy.md)
   Duration discover_interval = std::chrono::seconds(15);
   bool discovers(bool has_services) const { return discover.value_or(!has_services); }
   // Several hosts (issue 17): the store, this host's name, when another host counts as lost.

@@ -568,6 +568,22 @@ TEST(Config, HostRamReserve) {
   EXPECT_EQ(c->services[0].sleep_level, 2);
 }
 
+TEST(Config, PrewarmPerServiceOrForAll) {
+  Result<Config> c = parse_config(
+      "[daemon]\nprewarm = true\n[services.a]\nkind = \"vllm\"\nurl = \"http://h:1\"\n"
+      "[services.b]\nkind = \"vllm\"\nurl = \"http://h:2\"\nprewarm = false\n",
+      "vramd.toml");
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_TRUE(c->daemon.prewarm);
+  EXPECT_FALSE(c->services[0].prewarm.has_value());
+  EXPECT_EQ(c->services[1].prewarm, false);
+  c = parse_config("", "vramd.toml");
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_FALSE(c->daemon.prewarm);  // off by default
+  EXPECT_EQ(error_of("[services.a]\nkind = \"vllm\"\nurl = \"http://h:1\"\nprewarm = \"yes\"\n"),
+            "vramd.toml:4:11: services.a.prewarm: expected true or false, got \"yes\"");
+}
+
 TEST(Config, ApiKeyNeverInErrors) {
   std::string e = error_of(
       "[services.x]\nkind = \"ollama\"\nurl = \"http://h:1\"\napi_key = \"hunter2\"\n"

@@ -10,7 +10,8 @@ namespace vramd {
 bool evictable(const ServiceStatus& st, const ServiceConfig& cfg, MonoTime now) {
   if (cfg.pinned || st.state != ServiceState::up) return false;
   auto idle = idle_since(st);
-  if (!idle || now - *idle < cfg.min_idle) return false;
+  // A prewarmed service nobody asked for yet gives its room back at once (docs/proxy.md).
+  if (!idle || (now - *idle < cfg.min_idle && !st.prewarmed)) return false;
   if (st.backoff_until && now < *st.backoff_until) return false;
   if (st.asleep) return false;  // asleep already: what it holds is its context (core/sleep.h)
   // Unloaded since its last activity and holding no more than that unload left (a server's

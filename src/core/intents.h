@@ -82,6 +82,7 @@ struct WokenIntent {
   SleepDepth depth = SleepDepth::sleep1;
   Duration took{0};
   bool measured = true;  // false: it was made ready without a call (a start's own figure)
+  bool prewarm = false;  // woken by a prewarm, not for a request
 };
 // To service policy: host RAM is short; deepen a sleeper that keeps some (`needs`: how much).
 struct DeepenIntent {

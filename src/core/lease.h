@@ -42,6 +42,9 @@ struct LeaseRequest {
   // vramd's own claim for the room of a request's wake (core/wakes.h): no holder process and no
   // heartbeat; it ends once the load has shown on the GPU (its memory is then the service's).
   bool wake = false;
+  // A wake's claim for a prewarm (docs/proxy.md "Prewarm"): granted only where it fits as it
+  // is, never by evicting anyone; one that does not fit is cancelled at once.
+  bool prewarm = false;
   // Several hosts on one PostgreSQL store (issue 17, core/cluster.h): a lease in the shared
   // queue, which any host (or only `host`, when named) may claim and grant.
   bool cluster = false;

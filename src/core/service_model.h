@@ -21,6 +21,9 @@ struct ServiceProbe {
   std::optional<Bytes> self_reported_ram;
   // The server says it sleeps (vLLM's GET /is_sleeping): nullopt where it has no such call.
   std::optional<bool> asleep;
+  // Its adapter has a call that loads it again (vLLM /wake_up, llama.cpp's router /models/load):
+  // a fact of the adapter, which the shell fills in (a prewarm wakes only such a service).
+  bool can_wake = false;
 };
 
 // The result of asking a service to release GPU memory (or to wake). It says only what the

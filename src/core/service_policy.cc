@@ -18,6 +18,8 @@ constexpr double kActiveUtilizationPct = 5.0;
 constexpr Bytes kStableStep = 64 * MiB;  // a load has finished when it grows less than this
 constexpr Bytes kOnGpu = 64 * MiB;       // holding at least this: the service is on that GPU
 constexpr Duration kDeepenSettle = std::chrono::seconds(10);  // between two deepenings
+// Asked again within this of its last activity: the same busy spell (a chat's next message).
+constexpr Duration kSpellGap = std::chrono::seconds(60);
 
 Duration unload_timeout(const ServiceConfig& svc) {
   if (svc.unload_timeout) return *svc.unload_timeout;
@@ -192,7 +194,9 @@ void ServicePolicy::apply_probe(ServiceStatus& st, const ServiceProbe& p, const 
                         !(p.models.empty() && st.asleep);
   if (!st.last_activity) st.last_activity = now.mono;  // first sight: count from now
   bool was_busy = st.busy.value_or(false);
+  if (p.busy.value_or(false) && !was_busy && st.requests_in_flight == 0) on_asked(st, now, actions);
   st.busy = p.busy;
+  st.can_wake = p.can_wake;
   st.queue_depth = p.queue_depth;
   // The server's own word on its sleep (vLLM's /is_sleeping) where vramd's differs: put to sleep
   // by someone else, or before a restart of vramd (its depth unknown: woken as from the deeper
@@ -222,9 +226,11 @@ void ServicePolicy::apply_probe(ServiceStatus& st, const ServiceProbe& p, const 
   if (p.busy.value_or(false) || was_busy || models_changed) st.last_activity = now.mono;
 }
 
-void ServicePolicy::on_requests(const RequestsInFlight& e, const Now& now) {
+void ServicePolicy::on_requests(const RequestsInFlight& e, const Now& now,
+                                std::vector<Action>& actions) {
   auto it = services_.find(e.service);
   if (it == services_.end()) return;
+  if (e.in_flight > 0 && it->second.requests_in_flight == 0) on_asked(it->second, now, actions);
   // Requests starting or ending are activity: idle counts from the end of the last one.
   it->second.requests_in_flight = std::max(0, e.in_flight);
   it->second.last_activity = now.mono;
@@ -366,6 +372,17 @@ void ServicePolicy::start_unload(const std::string& service, const std::string& 
   run.timeout = cfg ? unload_timeout(*cfg) : Duration(std::chrono::seconds(20));
   for (const auto& [gpu, bytes] : st.per_gpu) run.before[gpu] = bytes;
   run.rss_before = st.rss;
+  if (st.prewarmed) {
+    // Put back to sleep unasked: not prewarmed again this hour.
+    auto hour = std::chrono::floor<std::chrono::hours>(now.wall.time_since_epoch());
+    st.no_prewarm_until = now.mono_of(TimePoint(hour + std::chrono::hours(1)));
+    actions.emplace_back(make_event(
+        now, "service.prewarm_unused", std::nullopt, service,
+        fmt::format("{} goes back to sleep ({}) {} after its prewarm, unused: not prewarmed "
+                    "again this hour",
+                    service, reason, format_age(now.mono - *st.prewarmed))));
+    st.prewarmed.reset();
+  }
   // As shallow as the host RAM allows (core/wake.h), unless sleep_level fixes it. A kind whose
   // only sleep is a stop is called all the same: its adapter answers not_supported, and the
   // escalation stops it.
@@ -537,6 +554,9 @@ void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const s
     a.since = now.mono;
     a.gpu_kept = v.escalation.empty() || v.escalation == "report" ? v.after_bytes : 0;
     a.models = st.models;
+    a.reason = run.reason;
+    // Put to sleep by hand: not prewarmed until it is asked for again.
+    if (run.reason == "manual") st.no_prewarm_until = MonoTime::max();
     if (a.depth == SleepDepth::sleep1) {
       if (v.rss_before && v.rss_after && *v.rss_after > *v.rss_before) {
         a.host_ram = *v.rss_after - *v.rss_before;
@@ -581,16 +601,46 @@ void ServicePolicy::check_idle_ttl(const std::set<std::string>& in_use, const No
   }
 }
 
-void ServicePolicy::on_woken(const WokenIntent& w, std::vector<Action>& actions) {
+void ServicePolicy::on_woken(const WokenIntent& w, const Now& now, std::vector<Action>& actions) {
   auto it = services_.find(w.service);
   if (it == services_.end()) return;
   ServiceStatus& st = it->second;
   st.asleep.reset();
+  if (w.prewarm) st.prewarmed = now.mono;
   if (!w.measured) return;
   Duration& learned = st.wake_times[{w.model, w.depth}];
   // The mean of the last and this one: one slow wake (a cold page cache) moves it half way.
   learned = learned.count() > 0 ? (learned + w.took) / 2 : w.took;
   actions.emplace_back(RememberWakeTime{{w.service, w.model, w.depth, learned}});
+}
+
+void ServicePolicy::on_asked(ServiceStatus& st, const Now& now, std::vector<Action>& actions) {
+  if (st.no_prewarm_until == MonoTime::max()) st.no_prewarm_until.reset();
+  if (st.prewarmed) {
+    actions.emplace_back(make_event(
+        now, "service.prewarm_used", std::nullopt, st.name,
+        fmt::format("{} was asked {} after its prewarm: the request found it awake", st.name,
+                    format_age(now.mono - *st.prewarmed))));
+    st.prewarmed.reset();
+  }
+  // A new busy spell: it had been idle a while (a chat's next message is the same spell).
+  bool new_spell = !st.last_activity || now.mono - *st.last_activity >= kSpellGap ||
+                   !demand_.count(st.name);
+  if (!new_spell) return;
+  Demand& d = demand_[st.name];
+  d.set_service(st.name);
+  d.record(now);
+  actions.emplace_back(RememberDemand{d.history()});
+}
+
+void ServicePolicy::restore_demand(const std::vector<DemandHistory>& demand) {
+  for (const auto& h : demand)
+    if (services_.count(h.service)) demand_[h.service] = Demand(h);
+}
+
+const Demand* ServicePolicy::demand(const std::string& name) const {
+  auto it = demand_.find(name);
+  return it == demand_.end() ? nullptr : &it->second;
 }
 
 void ServicePolicy::restore_wake_times(const std::vector<WakeTime>& times) {

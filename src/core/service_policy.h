@@ -13,6 +13,7 @@
 #include "core/actions.h"
 #include "core/clock.h"
 #include "core/config.h"
+#include "core/demand.h"
 #include "core/events.h"
 #include "core/intents.h"
 #include "core/ledger.h"
@@ -33,7 +34,7 @@ class ServicePolicy {
   // be decided on the services' answers (a lease queued, a shared store): no backing off.
   void on_probe(const ProbeDone& e, const Now& now, bool decisions_pending,
                 std::vector<Action>& actions);
-  void on_requests(const RequestsInFlight& e, const Now& now);
+  void on_requests(const RequestsInFlight& e, const Now& now, std::vector<Action>& actions);
   // Something changed the service (a start, an exit, an unload, requests): its probes go back to
   // probe_interval, counted from its last probe (ScheduleProbe when that is sooner).
   void reset_pace(const std::string& service, bool decisions_pending, const Now& now,
@@ -67,7 +68,11 @@ class ServicePolicy {
   void set_ram_room(std::optional<Bytes> room) { ram_room_ = room; }
   std::optional<Bytes> ram_room() const { return ram_room_; }
   // A wake finished (core/wakes.h): the service is awake; its time is learned.
-  void on_woken(const WokenIntent& w, std::vector<Action>& actions);
+  void on_woken(const WokenIntent& w, const Now& now, std::vector<Action>& actions);
+  // Brings back the demand histograms the store kept (core/demand.h).
+  void restore_demand(const std::vector<DemandHistory>& demand);
+  // When the service is asked for; nullptr before its first busy spell.
+  const Demand* demand(const std::string& name) const;
   // Host RAM is short: the sleeper keeping the most host RAM is put deeper (stopped), if vramd
   // can stop it. Returns whether one was.
   bool deepen(const DeepenIntent& d, const Now& now, std::vector<Action>& actions,
@@ -108,6 +113,9 @@ class ServicePolicy {
     SleepDepth depth = SleepDepth::sleep2;
   };
   void update_holdings(const Ledger& ledger, const Now& now);
+  // A request or a busy probe: a new busy spell when it had been idle kSpellGap; the end of a
+  // prewarm's wait (used).
+  void on_asked(ServiceStatus& st, const Now& now, std::vector<Action>& actions);
   void learn_reload_costs(const Now& now);
   void learn_load_peaks(std::vector<Action>& actions);
   void check_idle_ttl(const std::set<std::string>& in_use, const Now& now,
@@ -129,6 +137,7 @@ class ServicePolicy {
   std::optional<Bytes> ram_room_;
   std::optional<MonoTime> last_deepen_;  // one shortage deepens one sleeper at a time
   std::set<std::string> cannot_deepen_told_;  // said once per service
+  std::map<std::string, Demand> demand_;      // by service
 };
 
 }  // namespace vramd

@@ -150,6 +150,12 @@ struct ServiceStatus {
   std::map<std::pair<std::string, SleepDepth>, Duration> wake_times;
   // What a sleep1 last kept in host RAM (its RSS growth then): the next sleep1's estimate.
   std::optional<Bytes> sleep1_host_ram;
+  bool can_wake = false;  // its adapter has a wake call (ServiceProbe::can_wake)
+  // Woken by a prewarm (docs/proxy.md "Prewarm") and not asked since: evictable at once (its
+  // min_idle does not apply), and counted used or unused when that ends.
+  std::optional<MonoTime> prewarmed;
+  // A prewarm that went unused: not prewarmed again before this.
+  std::optional<MonoTime> no_prewarm_until;
   std::optional<ManagedState> managed;  // services with `start` (filled from supervision)
   // Found by `[daemon] discover`, not configured: `discovered_by` is the fingerprint's evidence.
   bool discovered = false;

@@ -20,6 +20,20 @@ std::string seconds_text(Duration d) {
 
 std::string for_what(const std::string& model) { return model.empty() ? "a request" : model; }
 
+// Prewarm (docs/proxy.md "Prewarm"): looked at every kPrewarmEvery, when nobody wants room; a
+// sleeper is woken when its chance of a request within kPrewarmHorizon is at least
+// kPrewarmChance, the one that saves the most expected wake seconds first.
+constexpr Duration kPrewarmEvery = std::chrono::seconds(10);
+constexpr Duration kPrewarmHorizon = std::chrono::hours(1);
+constexpr double kPrewarmChance = 0.5;
+constexpr int kPrewarmPriority = -1'000'000;  // behind every lease (theirs are -1000..1000)
+
+// The end of the wall clock's current hour, on the monotonic clock.
+MonoTime end_of_hour(const Now& now) {
+  auto hour = std::chrono::floor<std::chrono::hours>(now.wall.time_since_epoch());
+  return now.mono_of(TimePoint(hour + std::chrono::hours(1)));
+}
+
 // The service as the plan reads it: service policy's status with supervision's part joined.
 ServiceStatus status_of(const World& w, const std::string& service) {
   ServiceStatus st = w.services.at(service);
@@ -58,7 +72,7 @@ void Wakes::on_requested(const WakeRequested& e, const World& world, const Now& 
     return;
   }
   if (auto it = runs_.find(e.service); it != runs_.end()) {
-    // Joins the wake under way: it hears what the others heard last.
+    // Joins the wake under way (a prewarm too: it was used): it hears what the others heard last.
     it->second.ids.push_back(e.id);
     if (!it->second.progress.empty())
       actions.emplace_back(WakeProgressed{e.id, it->second.progress});
@@ -79,6 +93,14 @@ bool Wakes::plan(Run& run, const World& world, const Now& now, std::vector<Actio
   const ServiceConfig& cfg = *config_.find_service(run.service);
   ServiceStatus st = status_of(world, run.service);
   WakePlan p = plan_wake(st, cfg, run.can_wake, run.model);
+  // A prewarm is a wake of a sleeper whose size is known, or nothing.
+  if (run.prewarm && run.ids.empty() && (p.step != WakeStep::wake || !p.room)) {
+    if (run.claim) {
+      claim_of_.erase(*run.claim);
+      intents.push_back(EndLeaseIntent{*run.claim, "the prewarm is not needed"});
+    }
+    return false;
+  }
   run.step = p.step;
   run.room = p.room;
   run.depth = p.depth;
@@ -111,7 +133,12 @@ bool Wakes::plan(Run& run, const World& world, const Now& now, std::vector<Actio
     r.vram = p.room->bytes;
     r.gpu = st.last_gpu;
     r.holder = "vramd";
-    r.label = (p.step == WakeStep::wake ? "wake " : "load ") + run.service;
+    r.label = (run.prewarm ? "prewarm " : p.step == WakeStep::wake ? "wake " : "load ") +
+              run.service;
+    if (run.prewarm && run.ids.empty()) {
+      r.prewarm = true;
+      r.priority = kPrewarmPriority;
+    }
     r.service = run.service;
     r.command = run.model;
     r.wake = true;
@@ -181,8 +208,8 @@ void Wakes::on_call_done(const WakeCallDone& e, const World& world, const Now& n
            world, now, actions, intents);
   } else {
     Duration took = now.mono - run.call_at.value_or(now.mono);
-    intents.push_back(
-        WokenIntent{run.service, run.model, run.depth.value_or(SleepDepth::sleep1), took});
+    intents.push_back(WokenIntent{run.service, run.model, run.depth.value_or(SleepDepth::sleep1),
+                                  took, true, run.prewarm && run.ids.empty()});
     hold_until_loaded(run, world, now);
     finish(run, WakeOutcome::ready, e.call.message, world, now, actions, intents);
   }
@@ -200,7 +227,7 @@ void Wakes::on_cancelled(const WakeCancelled& e, const World& world, const Now& 
                                       std::string(), now.mono - run.requested_at, run.depth});
     // The last one gone: the room it waited for goes back. A wake call already made runs on
     // (the server wakes either way; its load is verified as any other).
-    if (run.ids.empty() && run.phase != Phase::calling) {
+    if (run.ids.empty() && run.phase != Phase::calling && !run.prewarm) {
       finish(run, WakeOutcome::cancelled, "the client went away", world, now, actions, intents);
       runs_.erase(it);
     }
@@ -232,15 +259,19 @@ void Wakes::finish(Run& run, WakeOutcome outcome, const std::string& message, co
       text = fmt::format("admitted the load of {} for {} in {}{}{}", run.service,
                          for_what(run.model), seconds_text(took), room, evicted_text);
     } else {
-      type = "service.woken";
-      text = fmt::format("woke {}{} for {} in {}{}{}{}", run.service, depth, for_what(run.model),
+      type = run.prewarm && run.ids.empty() ? "service.prewarmed" : "service.woken";
+      text = fmt::format("woke {}{} for {} in {}{}{}{}", run.service, depth, what_for(run),
                          seconds_text(took), room, evicted_text,
                          message.empty() ? "" : ": " + message);
     }
+  } else if (run.prewarm && run.ids.empty()) {
+    type = fmt::format("service.prewarm_{}", to_string(outcome));
+    text = fmt::format("prewarm of {}{} {} after {}: {}", run.service, depth, to_string(outcome),
+                       seconds_text(took), message);
   } else {
     type = fmt::format("service.wake_{}", to_string(outcome));
-    text = fmt::format("wake of {}{} for {} {} after {}: {}", run.service, depth,
-                       for_what(run.model), to_string(outcome), seconds_text(took), message);
+    text = fmt::format("wake of {}{} for {} {} after {}: {}", run.service, depth, what_for(run),
+                       to_string(outcome), seconds_text(took), message);
   }
   if (!type.empty()) actions.emplace_back(make_event(now, type, std::nullopt, run.service, text));
   std::string answer = outcome == WakeOutcome::ready ? text : message;
@@ -252,6 +283,70 @@ void Wakes::finish(Run& run, WakeOutcome outcome, const std::string& message, co
     if (outcome != WakeOutcome::ready && !loads_.count(*run.claim))
       intents.push_back(EndLeaseIntent{*run.claim, fmt::format("the wake {}", to_string(outcome))});
   }
+}
+
+std::string Wakes::what_for(const Run& run) const {
+  if (!run.prewarm) return for_what(run.model);
+  std::string ahead = fmt::format("a prewarm ({:.0f}% chance of a request within {})",
+                                  run.chance * 100, format_duration(kPrewarmHorizon));
+  return run.ids.empty() ? ahead : fmt::format("{}, then {}", ahead, for_what(run.model));
+}
+
+bool Wakes::prewarming(const std::string& service) const {
+  auto it = runs_.find(service);
+  return it != runs_.end() && it->second.prewarm;
+}
+
+void Wakes::consider_prewarm(const World& world, const Now& now, std::vector<Action>& actions,
+                             Intents& intents) {
+  if (next_prewarm_check_ && now.mono < *next_prewarm_check_) return;
+  next_prewarm_check_ = now.mono + kPrewarmEvery;
+  if (!runs_.empty() || world.admission.wants_room() || world.admission.claiming() ||
+      !world.ledger.status().sampled)
+    return;
+  struct Pick {
+    const ServiceConfig* cfg = nullptr;
+    std::string model;
+    double chance = 0;
+    double saves = 0;  // expected wake seconds saved: chance × expected wake
+  };
+  std::optional<Pick> best;
+  for (const ServiceConfig& cfg : config_.services) {
+    if (!cfg.prewarm.value_or(config_.daemon.prewarm)) continue;
+    ServiceStatus st = status_of(world, cfg.name);
+    if (!st.can_wake || !sleeping(st) || st.asleep->depth == SleepDepth::stop ||
+        st.state != ServiceState::up || !st.last_gpu)
+      continue;
+    if (st.no_prewarm_until && now.mono < *st.no_prewarm_until) continue;
+    if (auto n = no_prewarm_until_.find(cfg.name); n != no_prewarm_until_.end()) {
+      if (now.mono < n->second) continue;
+      no_prewarm_until_.erase(n);
+    }
+    const Demand* demand = world.services.demand(cfg.name);
+    if (!demand) continue;
+    // Put to sleep to make room (an eviction, an exclusive group): its last hour counts, so it
+    // comes back when the room does. Put to sleep idle: only its weekly pattern does.
+    bool made_room = st.asleep->reason == "eviction" || st.asleep->reason == "group";
+    double chance = demand->chance(now, kPrewarmHorizon, made_room);
+    if (chance < kPrewarmChance) continue;
+    std::string model = st.asleep->models.size() == 1 ? st.asleep->models[0] : std::string();
+    std::optional<LoadNeed> need = load_need(st, cfg, model);
+    std::optional<Bytes> room = world.admission.room_on(world, *st.last_gpu);
+    if (!need || !room || *room < need->bytes) continue;  // it takes only room nobody wants
+    double saves =
+        chance * std::chrono::duration<double>(expected_wake(st, model, st.asleep->depth)).count();
+    if (!best || saves > best->saves) best = Pick{&cfg, model, chance, saves};
+  }
+  if (!best) return;
+  Run run;
+  run.service = best->cfg->name;
+  run.model = best->model;
+  run.can_wake = true;
+  run.prewarm = true;
+  run.chance = best->chance;
+  run.requested_at = now.mono;
+  run.deadline = now.mono + wake_timeout(*best->cfg);
+  if (plan(run, world, now, actions, intents)) runs_.emplace(run.service, std::move(run));
 }
 
 void Wakes::progress(Run& run, std::string text, std::vector<Action>& actions) {
@@ -275,6 +370,7 @@ void Wakes::hold_until_loaded(const Run& run, const World& world, const Now& now
   load.room = run.room->bytes;
   load.from = st.bytes;
   load.last = st.bytes;
+  load.prewarm = run.prewarm && run.ids.empty();
   // Two expected wakes, at least 30 s, at most 5 min: a load smaller than its room, or one that
   // never comes, gives the room back then.
   std::string model = run.model;
@@ -286,10 +382,18 @@ void Wakes::hold_until_loaded(const Run& run, const World& world, const Now& now
 
 void Wakes::advance(const World& world, const Now& now, std::vector<Action>& actions,
                     Intents& intents) {
+  const bool room_wanted = world.admission.wants_room();
   for (auto it = runs_.begin(); it != runs_.end();) {
     Run& run = it->second;
     bool done = false;
-    if (now.mono >= run.deadline && run.phase != Phase::calling) {
+    if (run.prewarm && run.ids.empty() && room_wanted && run.phase != Phase::calling) {
+      // A lease (or a request's wake) wants room: the prewarm gives way, and its service is not
+      // prewarmed again this hour.
+      no_prewarm_until_[run.service] = end_of_hour(now);
+      finish(run, WakeOutcome::cancelled, "a lease or a request wants the room", world, now,
+             actions, intents);
+      done = true;
+    } else if (now.mono >= run.deadline && run.phase != Phase::calling) {
       const ServiceConfig& cfg = *config_.find_service(run.service);
       std::string holder;
       if (run.claim)
@@ -344,7 +448,10 @@ void Wakes::advance(const World& world, const Now& now, std::vector<Action>& act
     Load& load = it->second;
     const Lease* l = world.admission.find(load.lease);
     bool end = false, gone = !l || l->state != LeaseState::granted;
-    if (!gone) {
+    if (!gone && load.prewarm && room_wanted) {
+      // Its room goes back now; the woken service, idle, may be evicted for whoever wants it.
+      end = true;
+    } else if (!gone) {
       Bytes now_bytes = world.services.at(load.service).bytes;
       if (now_bytes + load.room / 10 >= load.room || now.mono >= load.until) {
         end = true;
@@ -359,9 +466,13 @@ void Wakes::advance(const World& world, const Now& now, std::vector<Action>& act
         load.last = now_bytes;
       }
     }
-    if (end) intents.push_back(EndLeaseIntent{load.lease, "its load showed on the GPU"});
+    if (end)
+      intents.push_back(EndLeaseIntent{load.lease, load.prewarm && room_wanted
+                                                       ? "someone else wants the prewarm's room"
+                                                       : "its load showed on the GPU"});
     it = end || gone ? loads_.erase(it) : std::next(it);
   }
+  consider_prewarm(world, now, actions, intents);
 }
 
 std::optional<MonoTime> Wakes::next_deadline() const {

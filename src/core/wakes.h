@@ -51,6 +51,8 @@ class Wakes {
   size_t loads_verifying() const { return loads_.size(); }
   // Whether a granted lease is a wake's claim that the core ends itself.
   bool owns_claim(uint64_t lease) const;
+  // A prewarm under way for this service.
+  bool prewarming(const std::string& service) const;
 
  private:
   enum class Phase {
@@ -74,6 +76,10 @@ class Wakes {
     std::optional<MonoTime> call_at;
     std::optional<MonoTime> started_at;  // starting: when it was seen starting
     std::string progress;                // the last reason told
+    // A prewarm (docs/proxy.md "Prewarm"): woken ahead of demand, with this chance of a request
+    // within kPrewarmHorizon. Requests may join it; it is then theirs as well.
+    bool prewarm = false;
+    double chance = 0;
   };
   // A load that was let through, whose claim holds its room until it shows on the GPU.
   struct Load {
@@ -85,6 +91,7 @@ class Wakes {
     Bytes last = 0;
     int steady = 0;        // samples in a row at a grown, unchanged size
     MonoTime sampled_at{};  // the last sample counted
+    bool prewarm = false;   // a prewarm's: its room goes back as soon as someone wants room
   };
 
   // Plans (again) and moves the run on; false when it finished.
@@ -96,11 +103,17 @@ class Wakes {
   void progress(Run& run, std::string text, std::vector<Action>& actions);
   void hold_until_loaded(const Run& run, const World& world, const Now& now);
   std::vector<std::string> evicted_for(const Run& run, const World& world) const;
+  // When the GPUs have room nobody wants: wake the sleeper most worth waking ahead of demand.
+  void consider_prewarm(const World& world, const Now& now, std::vector<Action>& actions,
+                        Intents& intents);
+  std::string what_for(const Run& run) const;
 
   const Config& config_;
   std::map<std::string, Run> runs_;  // by service
   std::map<uint64_t, std::string> claim_of_;  // claim lease -> service (runs under way)
   std::map<uint64_t, Load> loads_;            // by claim lease
+  std::optional<MonoTime> next_prewarm_check_;
+  std::map<std::string, MonoTime> no_prewarm_until_;  // a prewarm cancelled for a lease: not again soon
 };
 
 }  // namespace vramd

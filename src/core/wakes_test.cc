@@ -135,6 +135,7 @@ class Host {
     p.reachable = true;
     p.busy = false;
     p.models = std::move(models);
+    p.can_wake = true;
     feed(ProbeDone{name, p});
   }
   void step(Duration d = 1s) {
@@ -387,6 +388,183 @@ TEST(Wake, AReadyServiceFinishesAtOnceAndAnUnknownOneIsRefused) {
   uint64_t b = h.request("nope", "");
   EXPECT_EQ(h.finished[b].outcome, WakeOutcome::refused);
   EXPECT_EQ(h.finished[b].message, "no service named 'nope'");
+}
+
+// ---- Prewarm (docs/proxy.md "Prewarm") ----
+
+// vLLM with prewarm on, asked once (a busy spell), then evicted for a 16 GiB lease, which is
+// still granted when this returns (its id: 900).
+// With `comfy`, a ComfyUI holding 4 GiB beside it, idle.
+Host evicted_vllm(Duration min_idle = 10s, bool comfy = false) {
+  ServiceConfig v = service("vllm", "vllm");
+  v.prewarm = true;
+  v.min_idle = min_idle;
+  std::vector<ServiceConfig> services = {v};
+  if (comfy) services.push_back(service("comfy", "comfyui"));
+  Host h(services);
+  h.bytes["vllm"] = 14 * GiB;
+  h.kept_asleep["vllm"] = 500 * MiB;
+  h.host_weights["vllm"] = 9 * GiB;
+  if (comfy) h.bytes["comfy"] = 4 * GiB;
+  h.steps(3);
+  h.probe("vllm", {"qwen"});
+  if (comfy) h.probe("comfy", {});
+  h.feed(RequestsInFlight{"vllm", 1});
+  h.step();
+  h.feed(RequestsInFlight{"vllm", 0});
+  h.steps(5 + int(std::chrono::duration_cast<std::chrono::seconds>(min_idle).count()));
+  LeaseRequest r;
+  r.vram = 16 * GiB;
+  r.gpu = 0;
+  r.holder = "train";
+  h.feed(LeaseRequested{900, r});
+  // Granted once the bytes are gone; asleep once the unload's verdict is in.
+  for (int i = 0; i < 20 && (h.arbiter().lease(900)->state != LeaseState::granted ||
+                             !h.arbiter().service("vllm")->asleep);
+       ++i)
+    h.step();
+  return h;
+}
+
+size_t count_prefix(const std::vector<std::string>& events, const std::string& prefix) {
+  return size_t(std::count_if(events.begin(), events.end(), [&](const std::string& e) {
+    return e.rfind(prefix, 0) == 0;
+  }));
+}
+
+TEST(Prewarm, AnEvictedSleeperComesBackWhenTheRoomDoesAndIsCountedUsed) {
+  Host h = evicted_vllm();
+  ASSERT_EQ(h.arbiter().lease(900)->state, LeaseState::granted);
+  ASSERT_TRUE(h.arbiter().service("vllm")->asleep) << fmt::format("{}", fmt::join(h.events, "\n"));
+  EXPECT_EQ(h.arbiter().service("vllm")->asleep->reason, "eviction");
+  // While the lease holds the room, nothing is woken: 7 GiB free, the wake needs 14. (Within
+  // its heartbeat: it has no holder pid.)
+  h.steps(20);
+  EXPECT_TRUE(h.wake_calls.empty()) << fmt::format("{}", fmt::join(h.events, "\n"));
+  h.feed(LeaseReleased{900});
+  h.steps(12);
+  ASSERT_EQ(h.wake_calls.size(), 1u);
+  EXPECT_EQ(h.wake_calls[0].depth, SleepDepth::sleep1);
+  EXPECT_EQ(count_prefix(h.events, "service.prewarmed: woke vllm from level 1 for a prewarm"), 1u)
+      << fmt::format("{}", fmt::join(h.events, "\n"));
+  const ServiceStatus* st = h.arbiter().service("vllm");
+  EXPECT_FALSE(st->asleep);
+  EXPECT_TRUE(st->prewarmed);
+  // The wake time of a prewarm is learned like any other.
+  ASSERT_FALSE(h.remembered.empty());
+  // A request now finds it awake: the prewarm was used.
+  EXPECT_TRUE(h.arbiter().ready_for("vllm", "qwen", true));
+  h.feed(RequestsInFlight{"vllm", 1});
+  EXPECT_EQ(count_prefix(h.events, "service.prewarm_used: vllm was asked"), 1u);
+  EXPECT_FALSE(h.arbiter().service("vllm")->prewarmed);
+}
+
+TEST(Prewarm, NeverEvictsAnyoneForItsRoom) {
+  Host h = evicted_vllm(10s, /*comfy=*/true);
+  ASSERT_EQ(h.arbiter().lease(900)->state, LeaseState::granted);
+  ASSERT_EQ(h.unload_depths.size(), 1u);  // vllm's eviction: enough alone
+  // The idle ComfyUI grows to 10 GiB meanwhile: with the lease gone, 13.1 GiB are free and the
+  // wake needs 14. Evicting the idle ComfyUI would make room; a prewarm never does.
+  h.bytes["comfy"] = 10 * GiB;
+  h.feed(LeaseReleased{900});
+  h.steps(40);
+  EXPECT_TRUE(h.wake_calls.empty());
+  EXPECT_EQ(count_prefix(h.events, "service.prewarm"), 0u);
+  EXPECT_EQ(h.unload_depths.size(), 1u);
+  // Once ComfyUI gives its memory back by itself, the room is there and the prewarm comes.
+  h.bytes["comfy"] = 1 * GiB;
+  h.steps(12);
+  EXPECT_EQ(h.wake_calls.size(), 1u);
+}
+
+TEST(Prewarm, ALeaseThatNeedsTheRoomSleepsItAgainAtOnceAndItIsNotPrewarmedAgainThisHour) {
+  // min_idle 60 s: a prewarmed service that nobody asked gives its room back without it.
+  Host h = evicted_vllm(60s);
+  h.feed(LeaseReleased{900});
+  h.steps(12);
+  ASSERT_EQ(h.wake_calls.size(), 1u);
+  h.steps(3);
+  LeaseRequest r;
+  r.vram = 16 * GiB;
+  r.gpu = 0;
+  r.holder = "train";
+  h.feed(LeaseRequested{902, r});
+  for (int i = 0; i < 15 && h.arbiter().lease(902)->state != LeaseState::granted; ++i) h.step();
+  EXPECT_EQ(h.arbiter().lease(902)->state, LeaseState::granted);
+  EXPECT_EQ(h.unload_depths.size(), 2u);
+  EXPECT_EQ(count_prefix(h.events, "service.prewarm_unused: vllm goes back to sleep (eviction)"),
+            1u)
+      << fmt::format("{}", fmt::join(h.events, "\n"));
+  // The lease done, the room is back, within the same hour: no second prewarm.
+  h.feed(LeaseReleased{902});
+  h.steps(40);
+  EXPECT_EQ(h.wake_calls.size(), 1u);
+  EXPECT_TRUE(h.arbiter().service("vllm")->asleep);
+}
+
+TEST(Prewarm, ALeaseQueuedWhileThePrewarmClaimsCancelsIt) {
+  Host h = evicted_vllm();
+  h.answer_wakes = false;  // the prewarm's wake call stays in flight
+  h.feed(LeaseReleased{900});
+  h.steps(12);
+  ASSERT_EQ(h.wake_calls.size(), 1u);
+  // The prewarm's claim is a granted lease of vramd's own, last in line.
+  bool claim = false;
+  for (const Lease& l : h.leases())
+    if (l.request.prewarm && l.state == LeaseState::granted) claim = true;
+  EXPECT_TRUE(claim);
+  // The call answers; a lease comes while the load is verified: the claim gives its room back.
+  h.answer_wake(h.wake_calls[0]);
+  h.step();
+  LeaseRequest r;
+  r.vram = 16 * GiB;
+  r.gpu = 0;
+  r.holder = "train";
+  h.feed(LeaseRequested{903, r});
+  for (int i = 0; i < 15 && h.arbiter().lease(903)->state != LeaseState::granted; ++i) h.step();
+  EXPECT_EQ(h.arbiter().lease(903)->state, LeaseState::granted);
+  for (const Lease& l : h.leases()) EXPECT_FALSE(l.request.prewarm) << l.id;
+}
+
+TEST(Prewarm, ASleepByHandIsNotUndoneUntilItIsAskedAgain) {
+  ServiceConfig v = service("vllm", "vllm");
+  v.prewarm = true;
+  Host h({v});
+  h.bytes["vllm"] = 14 * GiB;
+  h.kept_asleep["vllm"] = 500 * MiB;
+  h.host_weights["vllm"] = 9 * GiB;
+  h.steps(3);
+  h.probe("vllm", {"qwen"});
+  h.feed(RequestsInFlight{"vllm", 1});
+  h.step();
+  h.feed(RequestsInFlight{"vllm", 0});
+  h.steps(15);
+  ASSERT_TRUE(h.unload("vllm"));
+  h.steps(60);
+  EXPECT_TRUE(h.wake_calls.empty());
+  EXPECT_TRUE(h.arbiter().service("vllm")->asleep);
+}
+
+TEST(Prewarm, OffUnlessTheConfigSaysSo) {
+  ServiceConfig v = service("vllm", "vllm");  // prewarm unset, [daemon] prewarm false
+  Host h({v});
+  h.bytes["vllm"] = 14 * GiB;
+  h.kept_asleep["vllm"] = 500 * MiB;
+  h.steps(3);
+  h.probe("vllm", {"qwen"});
+  h.feed(RequestsInFlight{"vllm", 1});
+  h.step();
+  h.feed(RequestsInFlight{"vllm", 0});
+  h.steps(15);
+  LeaseRequest r;
+  r.vram = 16 * GiB;
+  r.gpu = 0;
+  h.feed(LeaseRequested{900, r});
+  for (int i = 0; i < 15 && h.arbiter().lease(900)->state != LeaseState::granted; ++i) h.step();
+  ASSERT_EQ(h.arbiter().lease(900)->state, LeaseState::granted);
+  h.feed(LeaseReleased{900});
+  h.steps(30);
+  EXPECT_TRUE(h.wake_calls.empty());
 }
 
 }  // namespace wakes_test

@@ -94,6 +94,11 @@ Status Daemon::start() {
   } else {
     spdlog::warn("{}: wake times start from each kind's first guess", times.error());
   }
+  if (auto demand = peak_store_->demand(); demand) {
+    arbiter_.restore_demand(*demand);
+  } else {
+    spdlog::warn("{}: prewarm learns when services are asked from now on", demand.error());
+  }
   // Last of the reads on this thread: what the restore ends (a holder gone while vramd was down)
   // is written on the store thread from here on, and the stores are not to be used from two
   // threads at once (libpq's connection is not thread-safe: a read here while the store thread
@@ -235,6 +240,10 @@ void Daemon::apply(std::vector<Action> actions) {
       asio::post(store_thread_, [store = peak_store_, t = rw->time, at = clock_().wall] {
         if (auto r = store->save_wake(t, at); !r) spdlog::warn("{}", r.error());
       });
+    } else if (auto* rd = std::get_if<RememberDemand>(&a)) {
+      asio::post(store_thread_, [store = peak_store_, d = rd->demand] {
+        if (auto r = store->save_demand(d); !r) spdlog::warn("{}", r.error());
+      });
     } else if (auto* f = std::get_if<SetFastSampling>(&a)) {
       fast_sampling_ = f->on;
       sample_gate_.set_fast(f->on);  // a verification reads the lists on every sample
@@ -372,6 +381,7 @@ asio::awaitable<void> Daemon::probe_loop(std::string service) {
     // The core answers with ScheduleProbe (its pace, core/probe_pacing.h); the interval is the
     // fallback. A later ScheduleProbe moves `at` and cancels the wait.
     pt.at = std::chrono::steady_clock::now() + interval;
+    probe.can_wake = adapter.can_wake();  // llama.cpp's is known once its router is detected
     feed(ProbeDone{service, std::move(probe)});
     while (!stopping_ && std::chrono::steady_clock::now() < pt.at) {
       pt.timer.expires_at(pt.at);

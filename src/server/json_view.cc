@@ -133,7 +133,8 @@ json to_json(const ServiceStatus& s, const Now& now) {
               {"since", when(now, s.asleep->since)},
               {"gpu_kept_bytes", s.asleep->gpu_kept},
               {"host_ram_bytes", s.asleep->host_ram},
-              {"host_ram_measured", s.asleep->host_ram_measured}};
+              {"host_ram_measured", s.asleep->host_ram_measured},
+              {"reason", s.asleep->reason.empty() ? json(nullptr) : json(s.asleep->reason)}};
   // The expected wake from each depth (core/wake.h expected_wake), for its one model if it has
   // one, and whether it was measured.
   json wake_seconds = json::object();
@@ -185,6 +186,8 @@ json to_json(const ServiceStatus& s, const Now& now) {
       // Put to sleep by vramd (core/sleep.h): its depth, what it keeps on the GPU and in host RAM.
       {"asleep", asleep},
       {"wake_seconds", wake_seconds},
+      // Woken by a prewarm and not asked since (docs/proxy.md "Prewarm").
+      {"prewarmed_at", time(s.prewarmed)},
       // Found by `[daemon] discover`, not configured (and left alone unless discover_unload).
       {"discovered", s.discovered},
       {"discovered_by", s.discovered ? json(s.discovered_by) : json(nullptr)},

@@ -124,6 +124,7 @@ SampleTaken VramdPolicy::sample(const World& w) const {
 void VramdPolicy::probe(World& w, size_t svc, bool reachable) {
   ServiceProbe p;
   p.reachable = reachable;
+  p.can_wake = true;  // as WakeRequested says: the sim's servers have a wake call
   if (!reachable) p.error = "connect: Connection refused (restarting)";
   Phase ph = w.service(svc).phase;
   if (reachable && (ph == Phase::loaded || ph == Phase::unloading))

@@ -14,6 +14,8 @@ class SqlitePeakStore final : public PeakStore {
   Result<std::vector<LoadPeak>> all() const override;
   Status save_wake(const WakeTime& t, TimePoint at) override;
   Result<std::vector<WakeTime>> wake_times() const override;
+  Status save_demand(const DemandHistory& d) override;
+  Result<std::vector<DemandHistory>> demand() const override;
 
  private:
   std::unique_ptr<SQLite::Database> db_;
@@ -34,6 +36,9 @@ Result<std::unique_ptr<PeakStore>> PeakStore::open(const std::string& path) {
         "CREATE TABLE IF NOT EXISTS wake_times ("
         " service TEXT NOT NULL, model TEXT NOT NULL, depth TEXT NOT NULL, ms INTEGER NOT NULL,"
         " at_ms INTEGER NOT NULL, PRIMARY KEY (service, model, depth))");
+    db->exec(
+        "CREATE TABLE IF NOT EXISTS demand ("
+        " service TEXT NOT NULL PRIMARY KEY, since_ms INTEGER NOT NULL, counts TEXT NOT NULL)");
     return std::unique_ptr<PeakStore>(new SqlitePeakStore(std::move(db)));
   } catch (const std::exception& e) {
     return make_error(fmt::format("cannot open load peak store {}: {}", path, e.what()));
@@ -111,6 +116,41 @@ Result<std::vector<WakeTime>> SqlitePeakStore::wake_times() const {
     return out;
   } catch (const std::exception& e) {
     return make_error(fmt::format("cannot read wake times: {}", e.what()));
+  }
+}
+
+Status SqlitePeakStore::save_demand(const DemandHistory& d) {
+  try {
+    SQLite::Statement q(*db_,
+                        "INSERT INTO demand (service, since_ms, counts) VALUES (?, ?, ?)"
+                        " ON CONFLICT (service) DO UPDATE SET"
+                        " since_ms = excluded.since_ms, counts = excluded.counts");
+    q.bind(1, d.service);
+    q.bind(2, static_cast<int64_t>(d.since.time_since_epoch().count()));
+    q.bind(3, encode_counts(d.counts));
+    q.exec();
+    return Ok{};
+  } catch (const std::exception& e) {
+    return make_error(fmt::format("cannot store the demand of {}: {}", d.service, e.what()));
+  }
+}
+
+Result<std::vector<DemandHistory>> SqlitePeakStore::demand() const {
+  try {
+    SQLite::Statement q(*db_, "SELECT service, since_ms, counts FROM demand ORDER BY service");
+    std::vector<DemandHistory> out;
+    while (q.executeStep()) {
+      auto counts = parse_counts(q.getColumn(2).getString());
+      if (!counts) continue;  // never written so
+      DemandHistory d;
+      d.service = q.getColumn(0).getString();
+      d.since = TimePoint(Duration(q.getColumn(1).getInt64()));
+      d.counts = *counts;
+      out.push_back(std::move(d));
+    }
+    return out;
+  } catch (const std::exception& e) {
+    return make_error(fmt::format("cannot read demand: {}", e.what()));
   }
 }
 

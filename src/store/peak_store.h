@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/demand.h"
 #include "core/result.h"
 #include "core/service_status.h"
 #include "core/units.h"
@@ -27,6 +28,9 @@ class PeakStore {
   // depth) replaces the one stored.
   virtual Status save_wake(const WakeTime& t, TimePoint at) = 0;
   virtual Result<std::vector<WakeTime>> wake_times() const = 0;
+  // Demand histograms (core/demand.h), one per service: the latest replaces the one stored.
+  virtual Status save_demand(const DemandHistory& d) = 0;
+  virtual Result<std::vector<DemandHistory>> demand() const = 0;
 };
 
 }  // namespace vramd

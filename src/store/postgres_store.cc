@@ -284,8 +284,12 @@ const std::vector<std::string> kMigrations = {
     "CREATE TABLE wake_times ("
     " host TEXT NOT NULL, service TEXT NOT NULL, model TEXT NOT NULL, depth TEXT NOT NULL,"
     " ms BIGINT NOT NULL, at_ms BIGINT NOT NULL, PRIMARY KEY (host, service, model, depth));",
+    // 7: when each service is asked for (core/demand.h): its time-of-week histogram.
+    "CREATE TABLE demand ("
+    " host TEXT NOT NULL, service TEXT NOT NULL, since_ms BIGINT NOT NULL, counts TEXT NOT NULL,"
+    " PRIMARY KEY (host, service));",
 };
-static_assert(kPostgresSchemaVersion == 6);
+static_assert(kPostgresSchemaVersion == 7);
 
 // A list of ids as one PostgreSQL array parameter ($1::bigint[]).
 std::string id_array(const std::vector<uint64_t>& ids) {
@@ -658,6 +662,37 @@ class PgPeakStore final : public PeakStore {
         int64_t ms = r.integer(i, 3);
         if (!depth || ms <= 0) continue;  // never written so
         out.push_back({r.text(i, 0), r.text(i, 1), *depth, Duration(ms)});
+      }
+      return out;
+    });
+  }
+
+  Status save_demand(const DemandHistory& d) override {
+    return guarded(fmt::format("cannot store the demand of {}", d.service), [&]() -> Status {
+      c_->exec(
+          "INSERT INTO demand (host, service, since_ms, counts) VALUES ($1, $2, $3, $4)"
+          " ON CONFLICT (host, service) DO UPDATE"
+          " SET since_ms = excluded.since_ms, counts = excluded.counts",
+          {host_, d.service, static_cast<int64_t>(d.since.time_since_epoch().count()),
+           encode_counts(d.counts)});
+      return Ok{};
+    });
+  }
+
+  Result<std::vector<DemandHistory>> demand() const override {
+    return guarded("cannot read demand", [&]() -> Result<std::vector<DemandHistory>> {
+      PgResult r = c_->exec(
+          "SELECT service, since_ms, counts FROM demand WHERE host = $1 ORDER BY service",
+          {host_});
+      std::vector<DemandHistory> out;
+      for (int i = 0; i < r.rows(); ++i) {
+        auto counts = parse_counts(r.text(i, 2));
+        if (!counts) continue;  // never written so
+        DemandHistory d;
+        d.service = r.text(i, 0);
+        d.since = TimePoint(Duration(r.integer(i, 1)));
+        d.counts = *counts;
+        out.push_back(std::move(d));
       }
       return out;
     });

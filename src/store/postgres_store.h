@@ -20,7 +20,7 @@
 namespace vramd {
 
 // The schema version this binary writes and knows (migrations 1..kPostgresSchemaVersion).
-inline constexpr int kPostgresSchemaVersion = 6;
+inline constexpr int kPostgresSchemaVersion = 7;
 
 // One row of the hosts table: a host's heartbeat and its last status snapshot (JSON).
 struct HostRow {

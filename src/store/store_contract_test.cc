@@ -329,6 +329,34 @@ TEST_P(StoreContract, WakeTimesKeepTheLatestAndSurviveReopen) {
   EXPECT_EQ((*all)[1].took, std::chrono::milliseconds(8000));
 }
 
+TEST_P(StoreContract, DemandKeepsTheLatestPerServiceAndSurvivesReopen) {
+  DemandHistory a;
+  a.service = "vllm";
+  a.since = TimePoint(std::chrono::hours(400000));
+  a.counts[9] = 3;
+  a.counts[167] = 70000;
+  {
+    Stores s = open();
+    ASSERT_TRUE(s.peaks);
+    ASSERT_TRUE(s.peaks->save_demand(a).ok());
+    a.counts[9] = 4;
+    ASSERT_TRUE(s.peaks->save_demand(a).ok());
+    DemandHistory b;
+    b.service = "comfyui";
+    b.since = TimePoint(std::chrono::hours(400001));
+    ASSERT_TRUE(s.peaks->save_demand(b).ok());
+  }
+  Stores s = open();
+  auto all = s.peaks->demand();
+  ASSERT_TRUE(all.ok()) << all.error();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].service, "comfyui");
+  EXPECT_EQ((*all)[1].service, "vllm");
+  EXPECT_EQ((*all)[1].since, a.since);
+  EXPECT_EQ((*all)[1].counts, a.counts);
+  EXPECT_EQ((*all)[1].counts[9], 4u);
+}
+
 TEST_P(StoreContract, ASchemaNewerThanThisBinaryIsRefusedWithAClearMessage) {
   { ASSERT_TRUE(open().events); }
   backend_->bump_schema_version();
@@ -397,13 +425,13 @@ TEST_F(PostgresStore, AnOlderSchemaIsMigratedAtOpen) {
             " DROP INDEX leases_by_id; DROP INDEX jobs_by_id; DROP SEQUENCE lease_qseq;"
             " ALTER TABLE leases DROP COLUMN cluster, DROP COLUMN want_host, DROP COLUMN priority,"
             " DROP COLUMN qseq, DROP COLUMN release, DROP COLUMN evict_host, DROP COLUMN heard;"
-            " DROP TABLE wake_times;"
+            " DROP TABLE wake_times; DROP TABLE demand;"
             " DELETE FROM vramd_schema WHERE version >= 2");
   Stores s = open("gpu1");
   ASSERT_TRUE(s.hosts);
   EXPECT_TRUE(s.hosts->beat("{}").ok());
   EXPECT_EQ(pg_->psql(db_, "SELECT string_agg(version::text, ',' ORDER BY version) FROM vramd_schema"),
-            "1,2,3,4,5,6");
+            "1,2,3,4,5,6,7");
 }
 
 // The shared queue's claim (HostStore::sync): three hosts claiming at once from 300 queued leases,

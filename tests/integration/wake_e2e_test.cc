@@ -233,5 +233,51 @@ TEST(WakeE2E, AStreamingClientThatLeavesMidWakeCancelsItAndItsClaim) {
   EXPECT_TRUE(vllm_status(f)["asleep"].is_object());
 }
 
+// Prewarm (docs/proxy.md "Prewarm"): a vLLM asked once, evicted for a lease, is woken by vramd
+// when the lease gives the room back, before anyone asks again; the next chat finds it awake and
+// the prewarm is counted used.
+TEST(WakeE2E, AnEvictedSleeperIsPrewarmedWhenTheRoomComesBack) {
+  DaemonFixture f;
+  FakeService vllm(f, "vllm", {"--model-bytes", "2GiB"});
+  FrontDoor s(f, vllm, "prewarm = true\nmin_idle = \"1s\"\n[host]\nram_reserve = \"0%\"\n");
+  ASSERT_TRUE(loaded_once(f)) << vllm_status(f).dump(2) << f.log();
+  auto first = chat(s);
+  ASSERT_TRUE(first.ok() && first->status == 200u) << (first ? first->body : first.error());
+  std::this_thread::sleep_for(1500ms);  // idle past min_idle
+
+  // A lease for 1 GiB more than is free: vllm (idle) is evicted for it.
+  json st = get(f, "/v1/status");
+  Bytes free = st["gpus"][0].value("free_bytes", Bytes{0});
+  auto l = http_request({f.url}, "POST", "/v1/leases",
+                        json{{"vram", fmt::format("{}MiB", (free + 1 * GiB) / MiB)}, {"holder", "train"}}.dump(),
+                        5000);
+  ASSERT_TRUE(l.ok() && l->status == 201u) << (l ? l->body : l.error());
+  uint64_t id = json::parse(l->body).value("id", uint64_t{0});
+  ASSERT_TRUE(eventually([&] {
+    return get(f, fmt::format("/v1/leases/{}", id)).value("state", "") == "granted" &&
+           vllm_status(f)["asleep"].is_object();
+  })) << get(f, fmt::format("/v1/leases/{}", id)).dump(2) << f.log();
+  EXPECT_EQ(vllm_status(f)["asleep"].value("reason", ""), "eviction") << vllm_status(f).dump(2);
+  EXPECT_EQ(vllm.state().value("asleep", false), true);
+  auto d = http_request({f.url}, "DELETE", fmt::format("/v1/leases/{}", id), "", 5000);
+  ASSERT_TRUE(d.ok() && d->status == 200u) << (d ? d->body : d.error());
+
+  // Nobody asks; vramd wakes it within its prewarm look (every 10 s).
+  ASSERT_TRUE(eventually([&] { return vllm.state().value("asleep", true) == false; }, 20s))
+      << get(f, "/v1/events?limit=100").dump(2);
+  auto prewarmed = testing::events_of(f, "service.prewarmed");
+  ASSERT_EQ(prewarmed.size(), 1u) << get(f, "/v1/events?limit=100").dump(2);
+  EXPECT_NE(prewarmed[0]["message"].get<std::string>().find("for a prewarm ("), std::string::npos)
+      << prewarmed[0].dump();
+  EXPECT_TRUE(eventually([&] { return vllm_status(f)["asleep"].is_null(); }));
+  // The next chat is answered without a wake, and the prewarm counts as used.
+  auto r = chat(s);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->status, 200u) << r->body;
+  EXPECT_TRUE(testing::events_of(f, "service.woken").empty());
+  EXPECT_TRUE(eventually([&] { return testing::events_of(f, "service.prewarm_used").size() == 1; }))
+      << get(f, "/v1/events?limit=100").dump(2);
+}
+
 }  // namespace wake_e2e_test
 }  // namespace vramd
