@@ -4,7 +4,8 @@
 #   bench/sim.sh [BUILD_DIR] [--write]   (default: build; needs BUILD_DIR/vramd only)
 #
 # Checks first that bench/traces/*.jsonl are what the generator gives for seed 1, then runs the
-# three traces at seed 1 (the ones the policy was looked at on) and seeds 2 and 3 (not looked at).
+# three traces at seed 1 (the ones the policy was looked at on) and seeds 2 and 3 (not looked at),
+# every policy, then vramd beside its variants (vramd:fixed-depth, vramd:prewarm).
 # Prints the markdown; --write also puts it into bench/RESULTS.md between the sim markers.
 # Exits 1 when a baseline beats vramd on job wait p95 and reload seconds at once on any trace.
 set -euo pipefail
@@ -38,6 +39,12 @@ dominated=0
       "$VRAMD" sim "$file" --markdown | tail -n +3 > "$TMP/out.md"
       grep -q '^vramd: dominated' "$TMP/out.md" && dominated=1
       cat "$TMP/out.md"
+      echo
+      # Its parts: the depth of each sleep (vs. fixed at level 1) and prewarm (vs. off).
+      echo "vramd's parts (docs/sim.md \"Variants\"):"
+      echo
+      "$VRAMD" sim "$file" --policy vramd --policy vramd:fixed-depth --policy vramd:prewarm \
+        --markdown | tail -n +3 | grep '^|'
       echo
     done
   done

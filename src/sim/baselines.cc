@@ -262,8 +262,16 @@ Result<std::unique_ptr<Policy>> make_policy(const std::string& spec, const Confi
   };
   if (name == "never" && arg.empty()) return std::unique_ptr<Policy>(new Never);
   if (name == "free-at-end" && arg.empty()) return std::unique_ptr<Policy>(new FreeAtEnd);
-  if (name == "vramd" && arg.empty())
-    return std::unique_ptr<Policy>(new VramdPolicy(config, config_from_file));
+  if (name == "vramd") {
+    if (arg.empty()) return std::unique_ptr<Policy>(new VramdPolicy(config, config_from_file));
+    if (arg == "fixed-depth")
+      return std::unique_ptr<Policy>(
+          new VramdPolicy(config, config_from_file, VramdVariant::fixed_depth));
+    if (arg == "prewarm")
+      return std::unique_ptr<Policy>(
+          new VramdPolicy(config, config_from_file, VramdVariant::prewarm));
+    return bad_arg("vramd, vramd:fixed-depth or vramd:prewarm");
+  }
   if (name == "ttl") {
     if (arg.empty()) return bad_arg("a duration: ttl:300s");
     auto d = duration_arg(spec, arg);
@@ -306,7 +314,7 @@ Result<std::unique_ptr<Policy>> make_policy(const std::string& spec, const Confi
   }
   return make_error(fmt::format(
       "unknown policy '{}': expected never, ttl:DURATION, free-at-end, ollama, localai[:max=N], "
-      "llama-swap[:ttl=DURATION] or vramd",
+      "llama-swap[:ttl=DURATION] or vramd[:fixed-depth|:prewarm]",
       spec));
 }
 

@@ -54,11 +54,18 @@ class Builder {
         fmt::format(R"({{"t":0,"type":"gpu","index":{},"total":"{}GiB","baseline":"1GiB"}})", index,
                     total_gib));
   }
+  void host(int ram_gib) {
+    head_.push_back(fmt::format(R"({{"t":0,"type":"host","ram":"{}GiB"}})", ram_gib));
+  }
+  // `sleep1_s`: its wake from a level-1 sleep (weights in host RAM); < 0: it has none.
   void service(const std::string& name, unsigned gpu, double model_gib, int context_mib,
-               double load_s, double unload_s, double effective, double restart_s) {
+               double load_s, double unload_s, double effective, double restart_s,
+               double sleep1_s = -1) {
+    std::string sleep1 = sleep1_s >= 0 ? fmt::format(R"(,"sleep1_seconds":{})", sleep1_s) : "";
     head_.push_back(fmt::format(
-        R"({{"t":0,"type":"service","name":"{}","gpu":{},"model_bytes":"{}MiB","context_bytes":"{}MiB","load_seconds":{},"unload_seconds":{},"unload_effective":{},"restart_seconds":{}}})",
-        name, gpu, int(model_gib * 1024), context_mib, load_s, unload_s, effective, restart_s));
+        R"({{"t":0,"type":"service","name":"{}","gpu":{},"model_bytes":"{}MiB","context_bytes":"{}MiB","load_seconds":{},"unload_seconds":{},"unload_effective":{},"restart_seconds":{}{}}})",
+        name, gpu, int(model_gib * 1024), context_mib, load_s, unload_s, effective, restart_s,
+        sleep1));
   }
   void request(double t, const std::string& service, double duration) {
     if (t >= kDay) return;
@@ -108,9 +115,12 @@ class Builder {
   std::vector<TraceLine> lines_;
 };
 
+// Level-1 wakes: the weights copied back from host RAM (a few GB/s over PCIe; vLLM's own figures:
+// 0.26-6 s by model size). Ollama and speaches have no level-1 sleep (their unload frees all).
 void homelab(Builder& b) {
   b.gpu(0, 24);
-  b.service("comfyui", 0, 16, 400, 25, 2, 1.0, 40);
+  b.host(32);
+  b.service("comfyui", 0, 16, 400, 25, 2, 1.0, 40, 5);
   b.service("ollama", 0, 5, 1024, 6, 1, 1.0, 8);
   for (double t : b.times(b.rng.integer(3, 6), 9, 23))
     b.burst(t, "comfyui", b.rng.integer(5, 40), 45, 4, 20);
@@ -123,9 +133,10 @@ void homelab(Builder& b) {
 
 void agent(Builder& b) {
   b.gpu(0, 32);
-  b.service("flux-lora-a", 0, 13, 1024, 30, 3, 0.8, 45);
-  b.service("flux-lora-b", 0, 13, 1024, 30, 3, 0.8, 45);
-  b.service("wan-video", 0, 18, 2048, 45, 4, 0.8, 60);
+  b.host(32);
+  b.service("flux-lora-a", 0, 13, 1024, 30, 3, 0.8, 45, 4);
+  b.service("flux-lora-b", 0, 13, 1024, 30, 3, 0.8, 45, 4);
+  b.service("wan-video", 0, 18, 2048, 45, 4, 0.8, 60, 6);
   // The agent works in tasks back to back: images with one LoRA (sometimes the other), then a
   // video; between tasks, an upscale or a LoRA training job.
   double t = 600;
@@ -146,12 +157,13 @@ void agent(Builder& b) {
 void lab(Builder& b) {
   b.gpu(0, 48);
   b.gpu(1, 48);
-  b.service("vllm-70b", 0, 38, 4096, 90, 5, 1.0, 120);
-  b.service("comfyui", 0, 16, 1024, 25, 2, 0.9, 40);
+  b.host(64);
+  b.service("vllm-70b", 0, 38, 4096, 90, 5, 1.0, 120, 8);
+  b.service("comfyui", 0, 16, 1024, 25, 2, 0.9, 40, 5);
   b.service("speaches", 0, 2, 512, 5, 1, 1.0, 8);
-  b.service("vllm-8b", 1, 16, 6144, 40, 3, 1.0, 60);
+  b.service("vllm-8b", 1, 16, 6144, 40, 3, 1.0, 60, 3);
   b.service("ollama", 1, 8, 2048, 8, 1, 1.0, 10);
-  b.service("comfyui-video", 1, 24, 2048, 45, 4, 0.9, 60);
+  b.service("comfyui-video", 1, 24, 2048, 45, 4, 0.9, 60, 6);
   for (double t : b.times(b.rng.integer(10, 16), 8, 20))
     b.burst(t, "vllm-70b", b.rng.integer(5, 30), 90, 5, 40);
   for (double t : b.times(b.rng.integer(3, 6), 9, 22))
@@ -175,9 +187,10 @@ void lab(Builder& b) {
 
 void stress(Builder& b) {
   b.gpu(0, 48);
-  b.service("comfyui", 0, 16, 1024, 25, 2, 0.9, 40);
+  b.host(64);
+  b.service("comfyui", 0, 16, 1024, 25, 2, 0.9, 40, 5);
   b.service("ollama", 0, 8, 1024, 6, 1, 1.0, 8);
-  b.service("vllm", 0, 20, 4096, 60, 3, 1.0, 90);
+  b.service("vllm", 0, 20, 4096, 60, 3, 1.0, 90, 3);
   b.service("speaches", 0, 2, 512, 5, 1, 1.0, 8);
   const char* names[] = {"comfyui", "ollama", "vllm", "speaches"};
   // ~48,000 requests in 24 h (one every 1.8 s), in bursts on one service at a time.

@@ -47,6 +47,12 @@ nlohmann::json to_json(const Metrics& m) {
       {"blocked_by_idle_job_s", r3(m.blocked_by_idle_job_s)},
       {"reloads", m.reloads},
       {"reload_s", r3(m.reload_s)},
+      {"reload_s_sleep1", r3(m.reload_s_sleep1)},
+      {"reload_s_cold", r3(m.reload_s_cold)},
+      {"host_ooms", m.host_ooms},
+      {"requests_found_down", m.requests_found_down},
+      {"reload_wait_p95_s", r3(m.reload_wait_p95_s)},
+      {"request_reload_p95_s", r3(m.request_reload_p95_s)},
       {"request_latency_p50_s", r3(m.request_latency_p50_s)},
       {"request_latency_p95_s", r3(m.request_latency_p95_s)},
       {"idle_gib_h", r3(m.idle_gib_h)},
@@ -80,7 +86,13 @@ std::string format_table(const std::vector<Metrics>& rows, bool markdown) {
       {"blocked by idle job-s",
        [](const Metrics& m) { return fmt::format("{:.0f}", m.blocked_by_idle_job_s); }},
       {"reloads", [](const Metrics& m) { return fmt::format("{}", m.reloads); }},
-      {"reload s", [](const Metrics& m) { return fmt::format("{:.0f}", m.reload_s); }},
+      {"reload s (RAM/cold)",
+       [](const Metrics& m) {
+         return fmt::format("{:.0f} ({:.0f}/{:.0f})", m.reload_s, m.reload_s_sleep1,
+                            m.reload_s_cold);
+       }},
+      {"req reload p95 s",
+       [](const Metrics& m) { return fmt::format("{:.1f}", m.request_reload_p95_s); }},
       {"req latency p50/p95 s",
        [](const Metrics& m) {
          return fmt::format("{:.1f}/{:.1f}", m.request_latency_p50_s, m.request_latency_p95_s);
@@ -91,6 +103,7 @@ std::string format_table(const std::vector<Metrics>& rows, bool markdown) {
          return fmt::format("{} ({})", m.unload_calls, m.unload_ineffective);
        }},
       {"restarts", [](const Metrics& m) { return fmt::format("{}", m.restarts); }},
+      {"host OOMs", [](const Metrics& m) { return fmt::format("{}", m.host_ooms); }},
       {"jobs never admitted",
        [](const Metrics& m) { return fmt::format("{}/{}", m.jobs_never_admitted, m.jobs); }},
       {"requests never served",

@@ -14,6 +14,14 @@ struct Metrics {
   double blocked_by_idle_job_s = 0;  // job-seconds waiting while idle services held the room
   int reloads = 0;                   // loads of a service after its first
   double reload_s = 0;               // their load seconds (what requests paid)
+  double reload_s_sleep1 = 0;        // of which wakes from host RAM (a level-1 sleep)
+  double reload_s_cold = 0;          // of which loads from disk (a deeper sleep, a stop, a restart)
+  int host_ooms = 0;                 // sleepers killed for keeping more host RAM than there was
+  // Requests that found their service not loaded, and the 95th percentile of their wait for it.
+  int requests_found_down = 0;
+  double reload_wait_p95_s = 0;  // from its arrival to its service loaded (room waits too)
+  // The reload each paid: its wait while its service was loading or restarting (not for room).
+  double request_reload_p95_s = 0;
   double request_latency_p50_s = 0, request_latency_p95_s = 0;
   double idle_gib_h = 0;  // GiB-hours held by services with no request
   int unload_calls = 0;

@@ -95,6 +95,24 @@ TEST(SimTrace, ErrorsSayLineColumnAndWhat) {
       parse_error(gpu + R"({"t":1,"type":"job","name":"j","gpu":0,"bytes":"30GiB","duration":3})"),
       "t.jsonl:2:40: 'bytes' must be more than 0 and fit GPU 0 (24.0 GiB free at most)");
   EXPECT_EQ(parse_error(""), "t.jsonl: no \"gpu\" line");
+  std::string host = R"({"t":0,"type":"host","ram":"32GiB"})"
+                     "\n";
+  EXPECT_EQ(parse_error(gpu + host + host), "t.jsonl:3:22: the host is defined twice");
+  EXPECT_EQ(parse_error(gpu + R"({"t":0,"type":"host","ram":"0"})"),
+            "t.jsonl:2:22: 'ram' must be more than 0");
+  EXPECT_EQ(
+      parse_error(
+          gpu +
+          R"({"t":0,"type":"service","name":"a","gpu":0,"model_bytes":"1GiB","load_seconds":1,"host_bytes":"1GiB"})"),
+      "t.jsonl:2:82: 'host_bytes' is what a level-1 sleep keeps: give 'sleep1_seconds' too");
+  auto t = parse_trace(
+      gpu + host +
+          R"({"t":0,"type":"service","name":"a","gpu":0,"model_bytes":"8GiB","load_seconds":20,"sleep1_seconds":2.5})",
+      "t.jsonl");
+  ASSERT_TRUE(t.ok()) << t.error();
+  EXPECT_EQ(t->host_ram, 32 * GiB);
+  EXPECT_EQ(t->services[0].sleep1, 2500);
+  EXPECT_EQ(t->services[0].host_bytes, 8 * GiB);  // its weights, by default
   // Found by fuzz_trace: nlohmann throws out_of_range, not parse_error, for this one.
   EXPECT_EQ(parse_error(gpu + R"({"t":10e400000,"type":"end"})"),
             "t.jsonl:2:1: not JSON: number overflow parsing '10e400000'");
@@ -278,6 +296,52 @@ TEST(SimVramd, EvictsTheIdleServiceAfterMinIdleAndGrantsTheJobOnceItsMemoryIsGon
   EXPECT_EQ(r.metrics.job_wait_max_s, 25.5);
   EXPECT_EQ(r.metrics.unload_calls, 1);
   EXPECT_EQ(r.metrics.reloads, 0);
+}
+
+TEST(SimVramd, WithPrewarmTheEvictedServiceComesBackWhenTheJobEnds) {
+  RunResult r = run(parse(kSmall), "vramd:prewarm");
+  // As above until the job ends at 75.5 s; a, asked within the hour and evicted for the job, is
+  // woken at the next prewarm look (every 10 s), with nobody asking: a load counted as a reload.
+  EXPECT_EQ(decisions(r), (Lines{"0 load a", "45000 unload a", "45500 grant j", "80500 load a"}));
+  EXPECT_EQ(r.metrics.reloads, 1);
+  EXPECT_EQ(r.metrics.job_wait_max_s, 25.5);  // the job waited no longer for it
+}
+
+// Four 10 GiB servers with a level-1 sleep on a 24 GiB GPU (two fit) and 16 GiB of host RAM
+// (one sleeper's weights fit): asked in turn, each evicts the one asked longest ago, so two
+// sleep at once.
+const char* kDepths = R"({"t":0,"type":"gpu","index":0,"total":"24GiB","baseline":"0"}
+{"t":0,"type":"host","ram":"16GiB"}
+{"t":0,"type":"service","name":"a","gpu":0,"model_bytes":"10GiB","load_seconds":30,"sleep1_seconds":3}
+{"t":0,"type":"service","name":"b","gpu":0,"model_bytes":"10GiB","load_seconds":30,"sleep1_seconds":3}
+{"t":0,"type":"service","name":"c","gpu":0,"model_bytes":"10GiB","load_seconds":30,"sleep1_seconds":3}
+{"t":0,"type":"service","name":"d","gpu":0,"model_bytes":"10GiB","load_seconds":30,"sleep1_seconds":3}
+{"t":0,"type":"request","service":"a","duration":5}
+{"t":100,"type":"request","service":"b","duration":5}
+{"t":200,"type":"request","service":"c","duration":5}
+{"t":300,"type":"request","service":"d","duration":5}
+{"t":400,"type":"request","service":"a","duration":5}
+{"t":500,"type":"request","service":"b","duration":5}
+{"t":700,"type":"end"}
+)";
+
+TEST(SimVramd, TheDepthFollowsTheHostRamAndAFixedLevelOneRunsOutOfIt) {
+  Trace t = parse(kDepths);
+  RunResult chosen = run(t, "vramd"), fixed = run(t, "vramd:fixed-depth");
+  // Fixed at level 1, a second sleeper's weights do not fit the host's 16 GiB: the kernel kills
+  // it, and it comes back from a restart and a load from disk.
+  EXPECT_GT(fixed.metrics.host_ooms, 0);
+  // vramd sleeps the first at level 1 (its weights fit) and the next at level 2 while they are
+  // there: no OOM, the level-1 sleeper's wake takes 3 s and the other's a load (30 s), where
+  // the killed one pays a restart and a load.
+  EXPECT_EQ(chosen.metrics.host_ooms, 0);
+  EXPECT_GT(chosen.metrics.reload_s_sleep1, 0);
+  EXPECT_GT(chosen.metrics.reload_s_cold, 0);
+  EXPECT_LT(chosen.metrics.reload_s, fixed.metrics.reload_s);
+  EXPECT_LE(chosen.metrics.reload_wait_p95_s, fixed.metrics.reload_wait_p95_s);
+  bool woke_from_ram = false;
+  for (const auto& d : decisions(chosen)) woke_from_ram |= d.find(" wake ") != std::string::npos;
+  EXPECT_TRUE(woke_from_ram) << fmt::format("{}", fmt::join(decisions(chosen), "\n"));
 }
 
 TEST(SimVramd, AnUnloadThatFreesNothingIsEscalatedToARestartAfterItsTimeout) {

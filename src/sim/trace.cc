@@ -23,9 +23,10 @@ constexpr unsigned kMaxGpus = 64;
 const std::map<std::string, std::vector<std::string>>& keys_by_type() {
   static const std::map<std::string, std::vector<std::string>> k = {
       {"gpu", {"index", "total", "baseline"}},
+      {"host", {"ram"}},
       {"service",
        {"name", "gpu", "model_bytes", "context_bytes", "load_seconds", "unload_seconds",
-        "unload_effective", "restart_seconds"}},
+        "unload_effective", "restart_seconds", "sleep1_seconds", "host_bytes"}},
       {"request", {"service", "duration"}},
       {"job", {"name", "gpu", "bytes", "duration", "priority"}},
       {"end", {}},
@@ -122,6 +123,7 @@ class Reader {
 
   Status line(const Line& l, const std::string& type, Ms t) {
     if (type == "gpu") return gpu(l);
+    if (type == "host") return host(l);
     if (type == "service") return service(l);
     if (type == "request") return request(l, t);
     if (type == "job") return job(l, t);
@@ -141,6 +143,15 @@ class Reader {
     if (*total == 0) return l.error("total", "'total' must be more than 0");
     if (*baseline >= *total) return l.error("baseline", "'baseline' must be less than 'total'");
     trace_.gpus.push_back({unsigned(*index), *total, *baseline});
+    return Ok{};
+  }
+
+  Status host(const Line& l) {
+    if (trace_.host_ram) return l.error("ram", "the host is defined twice");
+    auto ram = l.size("ram", std::nullopt);
+    if (!ram) return Error{ram.error()};
+    if (*ram == 0) return l.error("ram", "'ram' must be more than 0");
+    trace_.host_ram = *ram;
     return Ok{};
   }
 
@@ -174,6 +185,18 @@ class Reader {
     s.load = to_ms(*load);
     s.unload = to_ms(*unload);
     s.restart = to_ms(*restart);
+    // A level-1 sleep (weights to host RAM) where it says how long its wake takes.
+    if (l.has("sleep1_seconds")) {
+      auto sleep1 = l.seconds("sleep1_seconds", std::nullopt);
+      if (!sleep1) return Error{sleep1.error()};
+      s.sleep1 = to_ms(*sleep1);
+    }
+    auto host_bytes = l.size("host_bytes", s.model_bytes);
+    if (!host_bytes) return Error{host_bytes.error()};
+    if (l.has("host_bytes") && s.sleep1 < 0)
+      return l.error("host_bytes", "'host_bytes' is what a level-1 sleep keeps: give "
+                                   "'sleep1_seconds' too");
+    s.host_bytes = *host_bytes;
     if (l.has("unload_effective")) {
       const json& v = l.at("unload_effective");
       if (!v.is_number() || !(v.get<double>() >= 0.0 && v.get<double>() <= 1.0))

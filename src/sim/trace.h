@@ -30,6 +30,10 @@ struct TraceService {
   Ms unload = 0;                  // from the unload call to its memory being back
   double unload_effective = 1.0;  // fraction of unload calls that free anything
   Ms restart = 0;                 // a restart (the escalation) frees all and takes this
+  // Its level-1 sleep: the wake from host RAM takes this (-1: it has none; its unload frees
+  // all and its wake is a load of `load`), and the sleep keeps host_bytes in host RAM.
+  Ms sleep1 = -1;
+  Bytes host_bytes = 0;
   Bytes footprint() const { return model_bytes + context_bytes; }
 };
 
@@ -54,6 +58,7 @@ struct Trace {
   std::vector<TraceRequest> requests;  // by t, file order on ties
   std::vector<TraceJob> jobs;          // by t, file order on ties
   Ms end = 0;                          // the "end" line's t, else the last line's t
+  Bytes host_ram = 0;                  // the "host" line's ram; 0: host RAM not modelled
 
   // nullptr when absent.
   const TraceGpu* gpu(unsigned index) const;

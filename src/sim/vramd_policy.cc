@@ -21,9 +21,11 @@ int service_pid(const World& w, size_t svc) {
 
 }  // namespace
 
-Config sim_config(const Trace& trace, const Config& base, bool base_from_file) {
+Config sim_config(const Trace& trace, const Config& base, bool base_from_file,
+                  VramdVariant variant) {
   Config c = base;
   c.services.clear();
+  if (variant == VramdVariant::prewarm) c.daemon.prewarm = true;
   if (!c.gpu.baseline && !trace.gpus.empty()) {
     // One baseline for every GPU (vramd.toml has one): the smallest, so no GPU's driver memory
     // is taken for less than it is.
@@ -36,9 +38,16 @@ Config sim_config(const Trace& trace, const Config& base, bool base_from_file) {
     const ServiceConfig* given = base.find_service(s.name);
     ServiceConfig sc = given ? *given : ServiceConfig{};
     sc.name = s.name;
-    sc.kind = "generic_http";
     sc.url = fmt::format("http://127.0.0.1:{}", 20000 + i);
-    sc.unload_url = "/free";
+    if (s.sleep1 >= 0) {
+      // A server with a level-1 sleep: vLLM's kind has both sleeps (and its first guesses).
+      sc.kind = "vllm";
+      if (variant == VramdVariant::fixed_depth && !sc.sleep_level) sc.sleep_level = 1;
+    } else {
+      sc.kind = "generic_http";
+      sc.unload_url = "/free";
+    }
+    if (variant == VramdVariant::prewarm) sc.prewarm = true;
     sc.match = MatchRule{};
     sc.match.container = s.name;  // escalation restarts the container
     sc.start.clear();
@@ -50,7 +59,7 @@ Config sim_config(const Trace& trace, const Config& base, bool base_from_file) {
 }
 
 void VramdPolicy::start(World& w) {
-  arbiter_ = std::make_unique<Arbiter>(sim_config(w.trace(), base_, from_file_));
+  arbiter_ = std::make_unique<Arbiter>(sim_config(w.trace(), base_, from_file_, variant_));
   for (size_t i = 0; i < w.services().size(); ++i) probe(w, i, true);
   next_sample_ = w.now();
 }
@@ -98,24 +107,39 @@ SampleTaken VramdPolicy::sample(const World& w) const {
     }
     s.gpus.gpus.push_back(std::move(gs));
   }
+  // Every server's process runs (but while it restarts), whether it holds GPU memory or not; its
+  // RSS grows by the weights a level-1 sleep keeps, as a real server's does (the core measures
+  // a sleep's host RAM from it).
+  for (size_t i = 0; i < w.services().size(); ++i) {
+    const ServiceSim& svc = w.service(i);
+    if (svc.phase == Phase::restarting) continue;
+    ProcessInfo info;
+    info.pid = service_pid(w, i);
+    info.ppid = 1;
+    info.comm = "python3";
+    info.start_ticks = 1;
+    info.cmdline = "python3 main.py";
+    info.rss = 1 * GiB + (svc.in_host_ram ? svc.spec->host_bytes : 0);
+    info.cgroup.kind = CgroupIdentity::Kind::container;
+    info.cgroup.runtime = "docker";
+    info.cgroup.container_name = svc.spec->name;
+    s.host.processes.push_back(std::move(info));
+  }
   for (const auto& g : s.gpus.gpus)
     for (const auto& p : g.processes) {
+      if (p.pid < kJobPid) continue;  // a server's: above
       ProcessInfo info;
       info.pid = p.pid;
       info.ppid = 1;
       info.comm = p.name;
       info.start_ticks = 1;
-      if (p.pid < kJobPid) {
-        size_t svc = size_t(p.pid - kServicePid) / 1000;
-        info.cmdline = "python3 main.py";
-        info.cgroup.kind = CgroupIdentity::Kind::container;
-        info.cgroup.runtime = "docker";
-        info.cgroup.container_name = w.service(svc).spec->name;
-      } else {
-        info.cmdline = w.jobs()[size_t(p.pid - kJobPid)].spec->name;
-      }
+      info.cmdline = w.jobs()[size_t(p.pid - kJobPid)].spec->name;
       s.host.processes.push_back(std::move(info));
     }
+  if (w.trace().host_ram > 0) {
+    s.host.mem_total = w.trace().host_ram;
+    s.host.mem_available = w.trace().host_ram - std::min(w.trace().host_ram, w.host_ram_used());
+  }
   std::sort(s.host.processes.begin(), s.host.processes.end(),
             [](const ProcessInfo& a, const ProcessInfo& b) { return a.pid < b.pid; });
   return s;
@@ -163,6 +187,15 @@ bool VramdPolicy::may_load(World& w, size_t svc) {
 }
 
 void VramdPolicy::on_load_done(World& w, size_t svc) {
+  // A wake call returns once the server is back (vLLM's /wake_up): its time is the load's.
+  if (auto c = calling_.find(svc); c != calling_.end()) {
+    const ServiceSim& s = w.service(svc);
+    feed(w, WakeCallDone{s.spec->name,
+                         c->second,
+                         {UnloadCall::Result::requested, "POST /wake_up → 200"},
+                         Duration(w.now() - s.phase_start)});
+    calling_.erase(c);
+  }
   probe(w, svc, true);  // its model is listed now
   wake_ready_[svc] = false;  // the core's claim holds the room until a sample shows the load
 }
@@ -170,7 +203,9 @@ void VramdPolicy::on_load_done(World& w, size_t svc) {
 void VramdPolicy::on_unload_done(World& w, size_t svc, bool) { probe(w, svc, true); }
 
 void VramdPolicy::on_restart_done(World& w, size_t svc) {
-  feed(w, LifecycleDone{w.service(svc).spec->name, Command::restart, true, "restarted"});
+  if (restart_asked_[svc])
+    feed(w, LifecycleDone{w.service(svc).spec->name, Command::restart, true, "restarted"});
+  restart_asked_[svc] = false;
   probe(w, svc, true);
 }
 
@@ -227,7 +262,7 @@ void VramdPolicy::apply(World& w, const std::vector<Action>& actions) {
   for (const Action& a : actions) {
     if (auto* c = std::get_if<CallUnload>(&a)) {
       int svc = w.trace().service_index(c->service);
-      if (svc >= 0) w.unload(size_t(svc));
+      if (svc >= 0) w.unload(size_t(svc), c->depth == SleepDepth::sleep1);
       // The server accepts the call at once; what it frees shows in later samples.
       pending_.emplace_back(UnloadCallDone{c->service,
                                            c->unload_id,
@@ -237,15 +272,24 @@ void VramdPolicy::apply(World& w, const std::vector<Action>& actions) {
       int svc = w.trace().service_index(l->service);
       if (svc < 0) continue;
       w.restart(size_t(svc));  // a stop frees the same way; the service comes back unloaded
+      restart_asked_[size_t(svc)] = true;
       probe(w, size_t(svc), false);
     } else if (auto* lc = std::get_if<LeaseChanged>(&a)) {
       on_lease(w, lc->lease);
     } else if (auto* cw = std::get_if<CallWake>(&a)) {
-      // The world's load is the wake: it starts once the request is let through.
-      pending_.emplace_back(WakeCallDone{cw->service,
-                                         cw->wake_id,
-                                         {UnloadCall::Result::requested, "POST /wake_up → 200"},
-                                         Duration(0)});
+      // The world's load is the wake (for a held request or a prewarm): it starts now, and the
+      // call returns when it is done (on_load_done). A service not asleep in the world (its
+      // unload was ineffective, or it is loading already) answers at once.
+      int svc = w.trace().service_index(cw->service);
+      if (svc >= 0 && w.service(size_t(svc)).phase == Phase::unloaded) {
+        w.load(size_t(svc));
+        calling_[size_t(svc)] = cw->wake_id;
+      } else {
+        pending_.emplace_back(WakeCallDone{cw->service,
+                                           cw->wake_id,
+                                           {UnloadCall::Result::requested, "POST /wake_up → 200"},
+                                           Duration(0)});
+      }
     } else if (auto* wf = std::get_if<WakeFinished>(&a)) {
       on_wake_finished(*wf);
     } else if (auto* f = std::get_if<SetFastSampling>(&a)) {

@@ -22,13 +22,23 @@ namespace vramd::sim {
 // settings and for each trace service of the same name (TTL, min_idle, pinned, group, backoff);
 // every trace service becomes a container with an unload call, restarted when an unload frees
 // nothing unless the config says otherwise.
-Config sim_config(const Trace& trace, const Config& base, bool base_from_file);
+//
+// `vramd` is the daemon as configured (its defaults: the depth of each sleep its own choice,
+// prewarm off). Its variants: `vramd:fixed-depth` fixes every level-1 sleeper at level 1
+// (sleep_level 1, vLLM's default before vramd chose); `vramd:prewarm` turns prewarm on for all.
+enum class VramdVariant { full, fixed_depth, prewarm };
+Config sim_config(const Trace& trace, const Config& base, bool base_from_file,
+                  VramdVariant variant = VramdVariant::full);
 
 class VramdPolicy : public Policy {
  public:
-  VramdPolicy(Config base, bool base_from_file)
-      : base_(std::move(base)), from_file_(base_from_file) {}
-  std::string name() const override { return "vramd"; }
+  VramdPolicy(Config base, bool base_from_file, VramdVariant variant = VramdVariant::full)
+      : base_(std::move(base)), from_file_(base_from_file), variant_(variant) {}
+  std::string name() const override {
+    return variant_ == VramdVariant::fixed_depth  ? "vramd:fixed-depth"
+           : variant_ == VramdVariant::prewarm    ? "vramd:prewarm"
+                                                  : "vramd";
+  }
 
   void start(World& w) override;
   std::optional<Ms> next_wakeup() const override;
@@ -57,6 +67,9 @@ class VramdPolicy : public Policy {
 
   Config base_;
   bool from_file_ = false;
+  VramdVariant variant_ = VramdVariant::full;
+  std::map<size_t, uint64_t> calling_;  // service -> the wake call its load answers
+  std::map<size_t, bool> restart_asked_;  // a restart of vramd's (not a host OOM's)
   std::unique_ptr<Arbiter> arbiter_;
   std::deque<Event> pending_;  // answers to actions, fed after the batch (as the daemon posts)
   bool feeding_ = false;

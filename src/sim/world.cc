@@ -53,6 +53,9 @@ World::World(const Trace& trace) : trace_(trace) {
   for (const auto& s : trace.services) services_.push_back(ServiceSim{&s});
   for (const auto& j : trace.jobs) jobs_.push_back(JobSim{&j});
   request_done_.assign(trace.requests.size(), -1);
+  found_down_.assign(trace.requests.size(), false);
+  reload_wait_.assign(trace.requests.size(), -1);
+  reload_paid_.assign(trace.requests.size(), 0);
   job_end_.assign(trace.jobs.size(), 0);
 }
 
@@ -115,14 +118,19 @@ void World::load(size_t i) {
   // ends within seconds while the load grows over its whole load time).
   Bytes total = trace_.gpu(s.spec->gpu)->total, in_use = used(s.spec->gpu);
   if (in_use > total || total - in_use < s.spec->footprint()) ++m_.loads_over_capacity;
+  // From host RAM (a level-1 sleep) the wake is short; else a load from disk.
+  bool from_ram = s.in_host_ram;
+  Ms takes = from_ram ? s.spec->sleep1 : s.spec->load;
+  leave_host_ram(s);
   s.phase = Phase::loading;
   s.phase_start = now_;
-  s.phase_end = now_ + s.spec->load;
+  s.phase_end = now_ + takes;
   if (++s.loads > 1) {
     ++m_.reloads;
-    m_.reload_s += double(s.spec->load) / 1000.0;
+    m_.reload_s += double(takes) / 1000.0;
+    (from_ram ? m_.reload_s_sleep1 : m_.reload_s_cold) += double(takes) / 1000.0;
   }
-  decisions_.push_back({now_, "load " + s.spec->name});
+  decisions_.push_back({now_, (from_ram ? "wake " : "load ") + s.spec->name});
 }
 
 bool World::ineffective_draw(size_t i, int call) const {
@@ -131,10 +139,26 @@ bool World::ineffective_draw(size_t i, int call) const {
   return u >= services_[i].spec->unload_effective;
 }
 
-bool World::unload(size_t i) {
+void World::leave_host_ram(ServiceSim& s) {
+  if (!s.in_host_ram) return;
+  s.in_host_ram = false;
+  host_used_ -= std::min(host_used_, s.spec->host_bytes);
+}
+
+void World::mark_ready(size_t i) {
+  ServiceSim& s = services_[i];
+  auto mark = [&](size_t r) {
+    if (found_down_[r] && reload_wait_[r] < 0) reload_wait_[r] = now_ - trace_.requests[r].t;
+  };
+  for (size_t r : s.queue) mark(r);
+  if (s.serving) mark(*s.serving);
+}
+
+bool World::unload(size_t i, bool shallow) {
   ServiceSim& s = services_[i];
   if (s.phase != Phase::loaded || s.busy()) return false;
   ++m_.unload_calls;
+  s.unload_shallow = shallow && s.spec->sleep1 >= 0;
   s.unload_frees = !ineffective_draw(i, s.unload_calls++);
   if (!s.unload_frees) ++m_.unload_ineffective;
   s.phase = Phase::unloading;
@@ -149,6 +173,7 @@ bool World::stop(size_t i) {
   if (s.phase != Phase::loaded || s.busy()) return false;
   ++m_.unload_calls;
   s.unload_frees = true;
+  s.unload_shallow = false;
   s.phase = Phase::unloading;
   s.phase_start = now_;
   s.phase_end = now_ + s.spec->unload;
@@ -164,6 +189,7 @@ void World::restart(size_t i) {
   }
   ++m_.restarts;
   ++s.generation;
+  leave_host_ram(s);
   s.phase = Phase::restarting;
   s.phase_start = now_;
   s.phase_end = now_ + s.spec->restart;
@@ -202,6 +228,10 @@ void World::advance(Ms t) {
     free[g.index] = free_committed(g.index);
     m_.idle_gib_h += double(idle[g.index]) * dt / kGiBHour;
   }
+  for (const ServiceSim& s : services_)
+    if (s.phase == Phase::loading || s.phase == Phase::restarting)
+      for (size_t r : s.queue)
+        if (found_down_[r] && reload_wait_[r] < 0) reload_paid_[r] += t - now_;
   for (size_t j : waiting_) {
     const TraceJob& spec = *jobs_[j].spec;
     Bytes f = free[spec.gpu];
@@ -222,9 +252,30 @@ void World::finish_service(size_t i, Policy& policy) {
   if (s.phase == Phase::loading) {
     s.phase = Phase::loaded;
     s.last_used = now_;
+    mark_ready(i);
     policy.on_load_done(*this, i);
   } else if (s.phase == Phase::unloading) {
     s.phase = s.unload_frees ? Phase::unloaded : Phase::loaded;
+    if (s.unload_frees && s.unload_shallow) {
+      s.in_host_ram = true;
+      host_used_ += s.spec->host_bytes;
+      if (trace_.host_ram > 0 && host_used_ > trace_.host_ram) {
+        // More kept in host RAM than the host has: the kernel's OOM killer ends the sleeper
+        // (its weights are the largest RSS), which comes back empty after a restart.
+        leave_host_ram(s);
+        ++m_.host_ooms;
+        // What its next request pays beyond the load: the restart (counted as a cold reload).
+        m_.reload_s += double(s.spec->restart) / 1000.0;
+        m_.reload_s_cold += double(s.spec->restart) / 1000.0;
+        ++s.generation;
+        s.phase = Phase::restarting;
+        s.phase_start = now_;
+        s.phase_end = now_ + s.spec->restart;
+        decisions_.push_back({now_, "host-oom " + s.spec->name});
+        policy.on_unload_done(*this, i, true);
+        return;
+      }
+    }
     policy.on_unload_done(*this, i, s.unload_frees);
   } else if (s.phase == Phase::restarting) {
     s.phase = Phase::unloaded;
@@ -246,6 +297,8 @@ void World::complete_due(Policy& policy) {
 
 void World::arrive_request(size_t r, Policy& policy) {
   size_t svc = trace_.requests[r].service;
+  // Down after its first load (the first is no reload: every policy pays it).
+  found_down_[r] = services_[svc].phase != Phase::loaded && services_[svc].loads > 0;
   services_[svc].queue.push_back(r);
   policy.on_request_arrived(*this, svc);
 }
@@ -291,6 +344,7 @@ bool World::progress(Policy& policy) {
       if (s.phase == Phase::loaded && !s.serving && !s.queue.empty()) {
         s.serving = s.queue.front();
         s.queue.pop_front();
+        mark_ready(i);  // an ineffective unload: it never went down
         s.serve_end = now_ + trace_.requests[*s.serving].duration;
         moved = true;
       } else if (s.phase == Phase::unloaded && !s.queue.empty() && policy.may_load(*this, i)) {
@@ -350,6 +404,17 @@ Metrics World::finish(const std::string& policy_name) {
   m.job_wait_max_s = percentile(waits, 100);
   m.request_latency_p50_s = percentile(latencies, 50);
   m.request_latency_p95_s = percentile(latencies, 95);
+  std::vector<double> reload_waits, reload_paid;
+  for (size_t r = 0; r < reload_wait_.size(); ++r)
+    if (trace_.requests[r].t <= trace_.end && found_down_[r]) {
+      reload_waits.push_back(
+          double(reload_wait_[r] >= 0 ? reload_wait_[r] : trace_.end - trace_.requests[r].t) /
+          1000.0);
+      reload_paid.push_back(double(reload_paid_[r]) / 1000.0);
+    }
+  m.requests_found_down = int(reload_waits.size());
+  m.reload_wait_p95_s = percentile(reload_waits, 95);
+  m.request_reload_p95_s = percentile(reload_paid, 95);
   return m;
 }
 

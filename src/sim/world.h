@@ -37,6 +37,8 @@ struct ServiceSim {
   int loads = 0;
   int unload_calls = 0;
   int generation = 0;  // bumps at each restart: a new process
+  bool unload_shallow = false;  // the unload under way is a level-1 sleep (weights to host RAM)
+  bool in_host_ram = false;     // asleep at level 1: its weights held in host RAM, its wake short
   bool busy() const { return serving.has_value() || !queue.empty(); }
 };
 
@@ -72,12 +74,18 @@ class World {
   // total − baseline − committed services − running jobs (what a new allocation can count on).
   Bytes free_committed(unsigned gpu) const;
   Bytes idle_bytes(unsigned gpu) const;  // committed by services with no request
+  // Host RAM (the trace's "host" line; 0: not modelled): what sleepers keep there now.
+  Bytes host_ram_used() const { return host_used_; }
 
   // ---- the verbs a policy uses ----
   // REQUIRES: phase unloaded. Starts the load whether or not it fits (the policy decides).
   void load(size_t svc);
   // Calls the service's unload. Returns false (and counts nothing) unless it is loaded and idle.
-  bool unload(size_t svc);
+  // `shallow`: a level-1 sleep, where the service has one (its weights go to host RAM, its wake
+  // takes sleep1_seconds); else it frees all. Without it, the server's own default: its
+  // shallowest sleep (vLLM's /sleep is level 1 unless asked; ComfyUI's /free unload_models).
+  bool unload(size_t svc, bool shallow);
+  bool unload(size_t svc) { return unload(svc, services_[svc].spec->sleep1 >= 0); }
   // Ends its process (a server that owns its runners: Ollama, LocalAI, llama-swap): always frees,
   // after unload_seconds. Counted as an unload call. False unless it is loaded and idle.
   bool stop(size_t svc);
@@ -114,6 +122,9 @@ class World {
 
  private:
   bool ineffective_draw(size_t svc, int call) const;
+  // Its requests that found it down have waited until now.
+  void mark_ready(size_t svc);
+  void leave_host_ram(ServiceSim& s);
   void finish_service(size_t svc, Policy& policy);
   void record_timeline();
   bool grant_jobs_in_order();
@@ -123,6 +134,13 @@ class World {
   std::vector<ServiceSim> services_;
   std::vector<JobSim> jobs_;
   std::vector<Ms> request_done_;  // per request; -1: not yet
+  // Per request: it found its service not loaded, and how long until it was (-1: not yet).
+  std::vector<bool> found_down_;
+  std::vector<Ms> reload_wait_;
+  // Per request that found its service down: the time it waited while the service was loading
+  // or restarting (the reload it paid; its waits for room are not in it).
+  std::vector<Ms> reload_paid_;
+  Bytes host_used_ = 0;
   std::vector<Ms> job_end_;       // per job
   std::vector<size_t> waiting_;   // jobs arrived and not granted, in queue order
   std::vector<size_t> running_;   // jobs granted and not done
