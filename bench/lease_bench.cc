@@ -24,6 +24,13 @@
 // granted lease (frees its 2 GiB promise, admits nothing: the heads need more; re-requested
 // untimed) and of a queued one (cancel). bench/run.sh prints the ratios; bench/RESULTS.md keeps
 // them.
+//
+// The wake (issue 26 item 7), in the same worlds with one more service, "sleeper" (vllm, empty:
+// 200 MiB of CUDA context on GPU 0; vram_estimate 20 GiB): WakeRequested for its model, whose room is claimed through admission and
+// queues last (the held request's whole decision in the core; cancelled untimed, WakeCancelled).
+// Before the wake moved into the core, the proxy planned in the shell and asked for the room as a
+// lease (an HTTP POST /v1/leases: LeaseRequested), so BM_LeaseRequestQueues is the core's part of
+// the old path, measured beside it in the same run.
 #include <memory>
 #include <random>
 #include <string>
@@ -51,7 +58,7 @@ constexpr int kHeartbeatEvery = 10000;  // events (10 s virtual) between heartbe
 
 class LeaseWorld {
  public:
-  LeaseWorld(unsigned gpus, int queued, bool idle_gpu) : gpus_(gpus) {
+  LeaseWorld(unsigned gpus, int queued, bool idle_gpu, bool sleeper = false) : gpus_(gpus) {
     Config c;
     c.gpu.baseline = 0;
     const char* kinds[] = {"comfyui", "ollama", "vllm", "llamacpp"};
@@ -64,6 +71,15 @@ class LeaseWorld {
       svc.min_idle = 30s;
       if (role(s) == Role::pinned) svc.pinned = true;
       if (role(s) == Role::recent) svc.min_idle = 1h;
+      c.services.push_back(std::move(svc));
+    }
+    if (sleeper) {
+      ServiceConfig svc;
+      svc.name = "sleeper";
+      svc.kind = "vllm";
+      svc.url = "http://127.0.0.1:8999";
+      svc.match.cmdline = "^sleeper$";
+      svc.vram_estimate = 20 * GiB;
       c.services.push_back(std::move(svc));
     }
     arbiter_ = std::make_unique<Arbiter>(c);
@@ -91,12 +107,25 @@ class LeaseWorld {
       p.rss = 4 * GiB;
       sample_.host.processes.push_back(std::move(p));
     }
+    if (sleeper) {  // its CUDA context on GPU 0: empty (< 256 MiB), last seen there
+      auto& g = sample_.gpus.gpus[0];
+      g.processes.push_back({kServicePid + 999, 200 * MiB, ""});
+      g.used += 200 * MiB;
+      ProcessInfo p;
+      p.pid = kServicePid + 999;
+      p.ppid = 1;
+      p.comm = "python3";
+      p.cmdline = "sleeper";
+      p.rss = 2 * GiB;
+      sample_.host.processes.push_back(std::move(p));
+    }
     sample_.host.mem_available = 1024 * GiB;
     sample_.gpus.backend = "bench";
 
     // Probes: everyone answers at t0; the busy ones are busy now, the recent ones were at t0 + 5 min.
     MonoTime t0 = now_;
     for (int s = 0; s < kServices; ++s) feed(ProbeDone{service(s), probe(false)}, t0);
+    if (sleeper) feed(ProbeDone{"sleeper", probe(false)}, t0);
     for (int s = 0; s < kServices; ++s)
       if (role(s) == Role::recent) {
         feed(ProbeDone{service(s), probe(true)}, t0 + 5min);
@@ -366,6 +395,30 @@ void BM_LeaseReleaseGranted(benchmark::State& state) {
   check_and_count(state, w, state.range(1), n);
 }
 
+// A held request's wake: the sleeper's room claimed through admission, queued last.
+void BM_WakeRequested(benchmark::State& state) {
+  LeaseWorld w(static_cast<unsigned>(state.range(0)), static_cast<int>(state.range(1)),
+               state.range(2) != 0, /*sleeper=*/true);
+  uint64_t id = 1;
+  size_t n = 0;
+  for (auto _ : state) {
+    auto actions = w.feed(WakeRequested{id, "sleeper", "model", true});
+    n = actions.size();
+    benchmark::DoNotOptimize(actions);
+    state.PauseTiming();
+    bool ok = w.arbiter().wakes().waking("sleeper");
+    w.feed(WakeCancelled{id++});
+    ok = ok && !w.arbiter().wakes().waking("sleeper");
+    state.ResumeTiming();
+    if (!ok) {
+      state.SkipWithError("the wake did not wait for room, or was not cancelled");
+      break;
+    }
+    w.maintain(state);
+  }
+  check_and_count(state, w, state.range(1), n);
+}
+
 // gpus, queued leases, idle_gpu (1: no lease for GPU 7 and none for `any`: the whole queue walked).
 void world_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"gpus", "queued", "idle_gpu"});
@@ -380,6 +433,7 @@ BENCHMARK(BM_LeaseRequestQueues)->Apply(world_args);
 BENCHMARK(BM_LeaseRequestGranted)->Apply(world_args);
 BENCHMARK(BM_LeaseReleaseGranted)->Apply(world_args);
 BENCHMARK(BM_LeaseCancelQueued)->Apply(world_args);
+BENCHMARK(BM_WakeRequested)->Apply(world_args);
 
 }  // namespace
 }  // namespace vramd

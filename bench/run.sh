@@ -109,7 +109,7 @@ ratio("table: /proc / netlink (CPU)", "BM_PortsTableProc", "BM_PortsTableNetlink
 EOF
 echo
 echo "== lease_bench: Arbiter::handle, 10,000 queued leases, 64 services; target < 1 ms per event"
-"$BENCH" --benchmark_filter=BM_Lease --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
+"$BENCH" --benchmark_filter='BM_Lease|BM_Wake' --benchmark_repetitions="$REPETITIONS" --benchmark_report_aggregates_only=true \
   --benchmark_out="$TMP/lease.json" --benchmark_out_format=json >/dev/null || exit 1
 python3 - "$TMP/lease.json" <<'EOF'
 import json, sys
@@ -118,14 +118,16 @@ med = {b["run_name"]: b["cpu_time"] * scale[b["time_unit"]] for b in json.load(o
        if b.get("aggregate_name") == "median" and not b.get("error_occurred")}
 for b in json.load(open(sys.argv[1]))["benchmarks"]:
     if b.get("error_occurred"): print("  skipped: %s: %s" % (b["name"], b.get("error_message")))
-cases = ["Sample", "Tick", "Probe", "RequestQueues", "RequestGranted", "ReleaseGranted", "CancelQueued"]
+cases = ["Sample", "Tick", "Probe", "RequestQueues", "RequestGranted", "ReleaseGranted", "CancelQueued",
+         "Wake"]
 worlds = [("8 GPUs", "gpus:8/queued:{}/idle_gpu:0"), ("1 GPU", "gpus:1/queued:{}/idle_gpu:0"),
           ("8 GPUs, GPU 7 idle", "gpus:8/queued:{}/idle_gpu:1")]
 print("  median CPU us per event (/ 1 ms target), and 10,000 / 100 queued")
 for wname, args in worlds:
     print("  %-20s %22s %12s %10s" % (wname, "10,000 queued", "100 queued", "10k/100"))
     for c in cases:
-        big, small = (med.get("BM_Lease%s/%s" % (c, args.format(n))) for n in (10000, 100))
+        name = "BM_WakeRequested" if c == "Wake" else "BM_Lease" + c
+        big, small = (med.get("%s/%s" % (name, args.format(n))) for n in (10000, 100))
         print("    %-18s %22s %12s %10s" % (c, "%.0f (%.2f)" % (big, big / 1000) if big else "-",
               "%.0f" % small if small else "-", "%.1f" % (big / small) if big and small else "-"))
 EOF

@@ -466,6 +466,9 @@
       badges.push(badge('process ' + s.process.state, STATE_TONE[s.process.state], s.process.reason || 'run by vramd'));
     }
     if (s.busy) badges.push(badge('busy', 'warn'));
+    // Put to sleep by vramd (docs/proxy.md "Depths"): its depth; woken ahead of demand ("Prewarm").
+    if (s.asleep) badges.push(badge('asleep · ' + s.asleep.label, '', 'since ' + s.asleep.since + (s.asleep.reason ? ' · ' + s.asleep.reason : '')));
+    if (s.prewarmed_at) badges.push(badge('prewarmed', 'ok', 'woken ahead of demand ' + ago(s.prewarmed_at) + ', not asked since'));
     // Found by [daemon] discover, in no config: watched, and left alone unless discover_unload.
     if (s.discovered) badges.push(badge('discovered', '', (s.discovered_by || '') + (s.can_unload ? '' : ' · left alone until it is in the config')));
     if (s.backoff_until && Date.parse(s.backoff_until) > Date.now()) badges.push(badge('unload backoff', 'warn', 'until ' + s.backoff_until));
@@ -489,6 +492,18 @@
     if (s.busy) fact('Activity', 'busy' + inFlight + (s.queue_depth ? `, ${s.queue_depth} queued` : ''));
     else fact('Idle for', s.idle_seconds === null ? '—' : fmtDuration(s.idle_seconds) + (s.unload_after_idle_seconds ? ` (unloads after ${fmtDuration(s.unload_after_idle_seconds)})` : ''));
     fact('Models', s.models && s.models.length ? s.models.join(', ') : 'none loaded');
+    if (s.asleep) {
+      const kept = [`${fmtBytes(s.asleep.gpu_kept_bytes)} on the GPU`];
+      if (s.asleep.host_ram_bytes) kept.push(`${fmtBytes(s.asleep.host_ram_bytes)} in host RAM${s.asleep.host_ram_measured ? '' : ' (estimated)'}`);
+      fact('Asleep', el('span', { dataset: { asleep: s.asleep.depth } }, `${s.asleep.label}, keeps ${kept.join(' and ')}`,
+        el('span', { class: 'sub', text: ago(s.asleep.since) + (s.asleep.reason ? ' · ' + s.asleep.reason : '') })));
+    }
+    // The expected wake from each depth it can sleep at: learned, else the kind's first guess.
+    const wakes = Object.entries(s.wake_seconds || {});
+    if (wakes.length) {
+      fact('Wake', el('span', { dataset: { wake: wakes.map(([d]) => d).join(' ') } }, wakes.map(([d, w]) =>
+        `${d === 'sleep1' ? 'from RAM' : d === 'sleep2' ? 'reload' : 'start'} ~${w.seconds < 10 ? w.seconds.toFixed(1) : w.seconds.toFixed(0)} s${w.measured ? '' : ' (guess)'}`).join(' · ')));
+    }
     if (s.self_reported_vram_bytes !== null && s.self_reported_vram_bytes !== undefined) fact('Self-report', fmtBytes(s.self_reported_vram_bytes));
     if (s.process) {
       const p = s.process;

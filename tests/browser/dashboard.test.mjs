@@ -255,6 +255,12 @@ async function main() {
     check(drop > 14 && drop < 18, `chart: used memory dropped by ${drop.toFixed(2)} GiB`);
     const cardText = await card.innerText();
     check(/16\.0 GiB → /.test(cardText) && /freed/.test(cardText), 'comfyui card shows the last unload, before → after');
+    // Asleep now: its depth on the card, what it keeps, and its expected wake per depth.
+    await page.waitForSelector('.service[data-service="comfyui"] [data-asleep]', { timeout: 15000 }).catch(() => {});
+    const asleep = await card.locator('[data-asleep]').getAttribute('data-asleep').catch(() => null);
+    check(asleep === 'sleep1' || asleep === 'sleep2', `comfyui card says it is asleep, and at which depth (${asleep})`);
+    const wakeText = await card.locator('[data-wake]').innerText().catch(() => '');
+    check(/from RAM ~\d/.test(wakeText) && /reload ~\d/.test(wakeText), `comfyui card shows its expected wakes (${wakeText})`);
 
     // A failed action shows the API's message on the card (the daemon's answer staged: a real
     // failure would also change the demo's state).
