@@ -177,6 +177,14 @@ bool alive(Client& s) {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
+// The client closed its side (EOF) or its socket failed; data it sent ahead (a pipelined
+// request) is not a close.
+bool peer_closed(Client& s) {
+  char c;
+  ssize_t n = ::recv(s.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 std::string chunk(std::string_view data) {
   return fmt::format("{:x}\r\n", data.size()) + std::string(data) + "\r\n";
 }
@@ -572,6 +580,13 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     while (!h->wake->done && Clock::now() < h->deadline && !h->client_gone) {
       h->timer.expires_at(std::min(h->deadline, Clock::now() + options.heartbeat));
       co_await h->timer.async_wait(asio::redirect_error(use_awaitable, h->ec));
+      // A client that is not streaming hears nothing while held: at each heartbeat, whether it
+      // has closed its side is read from its socket (else it would be found gone only at the
+      // net, past wake_timeout).
+      if (!sse && !h->wake->done && !h->ec && peer_closed(c)) {
+        h->client_gone = true;
+        break;
+      }
       h->bytes = sse && !h->wake->done
                      ? comments(*h->wake, h->seen, /*heartbeat=*/!h->ec, svc.opt.name)
                      : "";

@@ -233,6 +233,21 @@ TEST(WakeE2E, AStreamingClientThatLeavesMidWakeCancelsItAndItsClaim) {
   EXPECT_TRUE(vllm_status(f)["asleep"].is_object());
 }
 
+TEST(WakeE2E, AClientThatIsNotStreamingAndLeavesMidWakeCancelsItAtTheNextHeartbeat) {
+  DaemonFixture f;
+  Blocked b(f, "60s");
+  // It hears nothing while held; it gives up after a second and closes its socket. The proxy
+  // reads the close at its next heartbeat (5 s), long before wake_timeout (60 s).
+  auto t0 = std::chrono::steady_clock::now();
+  auto gone = chat(b.s, 1000);
+  EXPECT_FALSE(gone.ok() && gone->status == 200);
+  EXPECT_TRUE(eventually(
+      [&] { return testing::events_of(f, "service.wake_cancelled").size() == 1; }, 20s))
+      << get(f, "/v1/events?limit=100").dump(2);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
+  EXPECT_TRUE(vllm_status(f)["asleep"].is_object());
+}
+
 // Prewarm (docs/proxy.md "Prewarm"): a vLLM asked once, evicted for a lease, is woken by vramd
 // when the lease gives the room back, before anyone asks again; the next chat finds it awake and
 // the prewarm is counted used.
