@@ -567,5 +567,41 @@ TEST(Prewarm, OffUnlessTheConfigSaysSo) {
   EXPECT_TRUE(h.wake_calls.empty());
 }
 
+// The weekly pattern alone: a vLLM put to sleep by its idle TTL counts no last hour, only the
+// histogram restored from the store. The virtual clock starts on a Thursday at 00:16 UTC (hour
+// 72 of the week).
+Host ttl_sleeper_with_history(size_t busy_hour) {
+  ServiceConfig v = service("vllm", "vllm");
+  v.prewarm = true;
+  v.unload_after_idle = 20s;
+  Host h({v});
+  DemandHistory d;
+  d.service = "vllm";
+  d.since = TimePoint(Duration(1'000'000)) - std::chrono::hours(24 * 7 * 4);  // four weeks ago
+  d.counts[busy_hour] = 8;  // two spells in that hour, every week
+  h.arbiter().restore_demand({d});
+  h.bytes["vllm"] = 14 * GiB;
+  h.kept_asleep["vllm"] = 500 * MiB;
+  h.host_weights["vllm"] = 9 * GiB;
+  h.steps(3);
+  h.probe("vllm", {"qwen"});
+  for (int i = 0; i < 40 && !h.arbiter().service("vllm")->asleep; ++i) h.step();
+  return h;
+}
+
+TEST(Prewarm, TheWeeklyPatternAloneWakesASleeperAtItsHourAndNotAtAnother) {
+  Host busy_now = ttl_sleeper_with_history(72);
+  ASSERT_TRUE(busy_now.arbiter().service("vllm")->asleep);
+  EXPECT_EQ(busy_now.arbiter().service("vllm")->asleep->reason, "idle");
+  busy_now.steps(12);
+  EXPECT_EQ(busy_now.wake_calls.size(), 1u) << fmt::format("{}", fmt::join(busy_now.events, "\n"));
+  EXPECT_EQ(count_prefix(busy_now.events, "service.prewarmed"), 1u);
+
+  Host busy_later = ttl_sleeper_with_history(100);  // Friday 04:00: nothing expected now
+  ASSERT_TRUE(busy_later.arbiter().service("vllm")->asleep);
+  busy_later.steps(30);
+  EXPECT_TRUE(busy_later.wake_calls.empty());
+}
+
 }  // namespace wakes_test
 }  // namespace vramd
