@@ -1,10 +1,12 @@
 // A TCP relay for partition tests (issue 30): listens on a free port of 127.0.0.1 and forwards
 // each connection to a target, in one of three modes that can change at any time:
 //   pass       bytes flow both ways;
-//   blackhole  nothing is read or forwarded, and nothing is closed: as when every packet is
-//              dropped, the peers see silence and time out, never an error; what they sent is
-//              delivered if the relay passes again before they give up (TCP retransmits); new
-//              connections are accepted and held the same way;
+//   blackhole  nothing is read or forwarded, and nothing is closed: the peers see silence, never
+//              an error, and give up only by their own timers; what they sent is delivered if
+//              the relay passes again; new connections are accepted and held the same way.
+//              Unlike dropped packets, the relay's kernel still ACKs what is sent to it (into
+//              its socket's buffer) and answers keepalive probes, so TCP keepalives and
+//              TCP_USER_TIMEOUT do not fire: only an application's own deadline ends the wait;
 //   reset      every connection is closed with an RST (SO_LINGER 0), and so is each new one.
 // One thread runs it (poll); the destructor stops it and closes everything.
 #pragma once
