@@ -555,8 +555,6 @@ void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const s
     a.gpu_kept = v.escalation.empty() || v.escalation == "report" ? v.after_bytes : 0;
     a.models = st.models;
     a.reason = run.reason;
-    // Put to sleep by hand: not prewarmed until it is asked for again.
-    if (run.reason == "manual") st.no_prewarm_until = MonoTime::max();
     if (a.depth == SleepDepth::sleep1) {
       if (v.rss_before && v.rss_after && *v.rss_after > *v.rss_before) {
         a.host_ram = *v.rss_after - *v.rss_before;
@@ -615,7 +613,6 @@ void ServicePolicy::on_woken(const WokenIntent& w, const Now& now, std::vector<A
 }
 
 void ServicePolicy::on_asked(ServiceStatus& st, const Now& now, std::vector<Action>& actions) {
-  if (st.no_prewarm_until == MonoTime::max()) st.no_prewarm_until.reset();
   if (st.prewarmed) {
     actions.emplace_back(make_event(
         now, "service.prewarm_used", std::nullopt, st.name,

@@ -317,6 +317,8 @@ void Wakes::consider_prewarm(const World& world, const Now& now, std::vector<Act
     if (!st.can_wake || !sleeping(st) || st.asleep->depth == SleepDepth::stop ||
         st.state != ServiceState::up || !st.last_gpu)
       continue;
+    // Put to sleep by hand: not prewarmed until it is asked again (which ends the sleep).
+    if (st.asleep->reason == "manual") continue;
     if (st.no_prewarm_until && now.mono < *st.no_prewarm_until) continue;
     if (auto n = no_prewarm_until_.find(cfg.name); n != no_prewarm_until_.end()) {
       if (now.mono < n->second) continue;
