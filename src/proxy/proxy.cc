@@ -171,19 +171,21 @@ struct WakeState {
   }
 };
 
-bool alive(Client& s) {
+// What a peek at a socket finds without waiting: nothing yet, data, or its end (EOF or an error).
+enum class Peek { empty, data, closed };
+Peek peek(Client& s) {
   char c;
   ssize_t n = ::recv(s.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  if (n > 0) return Peek::data;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Peek::empty;
+  return Peek::closed;
 }
 
-// The client closed its side (EOF) or its socket failed; data it sent ahead (a pipelined
-// request) is not a close.
-bool peer_closed(Client& s) {
-  char c;
-  ssize_t n = ::recv(s.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
+// An idle kept connection is reusable only while it has nothing to say (not even a close).
+bool alive(Client& s) { return peek(s) == Peek::empty; }
+
+// The client closed its side; data it sent ahead (a pipelined request) is not a close.
+bool peer_closed(Client& s) { return peek(s) == Peek::closed; }
 
 std::string chunk(std::string_view data) {
   return fmt::format("{:x}\r\n", data.size()) + std::string(data) + "\r\n";
