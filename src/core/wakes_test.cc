@@ -392,6 +392,24 @@ TEST(Wake, AReadyServiceFinishesAtOnceAndAnUnknownOneIsRefused) {
 
 // ---- Prewarm (docs/proxy.md "Prewarm") ----
 
+// `v` as the vLLM of vllm_host (14 GiB loaded, 500 MiB of context asleep, 9 GiB of weights at
+// level 1), with `history` restored from the store; asked once (a busy spell) when `ask`.
+Host asked_vllm(const ServiceConfig& v, bool ask, const std::vector<DemandHistory>& history = {}) {
+  Host h({v});
+  if (!history.empty()) h.arbiter().restore_demand(history);
+  h.bytes["vllm"] = 14 * GiB;
+  h.kept_asleep["vllm"] = 500 * MiB;
+  h.host_weights["vllm"] = 9 * GiB;
+  h.steps(3);
+  h.probe("vllm", {"qwen"});
+  if (ask) {
+    h.feed(RequestsInFlight{"vllm", 1});
+    h.step();
+    h.feed(RequestsInFlight{"vllm", 0});
+  }
+  return h;
+}
+
 // vLLM with prewarm on, asked once (a busy spell), then evicted for a 16 GiB lease, which is
 // still granted when this returns (its id: 900).
 // With `comfy`, a ComfyUI holding 4 GiB beside it, idle.
@@ -529,15 +547,7 @@ TEST(Prewarm, ALeaseQueuedWhileThePrewarmClaimsCancelsIt) {
 TEST(Prewarm, ASleepByHandIsNotUndoneUntilItIsAskedAgain) {
   ServiceConfig v = service("vllm", "vllm");
   v.prewarm = true;
-  Host h({v});
-  h.bytes["vllm"] = 14 * GiB;
-  h.kept_asleep["vllm"] = 500 * MiB;
-  h.host_weights["vllm"] = 9 * GiB;
-  h.steps(3);
-  h.probe("vllm", {"qwen"});
-  h.feed(RequestsInFlight{"vllm", 1});
-  h.step();
-  h.feed(RequestsInFlight{"vllm", 0});
+  Host h = asked_vllm(v, /*ask=*/true);
   h.steps(15);
   ASSERT_TRUE(h.unload("vllm"));
   h.steps(60);
@@ -547,14 +557,7 @@ TEST(Prewarm, ASleepByHandIsNotUndoneUntilItIsAskedAgain) {
 
 TEST(Prewarm, OffUnlessTheConfigSaysSo) {
   ServiceConfig v = service("vllm", "vllm");  // prewarm unset, [daemon] prewarm false
-  Host h({v});
-  h.bytes["vllm"] = 14 * GiB;
-  h.kept_asleep["vllm"] = 500 * MiB;
-  h.steps(3);
-  h.probe("vllm", {"qwen"});
-  h.feed(RequestsInFlight{"vllm", 1});
-  h.step();
-  h.feed(RequestsInFlight{"vllm", 0});
+  Host h = asked_vllm(v, /*ask=*/true);
   h.steps(15);
   LeaseRequest r;
   r.vram = 16 * GiB;
@@ -574,17 +577,11 @@ Host ttl_sleeper_with_history(size_t busy_hour) {
   ServiceConfig v = service("vllm", "vllm");
   v.prewarm = true;
   v.unload_after_idle = 20s;
-  Host h({v});
   DemandHistory d;
   d.service = "vllm";
   d.since = TimePoint(Duration(1'000'000)) - std::chrono::hours(24 * 7 * 4);  // four weeks ago
   d.counts[busy_hour] = 8;  // two spells in that hour, every week
-  h.arbiter().restore_demand({d});
-  h.bytes["vllm"] = 14 * GiB;
-  h.kept_asleep["vllm"] = 500 * MiB;
-  h.host_weights["vllm"] = 9 * GiB;
-  h.steps(3);
-  h.probe("vllm", {"qwen"});
+  Host h = asked_vllm(v, /*ask=*/false, {d});
   for (int i = 0; i < 40 && !h.arbiter().service("vllm")->asleep; ++i) h.step();
   return h;
 }
