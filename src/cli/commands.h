@@ -52,6 +52,11 @@ struct RunOptions {
   bool no_cuda_env = false;
   std::string host;          // --host NAME|any (a shared PostgreSQL store); "": the daemon's default
   std::string on_host_lost;  // --on-host-lost requeue|end
+  // --on-lease-lost stop|keep (suspend: with CUDA checkpointing, not yet offered); "": stop with
+  // requeue, keep with end. What the command's process group gets when its lease is lost (its
+  // host cut off from a shared store): SIGTERM, then SIGKILL after stop_timeout; or nothing.
+  std::string on_lease_lost;
+  std::string stop_timeout = "10s";  // --stop-timeout
 
   std::vector<std::string> command;
 };

@@ -91,6 +91,12 @@ int main(int argc, char** argv) {
                   "granted on another host, it is printed, not run here");
   run->add_option("--on-host-lost", run_opts.on_host_lost,
                   "when the granting host is lost: requeue (default) or end");
+  run->add_option("--on-lease-lost", run_opts.on_lease_lost,
+                  "when this host gives the lease up (cut off from a shared store): stop the "
+                  "command (default with requeue) or keep it running (default with end; the "
+                  "lease then ends rather than being re-queued)");
+  run->add_option("--stop-timeout", run_opts.stop_timeout,
+                  "after SIGTERM, how long a stopped command has before SIGKILL (default 10s)");
   run->add_flag("--detach", run_opts.detach, "wait and run in the background; print the lease id");
   run->add_flag("--no-cuda-env", run_opts.no_cuda_env,
                 "do not set CUDA_VISIBLE_DEVICES to the granted GPU");

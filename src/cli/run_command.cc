@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <iostream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -29,7 +30,7 @@ std::atomic<pid_t> g_child{0};
 void on_signal(int sig) {
   g_signal = sig;
   pid_t c = g_child;
-  if (c > 0) kill(c, sig);  // forwarded to the command
+  if (c > 0) kill(-c, sig);  // forwarded to the command's process group
 }
 
 void install_handlers() {
@@ -48,6 +49,46 @@ std::string reason_text(const json& lease) {
 std::string format_elapsed(std::chrono::steady_clock::duration d) {
   auto s = std::chrono::duration_cast<std::chrono::seconds>(d).count();
   return s < 60 ? fmt::format("{}s", s) : fmt::format("{}m{:02}s", s / 60, s % 60);
+}
+
+// Watches a granted lease while its command (process group `child`) runs, on a thread of its
+// own that the process's exit ends: when the lease is lost, one line, then per `on_lost` the
+// group is stopped (SIGTERM, SIGKILL after `stop_timeout`) or kept running.
+void watch_lease(const DaemonClient& client, uint64_t id, pid_t child, const std::string& on_lost,
+                 Duration stop_timeout) {
+  std::thread([client, id, child, on_lost, stop_timeout] {
+    const std::string target = fmt::format("/v1/leases/{}?watch=20s", id);
+    for (;;) {
+      DaemonCall c = client.request("GET", target, "", 30000);
+      if (g_child == 0) return;
+      if (!c.ok() || !c.body.is_object()) {
+        sleep(1);  // the daemon restarts: it keeps the lease
+        continue;
+      }
+      std::string state = c.body.value("state", "");
+      if (state == "granted") continue;
+      if (state != "lost") return;  // ended otherwise (released by hand): as before
+      std::string why = c.body.value("end_reason", json(nullptr)).is_string()
+                            ? c.body["end_reason"].get<std::string>()
+                            : std::string("lost");
+      if (on_lost == "keep") {
+        std::cerr << fmt::format(
+            "vramd run: lease #{} lost: {}; the command runs on (--on-lease-lost keep): the "
+            "lease ended, so it is granted to no one else\n",
+            id, why);
+        return;
+      }
+      std::cerr << fmt::format("vramd run: lease #{} lost: {}; stopping the command "
+                               "(SIGTERM, SIGKILL after {})\n",
+                               id, why, format_duration(stop_timeout));
+      kill(-child, SIGTERM);
+      auto until = std::chrono::steady_clock::now() + stop_timeout;
+      while (std::chrono::steady_clock::now() < until && kill(-child, 0) == 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (kill(-child, 0) == 0) kill(-child, SIGKILL);
+      return;
+    }
+  }).detach();
 }
 
 }  // namespace
@@ -99,6 +140,34 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
       return kExitUsage;
     }
     body["on_host_lost"] = run.on_host_lost;
+  }
+  // What the command gets when its lease is lost (docs/api.md "Guarantees").
+  std::string on_lease_lost = run.on_lease_lost;
+  if (on_lease_lost == "suspend") {
+    std::cerr << "vramd run: --on-lease-lost suspend needs CUDA checkpointing, which this vramd "
+                 "does not offer yet; use stop or keep\n";
+    return kExitUsage;
+  }
+  if (!on_lease_lost.empty() && on_lease_lost != "stop" && on_lease_lost != "keep") {
+    std::cerr << "vramd run: --on-lease-lost: expected stop or keep, got '" << on_lease_lost
+              << "'\n";
+    return kExitUsage;
+  }
+  if (on_lease_lost == "keep") {
+    // A command that runs on after its lease is lost must not run twice: the lease ends.
+    if (run.on_host_lost == "requeue") {
+      std::cerr << "vramd run: --on-lease-lost keep with --on-host-lost requeue could run the "
+                   "command twice (here, and where the lease is granted again); use "
+                   "--on-host-lost end, or --on-lease-lost stop\n";
+      return kExitUsage;
+    }
+    body["on_host_lost"] = "end";
+  }
+  if (on_lease_lost.empty()) on_lease_lost = body.value("on_host_lost", "requeue") == "end" ? "keep" : "stop";
+  auto stop_timeout = parse_duration(run.stop_timeout);
+  if (!stop_timeout) {
+    std::cerr << "vramd run: --stop-timeout: " << stop_timeout.error() << "\n";
+    return kExitUsage;
   }
   std::string program = run.command[0].substr(run.command[0].rfind('/') + 1);
   body["label"] = run.label.empty() ? program : run.label;
@@ -212,6 +281,9 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
                              format_size(*vram), label,
                              format_elapsed(std::chrono::steady_clock::now() - started));
 
+  // The command runs in a process group of its own, so that a stop reaches what it started too;
+  // on a terminal that group is the foreground one (keys like ^C go to it).
+  const bool owns_tty = isatty(0) && tcgetpgrp(0) == getpgrp();
   pid_t child = fork();
   if (child < 0) {
     std::cerr << "vramd run: fork failed: " << strerror(errno) << "\n";
@@ -219,12 +291,15 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
     return kExitFailure;
   }
   if (child == 0) {
+    setpgid(0, 0);
     if (!run.no_cuda_env) {
       // NVML numbers GPUs in PCI bus order; CUDA does too only with this order set.
       setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
       setenv("CUDA_VISIBLE_DEVICES", cuda_devices.c_str(), 1);
     }
     setenv("VRAMD_LEASE_ID", std::to_string(id).c_str(), 1);
+    if ((*lease).value("token", json(nullptr)).is_number_unsigned())
+      setenv("VRAMD_LEASE_TOKEN", std::to_string((*lease)["token"].get<uint64_t>()).c_str(), 1);
     std::vector<char*> argv;
     for (const auto& a : run.command) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -232,12 +307,21 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
     std::cerr << "vramd run: cannot run " << run.command[0] << ": " << strerror(errno) << "\n";
     _exit(127);
   }
+  setpgid(child, child);  // as the child does: whichever runs first
+  if (owns_tty) {
+    signal(SIGTTOU, SIG_IGN);
+    tcsetpgrp(0, child);
+  }
   g_child = child;
-  if (g_signal) kill(child, g_signal);
+  if (g_signal) kill(-child, g_signal);
+  // While it runs, the lease is watched (a long poll that answers when it ends): a lost lease
+  // stops the command's group, unless it is to be kept.
+  watch_lease(s, id, child, on_lease_lost, *stop_timeout);
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   g_child = 0;
+  if (owns_tty) tcsetpgrp(0, getpgrp());
   int exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   s.call("DELETE", target, code, json{{"exit_status", exit_code}}.dump(), 10000);
   return exit_code;

@@ -123,6 +123,8 @@ std::optional<MonoTime> Admission::next_deadline() const {
   // Deadlines are walked at most once a second.
   if (out && last_deadline_check_ && *out < *last_deadline_check_ + kDeadlineWalk)
     out = *last_deadline_check_ + kDeadlineWalk;
+  // The fence is not: it is the margin that keeps a lease from being held twice.
+  if (auto fence = fence_due(); fence && (!out || *fence < *out)) out = *fence;
   return out;
 }
 
@@ -215,6 +217,7 @@ void Admission::restore(std::vector<Lease> kept, const std::vector<uint64_t>& al
   next_id_ = std::max(next_id_, first_free_id);
   for (Lease& l : kept) {
     next_id_ = std::max(next_id_, l.id + 1);
+    last_token_ = std::max(last_token_, l.token);
     if (!is_active(l.state) || leases_.count(l.id)) continue;
     next_seq_ = std::max(next_seq_, l.seq + 1);
     l.last_heartbeat = now.mono;  // clients get one heartbeat period to come back
@@ -276,6 +279,7 @@ void Admission::end_as(uint64_t id, LeaseState state, const std::string& why, co
 }
 
 void Admission::check_deadlines(const Now& now, std::vector<Action>& actions) {
+  check_fence(now, actions);
   if (last_deadline_check_ && now.mono - *last_deadline_check_ < kDeadlineWalk) return;
   last_deadline_check_ = now.mono;
   std::vector<std::pair<uint64_t, std::pair<LeaseState, std::string>>> ending;
@@ -478,6 +482,7 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
     if (fit) {
       l.state = LeaseState::granted;
       l.gpu = *fit;
+      l.token = ++last_token_;
       l.granted_at = now.mono;
       l.reason = LeaseReason{};
       free[*fit] -= need(*fit);
@@ -626,6 +631,10 @@ ClaimContext Admission::claim_context(const World& world, const std::string& hos
   std::set<std::string> in_use = services_in_use();
   const StatusSnapshot& status = world.ledger.status();
   ctx.sampled = status.sampled;
+  if (!in_touch(now))
+    ctx.cut_off = store_contact_ ? fmt::format("cut off from the store for {}",
+                                               format_age(now - *store_contact_))
+                                 : "no heartbeat written to the store yet";
   ctx.ram = ram_available(world.ledger.mem_available());
   for (const auto& g : status.gpus) {
     if (!admits_leases(g.sample)) continue;
@@ -713,6 +722,7 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
       l = &it->second;
       l->state = LeaseState::granted;
       l->gpu = c.gpu;
+      l->token = c.token;
       l->granted_at = now.mono;
       l->reason = LeaseReason{};
     } else {
@@ -753,7 +763,7 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
     Lease l = std::move(it->second);
     leases_.erase(it);
     granted_.erase(id);
-    l.state = LeaseState::released;
+    l.state = LeaseState::lost;
     l.ended_at = now.mono;
     l.end_reason = "re-queued by another host while this one was taken for lost";
     actions.emplace_back(make_event(
@@ -793,6 +803,63 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
       actions.emplace_back(
           make_event(now, "lease.host_lost", std::nullopt, r.owner_name(),
                      fmt::format("lease #{} ({}) ended: {}", r.id, r.owner_name(), r.end_reason)));
+  }
+  // Leases this host fenced, back in the store's queue: kept here, as a lost host's are kept by
+  // the host that re-queues them. A fenced lease is never granted here again but through a claim.
+  for (const Lease& r : e.requeued_here) {
+    actions.emplace_back(make_event(
+        now, "lease.requeued", std::nullopt, r.owner_name(),
+        fmt::format("lease #{} ({}) re-queued: this host gave it up while cut off from the store",
+                    r.id, r.owner_name())));
+    if (leases_.count(r.id)) continue;
+    Lease l = r;
+    l.last_heartbeat = now.mono;
+    cluster_queue_.insert(queue_key(l));
+    leases_.emplace(l.id, std::move(l));
+  }
+  for (uint64_t id : e.fence_done) fenced_.erase(id);
+  // A claim answered after the fence fell due is given up at once.
+  check_fence(now, actions);
+}
+
+void Admission::on_store_contact(const StoreContact& e) {
+  if (!store_contact_ || e.sent > *store_contact_) store_contact_ = e.sent;
+}
+
+bool Admission::in_touch(MonoTime now) const {
+  return store_contact_ && now < *store_contact_ + config_.daemon.host_timeout / 2;
+}
+
+std::optional<MonoTime> Admission::fence_due() const {
+  for (uint64_t id : granted_) {
+    const Lease& l = leases_.at(id);
+    if (!l.request.cluster) continue;
+    // Never in touch since the start: at once (MonoTime's epoch is before any now).
+    return store_contact_ ? *store_contact_ + config_.daemon.host_timeout / 2 : MonoTime{};
+  }
+  return std::nullopt;
+}
+
+void Admission::check_fence(const Now& now, std::vector<Action>& actions) {
+  std::optional<MonoTime> due = fence_due();
+  if (!due || now.mono < *due) return;
+  std::string cut =
+      store_contact_
+          ? fmt::format("cut off from the store for {} (a host holds a shared lease until half of "
+                        "host_timeout {} past its last heartbeat the store took)",
+                        format_age(now.mono - *store_contact_),
+                        format_duration(config_.daemon.host_timeout))
+          : std::string("no heartbeat written to the store since vramd started");
+  std::vector<uint64_t> ids;
+  for (uint64_t id : granted_)
+    if (leases_.at(id).request.cluster) ids.push_back(id);
+  for (uint64_t id : ids) {
+    bool requeue = leases_.at(id).request.on_host_lost == OnHostLost::requeue;
+    if (requeue) fenced_.insert(id);
+    end_as(id, LeaseState::lost,
+           cut + (requeue ? "; left for the store to re-queue (on_host_lost = requeue)"
+                          : "; ended (on_host_lost = end)"),
+           now, actions);
   }
 }
 

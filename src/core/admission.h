@@ -64,6 +64,18 @@ class Admission {
   std::vector<uint64_t> cluster_granted() const;
   // Ids this host gives are `offset` modulo `stride` (hosts on one store never share an id).
   void set_id_space(uint64_t stride, uint64_t offset);
+  // Self-fencing (docs/api.md "Guarantees"). The store took a heartbeat sent at `e.sent`.
+  void on_store_contact(const StoreContact& e);
+  // A host cut off from the store for host_timeout × 0.5 (or never in touch since it started)
+  // gives up each shared lease granted here before any other host may re-queue it (after
+  // host_timeout by the store's clock): it ends `lost`, and with on_host_lost = requeue it is
+  // left for the store to re-queue (fenced()).
+  void check_fence(const Now& now, std::vector<Action>& actions);
+  // Shared leases fenced here (on_host_lost = requeue) whose rows the store has not yet been
+  // told about: the next claim round re-queues those still granted here.
+  const std::set<uint64_t>& fenced() const { return fenced_; }
+  // Whether this host may vouch for its shared leases now (its last heartbeat is recent enough).
+  bool in_touch(MonoTime now) const;
 
   // Brings back the active leases the store kept across a restart. `alive`: lease ids whose
   // holder pid still runs (same start time). `first_free_id`: the lowest id never used.
@@ -84,7 +96,7 @@ class Admission {
   bool evicting(const std::string& service) const { return evicting_for_.count(service) > 0; }
   std::optional<Bytes> ram_available(std::optional<Bytes> mem_available) const;
   uint64_t next_id() const { return next_id_; }
-  // The earliest heartbeat or wait timeout; nullopt when no lease has one.
+  // The earliest heartbeat, wait timeout or fence; nullopt when no lease has one.
   std::optional<MonoTime> next_deadline() const;
 
  private:
@@ -129,6 +141,12 @@ class Admission {
   // Shared leases (maybe queued on another host) this host is unloading services for; pruned
   // when none of their unloads is under way any more.
   std::map<uint64_t, ClaimEviction> cluster_evicting_;
+  // When the write of the last heartbeat the store took began (nullopt: none since the start).
+  std::optional<MonoTime> store_contact_;
+  std::set<uint64_t> fenced_;
+  uint64_t last_token_ = 0;  // the last fencing token this host gave (local grants)
+  // When the shared leases granted here are given up; nullopt: none is granted here.
+  std::optional<MonoTime> fence_due() const;
   void end_settled_evictions(const World& world);
   void prune_cluster_evictions();
 };

@@ -100,7 +100,8 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
           },
           [&](const WakeRequested& e) { wakes_.on_requested(e, w, now, actions, intents); },
           [&](const WakeCancelled& e) { wakes_.on_cancelled(e, w, now, actions, intents); },
-          [&](const WakeCallDone& e) { wakes_.on_call_done(e, w, now, actions, intents); }},
+          [&](const WakeCallDone& e) { wakes_.on_call_done(e, w, now, actions, intents); },
+          [&](const StoreContact& e) { admission_.on_store_contact(e); }},
       event);
   // What may have changed a service's answers: its probe is not left backed off.
   const bool pending = decisions_pending(admission_, config_);

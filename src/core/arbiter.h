@@ -108,6 +108,10 @@ class Arbiter {
   bool claiming() const { return admission_.claiming(); }
   std::vector<uint64_t> cluster_queued(size_t limit) const { return admission_.cluster_queued(limit); }
   std::vector<uint64_t> cluster_granted() const { return admission_.cluster_granted(); }
+  // Shared leases this host gave up while cut off, for the next claim round to re-queue.
+  std::vector<uint64_t> cluster_fenced() const {
+    return {admission_.fenced().begin(), admission_.fenced().end()};
+  }
   void set_lease_id_space(uint64_t stride, uint64_t offset) { admission_.set_id_space(stride, offset); }
 
  private:

@@ -51,6 +51,10 @@ ClaimDecision choose_claims(const ClaimContext& ctx, const std::vector<Lease>& c
       out.reasons[l.id] = needs + "; not yet sampled";
       continue;
     }
+    if (!ctx.cut_off.empty()) {
+      out.reasons[l.id] = needs + "; " + ctx.cut_off;
+      continue;
+    }
     if (r.gpu && !gpus.count(*r.gpu) ) {
       out.reasons[l.id] = fmt::format("{} on GPU {}; no such GPU here", needs, *r.gpu);
       continue;

@@ -40,6 +40,9 @@ struct ClaimEviction {
 struct ClaimContext {
   std::string host;
   bool sampled = false;         // no sample yet: nothing is claimed
+  // This host cannot vouch for a shared lease now (no heartbeat written to the store recently
+  // enough, Admission::in_touch): nothing is claimed. The text says since when.
+  std::string cut_off;
   std::vector<ClaimGpu> gpus;   // those that admit leases and have no local lease in line
   std::optional<Bytes> ram;     // host RAM not yet promised
   MonoTime at{};                // when it was taken (what a candidate has waited is told from it)
@@ -125,6 +128,11 @@ struct ClusterSynced {
   std::vector<LostHost> lost_hosts;
   std::vector<ClaimEviction> evict;  // unload these to make room for these shared leases
   std::vector<uint64_t> unmarked;    // this host made room for these, too little: others' turn
+  // Self-fencing: shared leases this host gave up while cut off (on_host_lost = requeue) whose
+  // rows were still granted here, now queued again in the store and kept here (as a lost host's
+  // are kept by the host that re-queues them); and every fenced id the round took care of.
+  std::vector<Lease> requeued_here;
+  std::vector<uint64_t> fence_done;
 };
 
 }  // namespace vramd

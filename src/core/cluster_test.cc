@@ -231,6 +231,10 @@ TEST(AfterHostLost, RequeuedWithoutItsGpuAndHolderOrEndedAsTheLeaseAsked) {
 struct Host {
   Arbiter arbiter{Config{}};
   Now now = Now(MonoTime(10s));
+  // In touch with the store from the start (self-fencing; the Fence tests say otherwise).
+  explicit Host(bool in_touch = true) {
+    if (in_touch) feed(StoreContact{now.mono});
+  }
   std::vector<Action> feed(const Event& e) { return arbiter.handle(e, now); }
   void sample(Bytes used = 0) {
     SampleTaken s;
@@ -337,6 +341,7 @@ struct ComfyHost {
     c.services.push_back(s);
     return c;
   }
+  ComfyHost() { feed(StoreContact{now.mono}); }
   std::vector<Action> feed(const Event& e) { return arbiter.handle(e, now); }
   void sample() {
     SampleTaken s;
@@ -478,6 +483,184 @@ TEST(ClusterAdmission, IdsOfOneHostStayInItsSlot) {
   back.feed(Tick{});
   back.arbiter.restore_leases({kept}, {}, back.now, 1);
   EXPECT_EQ(back.arbiter.next_lease_id(), 5123u);  // 5 * 1024 + 3
+}
+
+// ---- Self-fencing and tokens (issue 30; docs/api.md "Guarantees") ----
+
+// A shared lease claimed here (queued here first): `id`, with `on_lost`.
+void claim_here(Host& h, uint64_t id, OnHostLost on_lost, uint64_t token) {
+  LeaseRequest r;
+  r.vram = 2 * GiB;
+  r.cluster = true;
+  r.pid = 700 + static_cast<int>(id);
+  r.on_host_lost = on_lost;
+  h.feed(LeaseRequested{id, r});
+  h.arbiter.begin_claim("gpu1", h.now);
+  ClusterSynced s;
+  Lease c = *h.arbiter.lease(id);
+  c.state = LeaseState::granted;
+  c.gpu = 0;
+  c.token = token;
+  s.claimed.push_back(c);
+  h.feed(s);
+}
+
+bool has_lease_change(const std::vector<Action>& actions, uint64_t id, LeaseState state) {
+  for (const auto& a : actions)
+    if (auto* c = std::get_if<LeaseChanged>(&a); c && c->lease.id == id && c->lease.state == state)
+      return true;
+  return false;
+}
+
+TEST(Fence, CutOffForHalfTheHostTimeoutAHostGivesUpItsSharedLeasesAndOnlyThose) {
+  Host h;  // in touch at 10 s; host_timeout 30 s: its shared leases are its own until 25 s
+  h.sample();
+  claim_here(h, 1, OnHostLost::requeue, 41);
+  claim_here(h, 2, OnHostLost::end, 42);
+  LeaseRequest local;
+  local.vram = 1 * GiB;
+  local.pid = 900;
+  h.feed(LeaseRequested{3, local});
+  ASSERT_EQ(h.arbiter.lease(1)->state, LeaseState::granted);
+  EXPECT_EQ(h.arbiter.lease(1)->token, 41u);
+  ASSERT_EQ(h.arbiter.lease(3)->state, LeaseState::granted);
+  // The fence is a deadline of its own, to the millisecond (not the once-a-second walk).
+  EXPECT_EQ(h.arbiter.next_deadline(), MonoTime(25s));
+
+  h.now = Now(MonoTime(25s) - 1ms);
+  h.feed(Tick{});
+  EXPECT_EQ(h.arbiter.lease(1)->state, LeaseState::granted);
+  h.now = Now(MonoTime(25s));
+  auto actions = h.feed(Tick{});
+  EXPECT_TRUE(has_event(actions, "lease.lost"));
+  EXPECT_EQ(h.arbiter.lease(1)->state, LeaseState::lost);
+  EXPECT_NE(h.arbiter.lease(1)->end_reason.find("cut off from the store for 15 s"), std::string::npos)
+      << h.arbiter.lease(1)->end_reason;
+  EXPECT_NE(h.arbiter.lease(1)->end_reason.find("left for the store to re-queue"), std::string::npos);
+  EXPECT_EQ(h.arbiter.lease(2)->state, LeaseState::lost);
+  EXPECT_NE(h.arbiter.lease(2)->end_reason.find("ended (on_host_lost = end)"), std::string::npos);
+  // Both are written (the store keeps a requeue's row for a claim round to queue again).
+  EXPECT_TRUE(has_lease_change(actions, 1, LeaseState::lost));
+  EXPECT_TRUE(has_lease_change(actions, 2, LeaseState::lost));
+  EXPECT_EQ(h.arbiter.cluster_fenced(), std::vector<uint64_t>{1});
+  EXPECT_TRUE(h.arbiter.cluster_granted().empty());
+  EXPECT_EQ(h.arbiter.lease(3)->state, LeaseState::granted);  // this host's own: never fenced
+  // Cut off, it claims nothing, and says why.
+  ClaimContext ctx = h.arbiter.begin_claim("gpu1", h.now);
+  EXPECT_NE(ctx.cut_off.find("cut off from the store for 15 s"), std::string::npos) << ctx.cut_off;
+  h.feed(ClusterSynced{});
+}
+
+TEST(Fence, HeartbeatsInTimeKeepTheLeaseForAsLongAsTheyCome) {
+  Host h;
+  h.sample();
+  claim_here(h, 1, OnHostLost::requeue, 7);
+  for (int i = 1; i <= 24; ++i) {  // two minutes, a heartbeat taken every 5 s
+    h.now = Now(MonoTime(10s + i * 5s));
+    h.feed(StoreContact{h.now.mono});
+    h.feed(Tick{});
+  }
+  EXPECT_EQ(h.arbiter.lease(1)->state, LeaseState::granted);
+  EXPECT_EQ(h.arbiter.next_deadline(), MonoTime(130s + 15s));
+  // A heartbeat whose answer comes late counts from when it was sent, not from its answer.
+  h.now = Now(MonoTime(150s));
+  h.feed(StoreContact{MonoTime(131s)});
+  EXPECT_EQ(h.arbiter.next_deadline(), MonoTime(146s));
+  h.now = Now(MonoTime(146s));
+  h.feed(Tick{});
+  EXPECT_EQ(h.arbiter.lease(1)->state, LeaseState::lost);
+}
+
+TEST(Fence, AHostNeverInTouchSinceItStartedClaimsNothingAndHoldsNoSharedLease) {
+  Host h(/*in_touch=*/false);
+  h.sample();
+  LeaseRequest r;
+  r.vram = 2 * GiB;
+  r.cluster = true;
+  r.pid = 777;
+  h.feed(LeaseRequested{1, r});
+  ClaimContext ctx = h.arbiter.begin_claim("gpu1", h.now);
+  EXPECT_EQ(ctx.cut_off, "no heartbeat written to the store yet");
+  ClaimDecision d = choose_claims(ctx, {*h.arbiter.lease(1)});
+  EXPECT_TRUE(d.grant.empty());
+  EXPECT_NE(d.reasons[1].find("no heartbeat written to the store yet"), std::string::npos);
+  h.feed(ClusterSynced{});
+
+  // A shared lease restored granted (the previous process held it) is given up at the first
+  // tick when no heartbeat has been taken since the start.
+  Host back(/*in_touch=*/false);
+  Lease kept = *h.arbiter.lease(1);
+  kept.state = LeaseState::granted;
+  kept.gpu = 0;
+  kept.granted_at = MonoTime(5s);
+  back.arbiter.restore_leases({kept}, {1}, back.now, 2);
+  auto actions = back.feed(Tick{});
+  EXPECT_EQ(back.arbiter.lease(1)->state, LeaseState::lost);
+  EXPECT_NE(back.arbiter.lease(1)->end_reason.find("no heartbeat written to the store since vramd "
+                                                   "started"),
+            std::string::npos);
+  // With one heartbeat taken before the restore (as the daemon does), it is kept.
+  Host fresh;
+  fresh.arbiter.restore_leases({kept}, {1}, fresh.now, 2);
+  fresh.feed(Tick{});
+  EXPECT_EQ(fresh.arbiter.lease(1)->state, LeaseState::granted);
+}
+
+TEST(Fence, AFencedLeaseComesBackQueuedHereAndAClaimAnsweredLateIsGivenUpAtOnce) {
+  Host h;
+  h.sample();
+  claim_here(h, 1, OnHostLost::requeue, 5);
+  h.now = Now(MonoTime(40s));
+  h.feed(Tick{});
+  ASSERT_EQ(h.arbiter.lease(1)->state, LeaseState::lost);
+  // Back in touch: the claim round queues its row again, kept here; never granted by itself.
+  h.feed(StoreContact{MonoTime(40s)});
+  ClusterSynced s;
+  Lease back = after_host_lost(*h.arbiter.lease(1), "gpu1", h.now);
+  back.state = LeaseState::queued;
+  s.requeued_here.push_back(back);
+  s.fence_done.push_back(1);
+  h.arbiter.begin_claim("gpu1", h.now);
+  auto actions = h.feed(s);
+  EXPECT_TRUE(has_event(actions, "lease.requeued"));
+  EXPECT_EQ(h.arbiter.lease(1)->state, LeaseState::queued);
+  EXPECT_FALSE(h.arbiter.lease(1)->request.pid);  // its holder was told it was lost
+  EXPECT_EQ(h.arbiter.cluster_queued(10), std::vector<uint64_t>{1});
+  EXPECT_TRUE(h.arbiter.cluster_fenced().empty());
+
+  // A claim that was asked in touch and answered after the fence fell due is given up at once.
+  h.now = Now(MonoTime(56s));  // 16 s after the last heartbeat
+  h.arbiter.begin_claim("gpu1", h.now);
+  ClusterSynced late;
+  Lease c = *h.arbiter.lease(1);
+  c.state = LeaseState::granted;
+  c.gpu = 0;
+  c.token = 9;
+  late.claimed.push_back(c);
+  actions = h.feed(late);
+  EXPECT_EQ(h.arbiter.lease(1)->state, LeaseState::lost);
+  EXPECT_TRUE(has_event(actions, "lease.lost"));
+}
+
+TEST(Tokens, EachGrantTakesALargerOneAndARestoreGoesOnFromTheLargestKept) {
+  Host h;
+  h.sample();
+  LeaseRequest r;
+  r.vram = 1 * GiB;
+  r.pid = 900;
+  h.feed(LeaseRequested{1, r});
+  h.feed(LeaseRequested{2, r});
+  uint64_t t1 = h.arbiter.lease(1)->token, t2 = h.arbiter.lease(2)->token;
+  EXPECT_GT(t1, 0u);
+  EXPECT_GT(t2, t1);
+  Host back;
+  Lease kept = *h.arbiter.lease(2);
+  kept.token = 500;
+  back.arbiter.restore_leases({kept}, {2}, back.now, 3);
+  back.sample();
+  back.feed(LeaseRequested{3, r});
+  EXPECT_EQ(back.arbiter.lease(2)->token, 500u);
+  EXPECT_EQ(back.arbiter.lease(3)->token, 501u);
 }
 
 }  // namespace

@@ -157,10 +157,16 @@ struct WakeCallDone {
   UnloadCall call;
   Duration took{0};
 };
+// Several hosts on one store: the store took this host's heartbeat, whose write began at `sent`
+// (this host's monotonic clock, read before the call: the row's time is no earlier). The right
+// to its granted shared leases runs host_timeout × 0.5 past the last one (self-fencing).
+struct StoreContact {
+  MonoTime sent{};
+};
 using Event = std::variant<SampleTaken, ProbeDone, UnloadRequested, UnloadCallDone, LifecycleDone,
                            Tick, LeaseRequested, LeaseReleased, LeaseHeartbeat, HolderExited,
                            ServiceCommand, ChildStarted, ChildExited, HealthChecked,
                            RequestsInFlight, ServiceDiscovered, ContainerChanged, ClusterSynced,
-                           WakeRequested, WakeCancelled, WakeCallDone>;
+                           WakeRequested, WakeCancelled, WakeCallDone, StoreContact>;
 
 }  // namespace vramd

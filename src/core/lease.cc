@@ -15,13 +15,14 @@ const char* to_string(LeaseState s) {
     case LeaseState::expired: return "expired";
     case LeaseState::cancelled: return "cancelled";
     case LeaseState::timed_out: return "timed_out";
+    case LeaseState::lost: return "lost";
   }
   return "?";
 }
 
 std::optional<LeaseState> parse_lease_state(std::string_view s) {
   for (auto st : {LeaseState::queued, LeaseState::granted, LeaseState::released, LeaseState::expired,
-                  LeaseState::cancelled, LeaseState::timed_out})
+                  LeaseState::cancelled, LeaseState::timed_out, LeaseState::lost})
     if (s == to_string(st)) return st;
   return std::nullopt;
 }

@@ -18,7 +18,9 @@ enum class OnHostLost {
 const char* to_string(OnHostLost o);
 std::optional<OnHostLost> parse_on_host_lost(std::string_view s);
 
-enum class LeaseState { queued, granted, released, expired, cancelled, timed_out };
+// lost: a shared lease this host gave up while cut off from the store (self-fencing, issue 30),
+// or that another host re-queued while this one was taken for lost: its holder must stop.
+enum class LeaseState { queued, granted, released, expired, cancelled, timed_out, lost };
 const char* to_string(LeaseState s);
 std::optional<LeaseState> parse_lease_state(std::string_view s);
 inline bool is_active(LeaseState s) { return s == LeaseState::queued || s == LeaseState::granted; }
@@ -83,6 +85,11 @@ struct Lease {
   // Monotonic, as every time the core keeps (wall time for people: Now::wall_of).
   MonoTime requested_at{};
   std::optional<MonoTime> granted_at;
+  // The fencing token of its grant (0: never granted). Every grant takes a new one, larger than
+  // any before it: a shared lease from the store's sequence (lease_tokens), any other from this
+  // host's count. A job that writes to shared storage refuses a writer with a smaller token
+  // (GET /v1/leases/ID?token=T; docs/api.md "Guarantees").
+  uint64_t token = 0;
   std::optional<MonoTime> ended_at;
   std::string end_reason;  // why it ended: "released", "holder 1234 exited", ...
   LeaseReason reason;      // while queued: why it waits

@@ -103,6 +103,13 @@ Status Daemon::start() {
   // is written on the store thread from here on, and the stores are not to be used from two
   // threads at once (libpq's connection is not thread-safe: a read here while the store thread
   // wrote took the write's answer, and that thread waited for it forever).
+  // On a shared store a heartbeat first: the shared leases restored below are held only while
+  // the store took one recently (self-fencing, Admission::check_fence), and their last one was
+  // the previous process's.
+  if (host_store_) {
+    MonoTime sent = clock_().mono;
+    if (auto beat = host_store_->beat(""); beat) feed(StoreContact{sent});
+  }
   if (auto s = restore_leases(); !s) return s;
   for (const auto& svc : cfg.services) {
     auto adapter = make_adapter(svc, io_.get_executor());
@@ -263,6 +270,8 @@ void Daemon::apply(std::vector<Action> actions) {
       if (lc->lease.state == LeaseState::granted || !is_active(lc->lease.state))
         sample_gate_.list_processes();
       save_lease(lc->lease, std::exchange(told, {}));
+      // A lost lease's holder hears it now, not when a store that cannot be reached takes it.
+      if (lc->lease.state == LeaseState::lost) wake_lease_waiters(lc->lease.id);
       // A lease for the shared queue, or room given back: claim soon rather than at the round.
       if (lc->lease.request.cluster || !is_active(lc->lease.state)) claim_soon();
     } else if (auto* sp = std::get_if<SpawnService>(&a)) {
@@ -685,13 +694,15 @@ void Daemon::release_lease(uint64_t id, std::optional<int> exit_status) {
   feed(LeaseReleased{id, exit_status});
 }
 
-asio::awaitable<void> Daemon::wait_lease(uint64_t id, Duration max) {
+asio::awaitable<void> Daemon::wait_lease(uint64_t id, Duration max, bool until_ended) {
   auto deadline = std::chrono::steady_clock::now() + max;
   asio::steady_timer timer(io_);
   for (;;) {
     const Lease* l = arbiter_.lease(id);
-    bool written = !lease_writes_pending_.count(id);
-    bool settled = !l || l->state != LeaseState::queued;
+    // A lost lease is this host's word alone, told at once: its write may wait for a store
+    // that cannot be reached (the reason it was lost).
+    bool written = !lease_writes_pending_.count(id) || (l && l->state == LeaseState::lost);
+    bool settled = !l || (until_ended ? !is_active(l->state) : l->state != LeaseState::queued);
     if (written && (settled || std::chrono::steady_clock::now() >= deadline || stopping_)) break;
     // Waiting only for the write: it takes milliseconds, the deadline does not apply.
     bool write_only = settled || std::chrono::steady_clock::now() >= deadline;

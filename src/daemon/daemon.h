@@ -102,7 +102,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   Result<uint64_t> request_lease(LeaseRequest request) override;
   void lease_heartbeat(uint64_t id) override;
   void release_lease(uint64_t id, std::optional<int> exit_status) override;
-  boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max) override;
+  boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max, bool until_ended = false) override;
   bool lease_written(uint64_t id) const override { return !lease_writes_pending_.count(id); }
   std::vector<BackendFault> faults() const override;
   boost::asio::awaitable<Result<std::optional<JobRecord>>> job(uint64_t id) override;

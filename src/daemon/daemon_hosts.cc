@@ -79,14 +79,15 @@ asio::awaitable<void> Daemon::claim_loop() {
     Now now = clock_();
     ClaimContext ctx = arbiter_.begin_claim(host_, now);
     std::vector<uint64_t> queued = arbiter_.cluster_queued(kSyncedQueued);
-    std::vector<uint64_t> granted, pending;
+    std::vector<uint64_t> granted, pending, fenced = arbiter_.cluster_fenced();
     for (uint64_t id : arbiter_.cluster_granted())
       if (!lease_writes_pending_.count(id)) granted.push_back(id);  // the store may not know yet
     for (const auto& [id, n] : lease_writes_pending_) pending.push_back(id);
     auto op = run_on(store_thread_, [store = host_store_, ctx = std::move(ctx),
                                      queued = std::move(queued), granted = std::move(granted),
-                                     pending = std::move(pending), now, timeout] {
-      return store->sync(ctx, queued, granted, pending, now, timeout);
+                                     pending = std::move(pending), fenced = std::move(fenced), now,
+                                     timeout] {
+      return store->sync(ctx, queued, granted, pending, now, timeout, fenced);
     });
     Result<ClusterSynced> r = co_await std::move(op);
     if (stopping_) break;
@@ -167,8 +168,10 @@ asio::awaitable<void> Daemon::host_loop() {
     std::string snapshot = host_snapshot().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     // Then, under an advisory lock (one live host at a time), what becomes of lost hosts' leases.
     const Duration timeout = arbiter_.config().daemon.host_timeout;
+    const Now now = clock_();
+    const MonoTime sent = now.mono;
     auto op = run_on(store_thread_, [store = host_store_, snapshot = std::move(snapshot), timeout,
-                                     now = clock_()] {
+                                     now] {
       Status beat = store->beat(snapshot);
       Result<std::vector<LostHost>> lost =
           beat ? store->handle_lost_hosts(timeout, now) : Result<std::vector<LostHost>>(make_error(beat.error()));
@@ -176,6 +179,9 @@ asio::awaitable<void> Daemon::host_loop() {
     });
     auto [r, lost] = co_await std::move(op);
     if (stopping_) break;
+    // The write began no earlier than `sent`: the right to this host's shared leases runs from
+    // there (self-fencing).
+    if (r) feed(StoreContact{sent});
     if (r && lost)
       backend_works("hosts");
     else
@@ -187,8 +193,9 @@ asio::awaitable<void> Daemon::host_loop() {
       feed(synced);
       claim_soon();
     }
-    // At least three beats within host_timeout, so that a live host never reads as lost.
-    host_timer_->expires_after(std::min<Duration>(kHostBeatEvery, timeout / 3));
+    // At least four beats within host_timeout, two within the half of it that a host holds its
+    // shared leases after its last beat: a live host never reads as lost, nor fences itself.
+    host_timer_->expires_after(std::min<Duration>(kHostBeatEvery, timeout / 4));
     boost::system::error_code ec;
     co_await host_timer_->async_wait(asio::redirect_error(use_awaitable, ec));
   }

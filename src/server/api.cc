@@ -153,6 +153,14 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     if (!d) co_return error(400, "bad_request", "wait: " + d.error());
     wait = std::min<Duration>(*d, std::chrono::minutes(5));
   }
+  // ?watch=DURATION: as ?wait, until the lease ends (a holder's long poll while it runs).
+  bool until_ended = false;
+  if (const auto* w = t.param("watch")) {
+    auto d = parse_duration(*w);
+    if (!d) co_return error(400, "bad_request", "watch: " + d.error());
+    wait = std::min<Duration>(*d, std::chrono::minutes(5));
+    until_ended = true;
+  }
 
   if (t.path == "/v1/leases") {
     if (get) {
@@ -297,6 +305,47 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
   if (id_text.empty() || id_text.size() > 18 || id_text.find_first_not_of("0123456789") != std::string::npos)
     co_return error(404, "not_found", fmt::format("no lease '{}'", id_text));
   uint64_t id = std::stoull(id_text);
+  // ?token=T: is T the lease's current grant? (docs/api.md "Guarantees": a job that writes to
+  // shared storage asks before it writes and refuses a stale writer.) 200 when it is, 409 when
+  // not; never a heartbeat. A lease granted here answers from here (this host gives up its shared
+  // leases before any other may take them); any other, on a shared store, from the store.
+  if (const auto* token_text = t.param("token"); token_text && get && action.empty()) {
+    if (token_text->empty() || token_text->size() > 19 ||
+        token_text->find_first_not_of("0123456789") != std::string::npos)
+      co_return error(400, "bad_request",
+                      fmt::format("token: expected a whole number, got '{}'", *token_text));
+    uint64_t token = std::stoull(*token_text);
+    json now_is;  // the lease as the one who knows best has it: state, token, host
+    const Lease* mine = arbiter.lease(id);
+    if (mine && mine->state == LeaseState::granted && mine->elsewhere.empty()) {
+      now_is = lease_json(*mine, daemon_.now());
+    } else if (daemon_.shared_queue()) {
+      auto op = daemon_.lease_elsewhere(id);
+      auto there = co_await std::move(op);
+      if (!there)
+        co_return error(503, "store", fmt::format("cannot vouch for lease #{}'s token: {}", id,
+                                                  there.error()));
+      if (*there) now_is = **there;
+    }
+    if (now_is.is_null() && mine) now_is = lease_json(*mine, daemon_.now());
+    if (now_is.is_null()) co_return error(404, "not_found", fmt::format("no lease #{}", id));
+    const bool granted = now_is.value("state", "") == "granted" && !now_is.value("ended", false);
+    const json current_token = granted && now_is.contains("token") ? now_is["token"] : json(nullptr);
+    const bool current = current_token.is_number_unsigned() && current_token.get<uint64_t>() == token;
+    json body = {{"id", id},
+                 {"token", token},
+                 {"current", current},
+                 {"current_token", current_token},
+                 {"state", now_is.value("state", "")},
+                 {"host", now_is.contains("host") ? now_is["host"] : json(nullptr)}};
+    if (!current)
+      body["message"] =
+          granted ? fmt::format("token {} of lease #{} is stale: its current grant is token {}",
+                                token, id, current_token.dump())
+                  : fmt::format("token {} of lease #{} is stale: the lease is {}", token, id,
+                                now_is.value("state", std::string("ended")));
+    co_return json_reply(current ? 200 : 409, body);
+  }
   // Several hosts: a lease this host does not hold (granted elsewhere, or queued in another
   // host's keeping) is read from the store; an end is asked of the host that holds it, and a
   // heartbeat (a POST .../heartbeat, or a GET) is passed on to it through the store.
@@ -345,8 +394,9 @@ boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStr
     daemon_.lease_heartbeat(id);
     // Without ?wait this waits only for a write in flight (milliseconds; a restart's restored
     // leases are being written as the first requests come in).
-    co_await daemon_.wait_lease(id, wait.value_or(Duration(0)));
-    if (!daemon_.lease_written(id))
+    co_await daemon_.wait_lease(id, wait.value_or(Duration(0)), until_ended);
+    const Lease* now_is = daemon_.arbiter().lease(id);
+    if (!daemon_.lease_written(id) && !(now_is && now_is->state == LeaseState::lost))
       co_return error(
           503, "store",
           fmt::format("lease #{} is not on disk yet: {}; ask again", id, store_error()));

@@ -75,9 +75,11 @@ class DaemonControl {
   virtual Result<uint64_t> request_lease(LeaseRequest request) = 0;
   virtual void lease_heartbeat(uint64_t id) = 0;
   virtual void release_lease(uint64_t id, std::optional<int> exit_status) = 0;
-  // Returns once the lease is no longer queued (or after `max`), and what the client will be
-  // told is on disk: a grant is answered only once a restart would keep it.
-  virtual boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max) = 0;
+  // Returns once the lease is no longer queued (`until_ended`: once it ended; or after `max`), and
+  // what the client will be told is on disk: a grant is answered only once a restart would keep
+  // it (a lost lease is told at once).
+  virtual boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max,
+                                                  bool until_ended = false) = 0;
   // Whether every change to lease `id` is on disk (false while the store fails to write it).
   virtual bool lease_written(uint64_t id) const = 0;
   // The shell's backends that fail now, oldest first.

@@ -290,6 +290,7 @@ json lease_json(const Lease& l, const Arbiter* local, const Now& now) {
           {"reason", reason},
           {"requested_at", when(now, l.requested_at)},
           {"granted_at", time(l.granted_at)},
+          {"token", l.token ? json(l.token) : json(nullptr)},
           {"ended_at", time(l.ended_at)},
           {"end_reason", l.end_reason.empty() ? json(nullptr) : json(l.end_reason)},
           {"held_bytes", l.held},

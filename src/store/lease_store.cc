@@ -33,6 +33,7 @@ std::string lease_to_json(const Lease& l, const Now& now) {
             {"granted_ms", l.granted_at ? json(ms(now, *l.granted_at)) : json(nullptr)},
             {"ended_ms", l.ended_at ? json(ms(now, *l.ended_at)) : json(nullptr)},
             {"end_reason", l.end_reason},
+            {"token", l.token},
             {"peak_vram", l.peak_vram},
             {"exit_status", opt(l.exit_status)},
             {"request",
@@ -70,6 +71,7 @@ Result<Lease> lease_from_json(const std::string& text, const Now& now) {
     if (!j["granted_ms"].is_null()) l.granted_at = from_ms(now, j["granted_ms"].get<int64_t>());
     if (!j["ended_ms"].is_null()) l.ended_at = from_ms(now, j["ended_ms"].get<int64_t>());
     l.end_reason = j.value("end_reason", "");
+    l.token = j.value("token", uint64_t{0});
     l.peak_vram = j.value("peak_vram", Bytes{0});
     if (!j["exit_status"].is_null()) l.exit_status = j["exit_status"].get<int>();
     const json& r = j.at("request");

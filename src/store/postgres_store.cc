@@ -143,10 +143,14 @@ class PgConnection {
     if (conn_ && PQ(PQstatus)(conn_) == CONNECTION_OK) return;
     if (conn_) PQ(PQfinish)(conn_);
     // A server that does not answer is an error in seconds, never a stuck store thread: a
-    // connect timeout, TCP keepalives, and a statement timeout on every query.
-    const char* keys[] = {"dbname", "connect_timeout", "keepalives_idle", "keepalives_interval",
-                          "keepalives_count", "application_name", nullptr};
-    const char* values[] = {url_.c_str(), "5", "10", "5", "3", "vramd", nullptr};
+    // connect timeout, TCP keepalives, a limit on unacknowledged data (tcp_user_timeout: lost
+    // packets end the call in 20 s rather than the kernel's 15 min of retransmits), and a
+    // statement timeout on every query. None of them can be counted on across a partition that
+    // still ACKs (a middlebox's buffer): self-fencing counts on this host's own clock alone.
+    const char* keys[] = {"dbname",           "connect_timeout",  "keepalives_idle",
+                          "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+                          "application_name", nullptr};
+    const char* values[] = {url_.c_str(), "5", "10", "5", "3", "20000", "vramd", nullptr};
     conn_ = PQ(PQconnectdbParams)(keys, values, /*expand_dbname=*/1);
     if (!conn_ || PQ(PQstatus)(conn_) != CONNECTION_OK) {
       std::string why = conn_ ? PQ(PQerrorMessage)(conn_) : "out of memory";
@@ -288,8 +292,10 @@ const std::vector<std::string> kMigrations = {
     "CREATE TABLE demand ("
     " host TEXT NOT NULL, service TEXT NOT NULL, since_ms BIGINT NOT NULL, counts TEXT NOT NULL,"
     " PRIMARY KEY (host, service));",
+    // 8: fencing tokens (issue 30): every grant of a shared lease takes the next one.
+    "CREATE SEQUENCE lease_tokens;",
 };
-static_assert(kPostgresSchemaVersion == 7);
+static_assert(kPostgresSchemaVersion == 8);
 
 // A list of ids as one PostgreSQL array parameter ($1::bigint[]).
 std::string id_array(const std::vector<uint64_t>& ids) {
@@ -448,13 +454,22 @@ class PgLeaseStore final : public LeaseStore {
       PgTransaction tx(*c_);
       c_->exec("SET LOCAL synchronous_commit = on");  // on disk before the client hears of it
       for (const auto& e : events) put_event(*c_, host_, e.event, e.data, e.id);
+      // A shared lease given up while cut off with on_host_lost = requeue: its row is left as it
+      // is, for a claim round of this host (HostStore::sync's `fenced`) or a lost host's
+      // handling elsewhere to queue again. Ending it here would take it from the queue.
+      if (l.state == LeaseState::lost && l.request.cluster &&
+          l.request.on_host_lost == OnHostLost::requeue) {
+        tx.commit();
+        return Ok{};
+      }
       // The row may have moved to another host (claimed there, or re-queued while this host was
       // taken for lost): it is that host's now. An end from here asks that host to end it.
       PgResult where = c_->exec(
           "SELECT host FROM leases WHERE id = $2 ORDER BY (host = $1) DESC LIMIT 1 FOR UPDATE",
           {host_, id});
       if (where.rows() > 0 && where.text(0, 0) != host_) {
-        if (!is_active(l.state))
+        // A lost lease is this host's word on its own grant only: never an end of another's.
+        if (!is_active(l.state) && l.state != LeaseState::lost)
           c_->exec("UPDATE leases SET release = $3 WHERE host = $1 AND id = $2",
                    {where.text(0, 0), id, l.end_reason.empty() ? std::string("released") : l.end_reason});
         tx.commit();
@@ -779,12 +794,19 @@ std::map<uint64_t, std::string> combined_reasons(PgConnection& c, const std::str
 Result<ClusterSynced> HostStore::sync(const ClaimContext& ctx, const std::vector<uint64_t>& queued,
                                       const std::vector<uint64_t>& granted,
                                       const std::vector<uint64_t>& pending, const Now& now,
-                                      Duration host_timeout) {
+                                      Duration host_timeout, const std::vector<uint64_t>& fenced) {
   return guarded("cannot claim from the shared queue", [&]() -> Result<ClusterSynced> {
     ClusterSynced out;
     {
       PgTransaction tx(*conn_);
       conn_->exec("SET LOCAL synchronous_commit = on");  // a grant is told to its client
+      // A host whose own heartbeat is not recent by the store's clock claims nothing: the others
+      // may be about to take it for lost (the core's own check is on this host's clock).
+      PgResult fresh = conn_->exec(
+          "SELECT count(*) FROM hosts WHERE host = $1"
+          " AND heartbeat > now() - $2::bigint * interval '1 millisecond'",
+          {host_, millis(host_timeout / 2)});
+      const bool in_touch = fresh.integer(0, 0) > 0;
       PgResult r = conn_->exec(
           "SELECT host, id, data, evict_host FROM leases WHERE state = 'queued' AND cluster"
           " AND (want_host IS NULL OR want_host = $1) ORDER BY priority DESC, qseq"
@@ -840,7 +862,10 @@ Result<ClusterSynced> HostStore::sync(const ClaimContext& ctx, const std::vector
             p.making_room = m->second;
         }
       }
-      ClaimDecision d = choose_claims(ctx, candidates, peers);
+      ClaimContext checked = ctx;
+      if (!in_touch && checked.cut_off.empty())
+        checked.cut_off = "its heartbeat in the store is older than half of host_timeout";
+      ClaimDecision d = choose_claims(checked, candidates, peers);
       std::map<uint64_t, unsigned> grant(d.grant.begin(), d.grant.end());
       std::vector<uint64_t> claimed_ids;
       for (Lease& l : candidates) {
@@ -850,6 +875,7 @@ Result<ClusterSynced> HostStore::sync(const ClaimContext& ctx, const std::vector
         l.gpu = g->second;
         l.granted_at = now.mono;
         l.reason = LeaseReason{};
+        l.token = static_cast<uint64_t>(conn_->exec("SELECT nextval('lease_tokens')").integer(0, 0));
         if (origin[l.id] != host_) {  // its holder pid is on the host that queued it
           l.request.pid.reset();
           l.request.pid_start_ticks = 0;
@@ -891,6 +917,37 @@ Result<ClusterSynced> HostStore::sync(const ClaimContext& ctx, const std::vector
             " ON CONFLICT (id, host) DO UPDATE SET text = excluded.text,"
             " evict_cost = excluded.evict_cost",
             {static_cast<int64_t>(id), host_, text, cost});
+      }
+      // Leases this host gave up while cut off: a row still granted here goes back to the queue,
+      // kept here; one that moved (another host re-queued it) is that host's.
+      for (uint64_t id : fenced) {
+        PgResult f = conn_->exec(
+            "SELECT data, release FROM leases WHERE host = $1 AND id = $2 AND state = 'granted'"
+            " FOR UPDATE",
+            {host_, static_cast<int64_t>(id)});
+        if (f.rows() == 1 && !f.null(0, 1)) {
+          // Its holder asked another host's API to release it meanwhile: it ends so.
+          if (auto l = lease_from_json(f.text(0, 0), now)) {
+            l->state = LeaseState::released;
+            l->ended_at = now.mono;
+            l->end_reason = f.text(0, 1);
+            insert_job(*conn_, host_, *l, now);
+          }
+          conn_->exec("DELETE FROM leases WHERE host = $1 AND id = $2",
+                      {host_, static_cast<int64_t>(id)});
+        } else if (f.rows() == 1)
+          if (auto l = lease_from_json(f.text(0, 0), now)) {
+            Lease after = after_host_lost(std::move(*l), host_, now);
+            after.reason.text = fmt::format("needs {}; re-queued: host {} gave it up while cut off "
+                                            "from the store",
+                                            format_size(after.request.vram), host_);
+            conn_->exec(
+                "UPDATE leases SET state = 'queued', data = $3, release = NULL, evict_host = NULL"
+                " WHERE host = $1 AND id = $2",
+                {host_, static_cast<int64_t>(id), lease_to_json(after, now)});
+            out.requeued_here.push_back(std::move(after));
+          }
+        out.fence_done.push_back(id);
       }
       tx.commit();
     }

@@ -20,7 +20,7 @@
 namespace vramd {
 
 // The schema version this binary writes and knows (migrations 1..kPostgresSchemaVersion).
-inline constexpr int kPostgresSchemaVersion = 7;
+inline constexpr int kPostgresSchemaVersion = 8;
 
 // One row of the hosts table: a host's heartbeat and its last status snapshot (JSON).
 struct HostRow {
@@ -76,10 +76,15 @@ class HostStore {
   // the store has as granted here that this host does not know (a claim whose commit answered
   // with an error but landed) is taken up as claimed. After the claim commits, a failing read
   // leaves the rest to the next round: the claims are answered anyway.
+  // Self-fencing: nothing is claimed unless this host's own heartbeat in the store is younger
+  // than host_timeout × 0.5 (by the store's clock); `fenced` (leases this host gave up while cut
+  // off, on_host_lost = requeue) whose rows are still granted here are queued again, kept here
+  // (`requeued_here`), after the claims so that none is granted again in the same round. Each
+  // grant takes a fencing token from the sequence lease_tokens.
   Result<ClusterSynced> sync(const ClaimContext& ctx, const std::vector<uint64_t>& queued,
                              const std::vector<uint64_t>& granted,
                              const std::vector<uint64_t>& pending, const Now& now,
-                             Duration host_timeout);
+                             Duration host_timeout, const std::vector<uint64_t>& fenced = {});
   // Hosts whose heartbeat is older than `host_timeout`: under an advisory lock (one live host
   // does it), their granted cluster leases re-queued or ended (after_host_lost) and their
   // queued ones kept by this host. Empty when another host holds the lock or none is lost.

@@ -425,13 +425,13 @@ TEST_F(PostgresStore, AnOlderSchemaIsMigratedAtOpen) {
             " DROP INDEX leases_by_id; DROP INDEX jobs_by_id; DROP SEQUENCE lease_qseq;"
             " ALTER TABLE leases DROP COLUMN cluster, DROP COLUMN want_host, DROP COLUMN priority,"
             " DROP COLUMN qseq, DROP COLUMN release, DROP COLUMN evict_host, DROP COLUMN heard;"
-            " DROP TABLE wake_times; DROP TABLE demand;"
+            " DROP TABLE wake_times; DROP TABLE demand; DROP SEQUENCE lease_tokens;"
             " DELETE FROM vramd_schema WHERE version >= 2");
   Stores s = open("gpu1");
   ASSERT_TRUE(s.hosts);
   EXPECT_TRUE(s.hosts->beat("{}").ok());
   EXPECT_EQ(pg_->psql(db_, "SELECT string_agg(version::text, ',' ORDER BY version) FROM vramd_schema"),
-            "1,2,3,4,5,6,7");
+            "1,2,3,4,5,6,7,8");
 }
 
 // The shared queue's claim (HostStore::sync): three hosts claiming at once from 300 queued leases,
@@ -458,6 +458,7 @@ TEST_F(PostgresStore, ThreeHostsClaimingAtOnceNeverTakeOneLeaseTwice) {
       ctx.sampled = true;
       ctx.gpus.push_back({0, 1000 * GiB, 1000 * GiB, ""});  // room for every lease
       std::vector<uint64_t> mine;  // granted here, as the daemon would pass them
+      ASSERT_TRUE(hosts[h].hosts->beat("").ok());  // a host claims only while its heartbeat is fresh
       for (int round = 0; round < 40; ++round) {
         auto r = hosts[h].hosts->sync(ctx, {}, mine, {}, now, std::chrono::seconds(30));
         ASSERT_TRUE(r.ok()) << r.error();
@@ -515,6 +516,85 @@ TEST_F(PostgresStore, ThreeHostsClaimingAtOnceNeverTakeOneLeaseTwice) {
   auto known = q.hosts->sync(ClaimContext{}, {}, {1002}, {}, now, std::chrono::seconds(30));
   ASSERT_TRUE(known.ok()) << known.error();
   EXPECT_TRUE(known->claimed.empty());
+}
+
+// Fencing in the store (issue 30): every grant takes a larger token from one sequence; a lease
+// this host gave up while cut off is queued again only while its row is still granted here (a
+// release asked meanwhile ends it); a host whose own heartbeat is stale claims nothing.
+TEST_F(PostgresStore, GrantsTakeGrowingTokensAndAFencedLeaseIsQueuedAgainOnlyWhileItIsStillItsOwn) {
+  Now now(MonoTime(std::chrono::hours(5)), TimePoint(std::chrono::hours(400000)));
+  const auto timeout = std::chrono::seconds(30);
+  Stores a = open("gpu1");
+  ASSERT_TRUE(a.hosts->beat("").ok());
+  ClaimContext room;
+  room.host = "gpu1";
+  room.sampled = true;
+  room.gpus.push_back({0, 100 * GiB, 100 * GiB, ""});
+  for (uint64_t id : {1, 3}) {
+    Lease l = lease(id, LeaseState::queued, now);
+    l.request.cluster = true;
+    ASSERT_TRUE(a.leases->save(l, now).ok());
+  }
+  auto first = a.hosts->sync(room, {}, {}, {}, now, timeout);
+  ASSERT_TRUE(first.ok()) << first.error();
+  ASSERT_EQ(first->claimed.size(), 2u);
+  std::map<uint64_t, uint64_t> token;
+  for (const auto& l : first->claimed) token[l.id] = l.token;
+  EXPECT_GT(token[1], 0u);
+  EXPECT_NE(token[1], token[3]);
+  EXPECT_EQ(pg_->psql(db_, "SELECT (data::json)->>'token' FROM leases WHERE id = 1"),
+            std::to_string(token[1]));
+
+  // Lease 1 given up while cut off: back in the queue, kept here; not granted again in the round
+  // that queues it (though the room is there).
+  auto fenced = a.hosts->sync(room, {}, {3}, {}, now, timeout, {1});
+  ASSERT_TRUE(fenced.ok()) << fenced.error();
+  EXPECT_TRUE(fenced->claimed.empty());
+  ASSERT_EQ(fenced->requeued_here.size(), 1u);
+  EXPECT_EQ(fenced->requeued_here[0].state, LeaseState::queued);
+  EXPECT_FALSE(fenced->requeued_here[0].request.pid);
+  EXPECT_EQ(fenced->fence_done, std::vector<uint64_t>{1});
+  EXPECT_EQ(pg_->psql(db_, "SELECT host || ':' || state FROM leases WHERE id = 1"), "gpu1:queued");
+  // Granted again: a larger token.
+  auto again = a.hosts->sync(room, {1}, {3}, {}, now, timeout);
+  ASSERT_TRUE(again.ok()) << again.error();
+  ASSERT_EQ(again->claimed.size(), 1u);
+  EXPECT_GT(again->claimed[0].token, std::max(token[1], token[3]));
+
+  // A fenced lease another host re-queued meanwhile is that host's: left alone, and done.
+  pg_->psql(db_, "UPDATE leases SET host = 'gpu2', state = 'queued' WHERE id = 1");
+  auto moved = a.hosts->sync(ClaimContext{}, {}, {3}, {}, now, timeout, {1});
+  ASSERT_TRUE(moved.ok()) << moved.error();
+  EXPECT_TRUE(moved->requeued_here.empty());
+  EXPECT_EQ(moved->fence_done, std::vector<uint64_t>{1});
+  EXPECT_EQ(pg_->psql(db_, "SELECT host || ':' || state FROM leases WHERE id = 1"), "gpu2:queued");
+
+  // One whose release another host's API asked meanwhile ends, as its holder asked.
+  pg_->psql(db_, "UPDATE leases SET release = 'released from another host''s API' WHERE id = 3");
+  auto released = a.hosts->sync(ClaimContext{}, {}, {}, {}, now, timeout, {3});
+  ASSERT_TRUE(released.ok()) << released.error();
+  EXPECT_TRUE(released->requeued_here.empty());
+  EXPECT_EQ(pg_->psql(db_, "SELECT COUNT(*) FROM leases WHERE id = 3"), "0");
+  EXPECT_EQ(pg_->psql(db_, "SELECT state || ':' || end_reason FROM jobs WHERE id = 3"),
+            "released:released from another host's API");
+
+  // A host whose own heartbeat is older than half of host_timeout claims nothing, and says why.
+  Lease l = lease(5, LeaseState::queued, now);
+  l.request.cluster = true;
+  ASSERT_TRUE(a.leases->save(l, now).ok());
+  pg_->psql(db_, "UPDATE hosts SET heartbeat = now() - interval '20 seconds' WHERE host = 'gpu1'");
+  auto stale = a.hosts->sync(room, {5}, {}, {}, now, timeout);
+  ASSERT_TRUE(stale.ok()) << stale.error();
+  EXPECT_TRUE(stale->claimed.empty());
+  EXPECT_NE(stale->reasons[5].find("heartbeat in the store is older than half of host_timeout"),
+            std::string::npos)
+      << (stale->reasons.count(5) ? stale->reasons[5] : "no reason");
+  ASSERT_TRUE(a.hosts->beat("").ok());
+  auto fresh = a.hosts->sync(room, {5}, {}, {}, now, timeout);
+  ASSERT_TRUE(fresh.ok()) << fresh.error();
+  std::set<uint64_t> claimed;
+  for (const auto& c : fresh->claimed) claimed.insert(c.id);
+  EXPECT_EQ(claimed, (std::set<uint64_t>{1, 5}));  // 1: queued on gpu2 (above), any host's
 }
 
 // Room by eviction in the store (HostStore::sync with choose_claims): a host makes room only once

@@ -48,9 +48,11 @@ std::string stored(const ClusterFixture& c, uint64_t id) {
 }
 
 TEST(ClusterFaultE2E, PostgresRestartedUnderLoadOnThreeHostsLosesNoAcknowledgedLease) {
-  // No heartbeat is needed within the test: kept leases stay as their clients left them.
+  // No heartbeat is needed within the test: kept leases stay as their clients left them. The
+  // outage (10 s and the restart) is shorter than half of host_timeout, for which a host keeps
+  // its shared leases while cut off (self-fencing; a longer one: ClusterFenceE2E).
   ClusterFixture c("pgrestart", {400 * MiB, 400 * MiB, 400 * MiB},
-                   "host_timeout = \"20s\"\nlease_heartbeat = \"5m\"\n");
+                   "host_timeout = \"40s\"\nlease_heartbeat = \"5m\"\n");
   VRAMD_REQUIRE_POSTGRES(c.pg);
   struct Told {
     std::string state;  // what the client was last told (queued / granted)
@@ -189,9 +191,11 @@ TEST(ClusterFaultE2E, OneHostCutOffFromTheStoreWhileTheOthersKeepGoing) {
     std::string url = i == 2 ? fmt::format("postgresql://gpu3@127.0.0.1:{}/{}", pg->port(), c.db)
                              : pg->url(c.db);
     c.host.back()->daemon_toml = fmt::format(
-        "store = \"{}\"\nhost = \"gpu{}\"\nhost_timeout = \"30s\"\nlease_heartbeat = \"5m\"\n", url, i + 1);
+        "store = \"{}\"\nhost = \"gpu{}\"\nhost_timeout = \"60s\"\nlease_heartbeat = \"5m\"\n", url, i + 1);
   }
   for (auto& h : c.host) h->start("");
+  // host_timeout 60 s: the cut (about 10 s) is shorter than the half of it that a host keeps its
+  // shared leases while cut off (self-fencing; a longer one: ClusterFenceE2E).
   DaemonFixture& gpu1 = c[0];
   DaemonFixture& gpu3 = c[2];
   auto held = post_lease(gpu1, {{"vram", "4GiB"}, {"host", "gpu3"}, {"label", "held"}}, "?wait=10s");
