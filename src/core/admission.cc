@@ -67,8 +67,8 @@ std::vector<Lease> Admission::leases() const {
 
 const Lease* Admission::find(uint64_t id) const {
   if (auto it = leases_.find(id); it != leases_.end()) return &it->second;
-  for (const auto& l : ended_)
-    if (l.id == id) return &l;
+  for (auto l = ended_.rbegin(); l != ended_.rend(); ++l)  // the newest word on it
+    if (l->id == id) return &*l;
   return nullptr;
 }
 
@@ -283,7 +283,12 @@ void Admission::check_deadlines(const Now& now, std::vector<Action>& actions) {
   if (last_deadline_check_ && now.mono - *last_deadline_check_ < kDeadlineWalk) return;
   last_deadline_check_ = now.mono;
   std::vector<std::pair<uint64_t, std::pair<LeaseState, std::string>>> ending;
+  // A shared lease queued here is this host's to keep only while it is in touch with the store:
+  // cut off for half of host_timeout, another host may take its queue over (and hear the
+  // heartbeats): its deadlines wait for the claim round that says whose it is.
+  const bool in_touch_now = in_touch(now.mono);
   for (const auto& [id, l] : leases_) {
+    if (l.request.cluster && l.state == LeaseState::queued && !in_touch_now) continue;
     if (!l.request.pid && !l.request.start && !l.request.wake &&
         now.mono - l.last_heartbeat > config_.daemon.lease_heartbeat)
       ending.push_back(
@@ -746,10 +751,20 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
     Lease l = std::move(it->second);
     leases_.erase(it);
     cluster_queue_.erase(queue_key(l));
+    l.elsewhere = m.host;
+    if (m.kept_there) {
+      actions.emplace_back(make_event(
+          now, "lease.moved", std::nullopt, l.owner_name(),
+          fmt::format("lease #{} ({}) is kept queued by host {} now (it took this host's queue "
+                      "while this one was cut off)",
+                      l.id, l.owner_name(), m.host)));
+      ended_.push_back(std::move(l));
+      if (ended_.size() > kEndedKept) ended_.pop_front();
+      continue;
+    }
     l.state = m.ended ? LeaseState::released : LeaseState::granted;
     l.gpu = m.gpu;
     l.granted_at = now.mono;
-    l.elsewhere = m.host;
     l.reason = LeaseReason{};
     actions.emplace_back(make_event(
         now, "lease.claimed", l.gpu, l.owner_name(),

@@ -104,6 +104,9 @@ struct MovedLease {
   std::string host;
   std::optional<unsigned> gpu;
   bool ended = false;
+  // Still queued, kept by `host` now: it re-queued this host's queue while this one was taken
+  // for lost (cut off). This host stops keeping it; its API reads it from the store.
+  bool kept_there = false;
 };
 
 // What a lost host's leases became, as the host that re-queued them reports it.

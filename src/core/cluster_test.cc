@@ -642,6 +642,58 @@ TEST(Fence, AFencedLeaseComesBackQueuedHereAndAClaimAnsweredLateIsGivenUpAtOnce)
   EXPECT_TRUE(has_event(actions, "lease.lost"));
 }
 
+TEST(Fence, AQueuedLeaseAnotherHostTookOverWhileThisOneWasCutOffIsNoLongerKeptHere) {
+  Host h;
+  h.sample();
+  LeaseRequest r;
+  r.vram = 2 * GiB;
+  r.cluster = true;
+  r.pid = 777;
+  h.feed(LeaseRequested{1, r});
+  ASSERT_EQ(h.arbiter.cluster_queued(10), std::vector<uint64_t>{1});
+  h.arbiter.begin_claim("gpu1", h.now);
+  ClusterSynced s;
+  MovedLease m;
+  m.id = 1;
+  m.host = "gpu2";
+  m.kept_there = true;
+  s.moved.push_back(m);
+  auto actions = h.feed(s);
+  EXPECT_TRUE(has_event(actions, "lease.moved"));
+  EXPECT_TRUE(h.arbiter.cluster_queued(10).empty());  // its heartbeats go through the store now
+  ASSERT_TRUE(h.arbiter.lease(1));
+  EXPECT_EQ(h.arbiter.lease(1)->state, LeaseState::queued);
+  EXPECT_EQ(h.arbiter.lease(1)->elsewhere, "gpu2");
+  // Its wait timeout and heartbeats are that host's: nothing of it ends here.
+  h.now = Now(MonoTime(10min));
+  h.feed(StoreContact{h.now.mono});
+  actions = h.feed(Tick{});
+  for (const auto& a : actions) EXPECT_FALSE(std::holds_alternative<LeaseChanged>(a));
+}
+
+TEST(Fence, ACutOffHostLeavesTheDeadlinesOfTheSharedLeasesItKeepsQueuedUntilItIsBackInTouch) {
+  Host h;  // in touch at 10 s; lease_heartbeat 30 s
+  h.sample();
+  LeaseRequest r;
+  r.vram = 2 * GiB;
+  r.cluster = true;  // no pid: it needs heartbeats
+  h.feed(LeaseRequested{1, r});
+  LeaseRequest local = r;
+  local.cluster = false;
+  local.vram = 50 * GiB;  // never fits: stays queued
+  h.feed(LeaseRequested{2, local});
+  h.now = Now(MonoTime(10s + 31s));
+  h.feed(Tick{});
+  // Cut off since 10 s: another host may have taken lease 1 over and heard its heartbeats.
+  EXPECT_EQ(h.arbiter.lease(1)->state, LeaseState::queued);
+  EXPECT_EQ(h.arbiter.lease(2)->state, LeaseState::expired);  // this host's own: as ever
+  // Back in touch, and still its own (no claim round said otherwise): it expires.
+  h.feed(StoreContact{h.now.mono});
+  h.now = Now(h.now.mono + 2s);
+  h.feed(Tick{});
+  EXPECT_EQ(h.arbiter.lease(1)->state, LeaseState::expired);
+}
+
 TEST(Tokens, EachGrantTakesALargerOneAndARestoreGoesOnFromTheLargestKept) {
   Host h;
   h.sample();

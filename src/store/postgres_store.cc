@@ -467,6 +467,13 @@ class PgLeaseStore final : public LeaseStore {
       PgResult where = c_->exec(
           "SELECT host FROM leases WHERE id = $2 ORDER BY (host = $1) DESC LIMIT 1 FOR UPDATE",
           {host_, id});
+      // No row, and another host wrote its end: a shared lease this host kept while cut off,
+      // taken over and ended elsewhere. Its end (or any state) from here is stale: dropped.
+      if (where.rows() == 0 && l.request.cluster &&
+          c_->exec("SELECT 1 FROM jobs WHERE id = $1 AND host <> $2 LIMIT 1", {id, host_}).rows() > 0) {
+        tx.commit();
+        return Ok{};
+      }
       if (where.rows() > 0 && where.text(0, 0) != host_) {
         // A lost lease is this host's word on its own grant only: never an end of another's.
         if (!is_active(l.state) && l.state != LeaseState::lost)
@@ -987,7 +994,9 @@ void HostStore::read_after_claim(const std::vector<uint64_t>& queued,
         ml.host = m.text(i, 1);
         auto l = lease_from_json(m.text(i, 2), now);
         if (l) {
-          if (l->state == LeaseState::queued) continue;  // kept elsewhere, still queued
+          // Still queued, kept by another host: it took this host's queue while this one was
+          // taken for lost. Kept here too, its heartbeats would never reach that host.
+          ml.kept_there = l->state == LeaseState::queued;
           ml.gpu = l->gpu;
         }
         out.moved.push_back(std::move(ml));
