@@ -76,6 +76,7 @@ class Admission {
   const std::set<uint64_t>& fenced() const { return fenced_; }
   // Whether this host may vouch for its shared leases now (its last heartbeat is recent enough).
   bool in_touch(MonoTime now) const;
+  std::optional<MonoTime> store_contact() const { return store_contact_; }
 
   // Brings back the active leases the store kept across a restart. `alive`: lease ids whose
   // holder pid still runs (same start time). `first_free_id`: the lowest id never used.

@@ -108,6 +108,8 @@ class Arbiter {
   bool claiming() const { return admission_.claiming(); }
   std::vector<uint64_t> cluster_queued(size_t limit) const { return admission_.cluster_queued(limit); }
   std::vector<uint64_t> cluster_granted() const { return admission_.cluster_granted(); }
+  // When the store last took this host's heartbeat (sent then); nullopt: never (or no store).
+  std::optional<MonoTime> store_contact() const { return admission_.store_contact(); }
   // Shared leases this host gave up while cut off, for the next claim round to re-queue.
   std::vector<uint64_t> cluster_fenced() const {
     return {admission_.fenced().begin(), admission_.fenced().end()};

@@ -77,6 +77,7 @@ void MetricsCounters::observe(const Action& action) {
     const Lease& l = lc->lease;
     if (!is_active(l.state)) {
       waited_.erase(l.id);
+      ++lease_ends[to_string(l.state)];
     } else if (l.state == LeaseState::granted && l.granted_at && waited_.insert(l.id).second) {
       double s = std::chrono::duration<double>(*l.granted_at - l.requested_at).count();
       const auto& b = wait_buckets();
@@ -173,6 +174,18 @@ std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& c, con
   for (const auto& l : arbiter.leases()) (l.state == LeaseState::queued ? queued : granted)++;
   o.sample("vramd_leases", label("state", "queued"), static_cast<double>(queued));
   o.sample("vramd_leases", label("state", "granted"), static_cast<double>(granted));
+
+  o.family("vramd_lease_ends_total", "counter", "Leases that ended, by how, since vramd started.");
+  for (const auto& [state, n] : c.lease_ends)
+    o.sample("vramd_lease_ends_total", label("state", state), static_cast<double>(n));
+  // Several hosts: how long since the store last took this host's heartbeat (its shared leases
+  // are given up at half of host_timeout).
+  if (auto contact = arbiter.store_contact()) {
+    o.family("vramd_store_contact_age_seconds", "gauge",
+             "Seconds since the shared store last took this host's heartbeat.");
+    o.sample("vramd_store_contact_age_seconds", "",
+             std::max(0.0, std::chrono::duration<double>(now.mono - *contact).count()));
+  }
 
   o.family("vramd_lease_wait_seconds", "histogram", "How long leases waited before they were granted.");
   const auto& buckets = MetricsCounters::wait_buckets();

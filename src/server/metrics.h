@@ -28,6 +28,7 @@ class MetricsCounters {
   std::map<std::string, Bytes> freed;                                 // service -> bytes
   std::map<std::pair<std::string, std::string>, uint64_t> crashes;   // (service, signature)
   std::map<std::string, uint64_t> lifecycle_restarts;                 // containers and units
+  std::map<std::string, uint64_t> lease_ends;  // end state ("released", "lost", ...) -> leases
   std::vector<uint64_t> wait_counts;  // per bucket (not cumulative), then +Inf
   uint64_t wait_count = 0;
   double wait_sum = 0;

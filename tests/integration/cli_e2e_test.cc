@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 
 #include <csignal>
+#include <fstream>
 #include <mutex>
+#include <regex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -24,6 +26,7 @@ using testing::eventually;
 using testing::run_cli;
 using testing::slurp;
 using testing::TempDir;
+using testing::vramd_bin;
 
 size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;
@@ -163,6 +166,58 @@ TEST(CliStatusWatch, WatchOptionsAreUsageErrorsWithoutWatchOrOutOfRange) {
   EXPECT_EQ(run_cli({"status", "--watch", "--interval", "0"}, {}, dir).code, 2);
   EXPECT_EQ(run_cli({"status", "--watch", "--interval", "soon"}, {}, dir).code, 2);
   EXPECT_EQ(run_cli({"status", "--watch", "--count", "0"}, {}, dir).code, 2);
+}
+
+TEST(CliRun, OnLeaseLostChoicesAreCheckedBeforeAnyLeaseIsAsked) {
+  TempDir dir;  // no daemon: each is refused before a call
+  auto r = run_cli({"run", "--vram", "1GiB", "--on-lease-lost", "pause", "--", "true"}, {}, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--on-lease-lost: expected stop or keep, got 'pause'"), std::string::npos) << r.err;
+  r = run_cli({"run", "--vram", "1GiB", "--on-lease-lost", "suspend", "--", "true"}, {}, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("needs CUDA checkpointing"), std::string::npos) << r.err;
+  r = run_cli({"run", "--vram", "1GiB", "--on-lease-lost", "keep", "--on-host-lost", "requeue", "--",
+               "true"},
+              {}, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("could run the command twice"), std::string::npos) << r.err;
+  r = run_cli({"run", "--vram", "1GiB", "--stop-timeout", "soon", "--", "true"}, {}, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--stop-timeout"), std::string::npos) << r.err;
+}
+
+TEST(CliRun, TheCommandGetsItsTokenAndASignalReachesItsWholeProcessGroup) {
+  DaemonFixture f;
+  f.start("");
+  auto r = run_cli({"run", "--url", f.url, "--vram", "1GiB", "--", "sh", "-c",
+                    "echo token=$VRAMD_LEASE_TOKEN"},
+                   f.env(), f.dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("token=([0-9]+)"))) << r.out;
+  EXPECT_GT(std::stoull(m[1]), 0u);
+  // A second grant, a larger token.
+  auto again = run_cli({"run", "--url", f.url, "--vram", "1GiB", "--", "sh", "-c",
+                        "echo token=$VRAMD_LEASE_TOKEN"},
+                       f.env(), f.dir);
+  std::smatch m2;
+  ASSERT_TRUE(std::regex_search(again.out, m2, std::regex("token=([0-9]+)"))) << again.out;
+  EXPECT_GT(std::stoull(m2[1]), std::stoull(m[1]));
+
+  // The command starts a child of its own; a SIGTERM to `vramd run` reaches both.
+  std::string pid_file = f.dir.file("grandchild.pid");
+  Child run({vramd_bin(), "run", "--url", f.url, "--vram", "1GiB", "--", "sh", "-c",
+             fmt::format("sleep 300 & echo $! > {}; wait", pid_file)},
+            f.env(), f.dir.file("run.log"));
+  int grandchild = 0;
+  ASSERT_TRUE(eventually([&] {
+    std::ifstream in(pid_file);
+    return static_cast<bool>(in >> grandchild) && grandchild > 0;
+  })) << slurp(f.dir.file("run.log"));
+  ::kill(run.pid(), SIGTERM);
+  EXPECT_NE(run.wait_exit(std::chrono::seconds(10)), -1);
+  EXPECT_TRUE(eventually([&] { return ::kill(grandchild, 0) != 0; }))
+      << "the command's own child outlived the signal";
 }
 
 TEST(CliDaemonCall, ApiErrorsPrintTheApiMessageAndExit1) {

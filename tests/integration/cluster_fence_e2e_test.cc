@@ -13,6 +13,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -148,6 +149,16 @@ void partition_keeps_one_holder(bool slow_clock) {
   EXPECT_NE(said.find("stopping the command"), std::string::npos) << said;
   json lost = get(a, lease);
   EXPECT_EQ(lost.value("state", ""), "lost") << lost.dump();
+  // Its metrics say how long it has been cut off, and that a lease ended lost.
+  auto metrics = http_request({a.url}, "GET", "/metrics", "", 5000);
+  ASSERT_TRUE(metrics && metrics->status == 200);
+  EXPECT_NE(metrics->body.find("vramd_lease_ends_total{state=\"lost\"} 1"), std::string::npos)
+      << metrics->body;
+  std::smatch age;
+  ASSERT_TRUE(std::regex_search(metrics->body, age,
+                                std::regex(R"(vramd_store_contact_age_seconds ([0-9.e+]+))")))
+      << metrics->body;
+  EXPECT_GT(std::stod(age[1]), 2.0);
 
   // The partition heals: gpu1 rejoins without a restart and revives nothing.
   relay.set_mode(TcpRelay::Mode::pass);

@@ -81,6 +81,14 @@ TEST(MetricsE2E, FamiliesFiguresAndAnUnloadAreInTheExposition) {
   EXPECT_EQ(value(leased, R"(vramd_lease_wait_seconds_bucket{le="0.1"})"), 1.0);
   EXPECT_EQ(value(leased, R"(vramd_lease_wait_seconds_bucket{le="+Inf"})"), 1.0);
   EXPECT_EQ(value(leased, "vramd_lease_wait_seconds_count"), 1.0);
+  // Its end, counted by how it ended.
+  ASSERT_TRUE(eventually([&] {
+    auto d = http_request({f.url}, "DELETE", fmt::format("/v1/leases/{}", nlohmann::json::parse(l->body)["id"].get<uint64_t>()), "", 5000);
+    return d && d->status == 200;
+  }));
+  EXPECT_EQ(value(scrape(f), R"(vramd_lease_ends_total{state="released"})"), 1.0);
+  // SQLite: one host, no shared store, no contact to age.
+  EXPECT_EQ(leased.find("vramd_store_contact_age_seconds"), std::string::npos);
 
   // POST is not a scrape.
   auto p = http_request({f.url}, "POST", "/metrics", "", 5000);
