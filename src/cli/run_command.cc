@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <thread>
@@ -292,6 +293,11 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
   }
   if (child == 0) {
     setpgid(0, 0);
+    if (owns_tty) {  // as the parent does: whichever runs first (a read before it would stop)
+      signal(SIGTTOU, SIG_IGN);
+      tcsetpgrp(0, getpid());
+      signal(SIGTTOU, SIG_DFL);
+    }
     if (!run.no_cuda_env) {
       // NVML numbers GPUs in PCI bus order; CUDA does too only with this order set.
       setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
@@ -324,7 +330,12 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
   if (owns_tty) tcsetpgrp(0, getpgrp());
   int exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   s.call("DELETE", target, code, json{{"exit_status", exit_code}}.dump(), 10000);
-  return exit_code;
+  // The lease's watcher may be inside a long poll: leave without running the static
+  // destructors under it (nothing else is left to do but flush).
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  _exit(exit_code);
 }
 
 int cmd_leases(const CommonOptions& opts, bool as_json, const std::string& host) {
