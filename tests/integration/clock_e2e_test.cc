@@ -4,7 +4,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -26,14 +25,6 @@ using testing::get;
 using testing::wall_now;
 using namespace std::chrono_literals;
 
-std::string libfaketime() {
-  for (const char* p : {"/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
-                        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
-                        "/usr/lib/faketime/libfaketime.so.1"})
-    if (std::filesystem::exists(p)) return p;
-  return "";
-}
-
 json post(const DaemonFixture& f, const std::string& target, const json& body) {
   auto r = http_request({f.url}, "POST", target, body.dump(), 10000);
   if (!r) return json::object();
@@ -50,7 +41,7 @@ double newest_frame(const DaemonFixture& f) {
 double unix_now() { return wall_now().time_since_epoch().count() / 1000.0; }
 
 TEST(ClockE2E, SteppingTheWallClockExpiresNoLeaseAndHistoryFollowsTheNewClock) {
-  std::string lib = libfaketime();
+  std::string lib = testing::libfaketime_path();
   if (lib.empty()) GTEST_SKIP() << "libfaketime is not installed (Debian: libfaketime)";
   DaemonFixture f;
   std::string spec = f.dir.file("faketime");

@@ -12,7 +12,6 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <thread>
@@ -28,14 +27,6 @@ namespace cluster_fence_test {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-std::string faketime_library() {
-  for (const char* p : {"/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
-                        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
-                        "/usr/lib/faketime/libfaketime.so.1"})
-    if (std::filesystem::exists(p)) return p;
-  return "";
-}
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path);
@@ -63,7 +54,7 @@ void partition_keeps_one_holder(bool slow_clock) {
                               relay.port(), db, common);
   b.daemon_toml = fmt::format("store = \"{}\"\nhost = \"gpu2\"\n{}", pg->url(db), common);
   if (slow_clock) {
-    std::string lib = faketime_library();
+    std::string lib = libfaketime_path();
     // Installed by `make test` (Debian: libfaketime): its absence is a broken setup, not a skip.
     ASSERT_FALSE(lib.empty()) << "libfaketime is not installed (Debian: libfaketime)";
     // Every clock of gpu1's daemon, monotonic too, runs at 95% of the real rate.

@@ -18,6 +18,15 @@ namespace vramd::testing {
 inline std::string build_dir() { return VRAMD_BUILD_DIR; }
 inline std::string source_dir() { return VRAMD_SOURCE_DIR; }
 
+// Debian's libfaketime (to LD_PRELOAD into a daemon under test), or "" when not installed.
+inline std::string libfaketime_path() {
+  for (const char* p : {"/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+                        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+                        "/usr/lib/faketime/libfaketime.so.1"})
+    if (std::filesystem::exists(p)) return p;
+  return "";
+}
+
 class TempDir {
  public:
   TempDir() {
