@@ -799,21 +799,23 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
     it->second.reason.text = text;
     it->second.reason.considered = true;
   }
+  // A lease queued again in the store and kept here from now on (its heartbeats, its timeout).
+  auto keep_requeued = [&](const Lease& r, const std::string& why) {
+    actions.emplace_back(make_event(now, "lease.requeued", std::nullopt, r.owner_name(),
+                                    fmt::format("lease #{} ({}) re-queued: {}", r.id,
+                                                r.owner_name(), why)));
+    if (leases_.count(r.id)) return;
+    Lease l = r;
+    l.last_heartbeat = now.mono;
+    cluster_queue_.insert(queue_key(l));
+    leases_.emplace(l.id, std::move(l));
+  };
   for (const LostHost& h : e.lost_hosts) {
     actions.emplace_back(
         make_event(now, "host.lost", std::nullopt, h.host,
                    fmt::format("host {} lost (no heartbeat): {} of its leases re-queued, {} ended",
                                h.host, h.requeued.size(), h.ended.size())));
-    for (const Lease& r : h.requeued) {
-      actions.emplace_back(make_event(
-          now, "lease.requeued", std::nullopt, r.owner_name(),
-          fmt::format("lease #{} ({}) re-queued: host {} was lost", r.id, r.owner_name(), h.host)));
-      if (leases_.count(r.id)) continue;
-      Lease l = r;
-      l.last_heartbeat = now.mono;
-      cluster_queue_.insert(queue_key(l));
-      leases_.emplace(l.id, std::move(l));
-    }
+    for (const Lease& r : h.requeued) keep_requeued(r, fmt::format("host {} was lost", h.host));
     for (const Lease& r : h.ended)
       actions.emplace_back(
           make_event(now, "lease.host_lost", std::nullopt, r.owner_name(),
@@ -821,17 +823,8 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
   }
   // Leases this host fenced, back in the store's queue: kept here, as a lost host's are kept by
   // the host that re-queues them. A fenced lease is never granted here again but through a claim.
-  for (const Lease& r : e.requeued_here) {
-    actions.emplace_back(make_event(
-        now, "lease.requeued", std::nullopt, r.owner_name(),
-        fmt::format("lease #{} ({}) re-queued: this host gave it up while cut off from the store",
-                    r.id, r.owner_name())));
-    if (leases_.count(r.id)) continue;
-    Lease l = r;
-    l.last_heartbeat = now.mono;
-    cluster_queue_.insert(queue_key(l));
-    leases_.emplace(l.id, std::move(l));
-  }
+  for (const Lease& r : e.requeued_here)
+    keep_requeued(r, "this host gave it up while cut off from the store");
   for (uint64_t id : e.fence_done) fenced_.erase(id);
   // A claim answered after the fence fell due is given up at once.
   check_fence(now, actions);
