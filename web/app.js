@@ -15,6 +15,8 @@
     needToken: false,
     gpus: new Map(),      // index -> {root, refs, plot, owners}
     services: new Map(),  // name -> {root, refs, action}
+    durations: new Map(), // name -> its last runs (GET /v1/history/records): {records, kind, at, due, key, loading, off}
+    hv: null,             // the durations history view: {service, by, subject, groups, variants, records}
     lastEventId: 0,
     seenEvents: new Set(),
     status: null,
@@ -492,6 +494,18 @@
     if (s.busy) fact('Activity', 'busy' + inFlight + (s.queue_depth ? `, ${s.queue_depth} queued` : ''));
     else fact('Idle for', s.idle_seconds === null ? '—' : fmtDuration(s.idle_seconds) + (s.unload_after_idle_seconds ? ` (unloads after ${fmtDuration(s.unload_after_idle_seconds)})` : ''));
     fact('Models', s.models && s.models.length ? s.models.join(', ') : 'none loaded');
+    // What it runs (docs/history.md): its version, and the last change of version or arguments.
+    if (s.version || s.last_change) {
+      fact('Version', el('span', { dataset: { version: s.version || '' } }, s.version || 'unknown',
+        s.last_change ? el('span', { class: 'sub', dataset: { changedAt: s.last_change.at }, title: s.last_change.at,
+          text: `changed ${ago(s.last_change.at)}: ${s.last_change.what}` }) : null));
+    }
+    // Its last few durations (GET /v1/history/records, cached: see wantDurations).
+    if (!svc.remote) {
+      wantDurations(s);
+      const d = state.durations.get(s.name);
+      if (d && d.records.length) fact('Durations', durationsFact(s, d));
+    }
     if (s.asleep) {
       const kept = [`${fmtBytes(s.asleep.gpu_kept_bytes)} on the GPU`];
       if (s.asleep.host_ram_bytes) kept.push(`${fmtBytes(s.asleep.host_ram_bytes)} in host RAM${s.asleep.host_ram_measured ? '' : ' (estimated)'}`);
@@ -694,6 +708,321 @@
     }));
   }
 
+  // ---- durations history (docs/history.md): the card's last durations, the history view ----
+
+  // Seconds as the history reads them: 0.05 s, 1.2 s, 89.5 s, 2 min 3 s.
+  function fmtSecs(s) {
+    if (s === null || s === undefined) return '—';
+    if (s < 0.1) return s.toFixed(2) + ' s';
+    if (s < 100) return s.toFixed(1) + ' s';
+    return fmtDuration(s);
+  }
+
+  // Only ComfyUI keeps a history of prompts; the others have the proxy's records of requests.
+  function durationsKind(s) { return s.kind === 'comfyui' ? 'prompt' : 'request'; }
+
+  // Reads a service's last records at most every 10 s, or sooner (from 1.5 s on, at most every
+  // 4 s) once records are likely: a run ended (busy, queue or the proxy's count changed), or its
+  // version or arguments changed (service.changed). Services that can have none are not asked.
+  function wantDurations(s) {
+    const via = state.proxyServices && state.proxyServices.get(s.name);
+    if (s.kind !== 'comfyui' && !via) return;
+    let d = state.durations.get(s.name);
+    if (!d) { d = { records: [], kind: durationsKind(s), at: 0, due: 0, key: null, loading: false, off: false }; state.durations.set(s.name, d); }
+    const now = Date.now();
+    const key = [s.state, s.busy, s.queue_depth, s.version, s.args_fingerprint, via ? via.requests_total : ''].join('|');
+    if (d.key !== null && key !== d.key && !d.due) d.due = now + 1500;
+    d.key = key;
+    if (d.loading || d.off) return;
+    if (now - d.at >= 10000 || (d.due && now >= d.due && now - d.at >= 4000)) loadDurations(s.name, d);
+  }
+
+  function durationsChanged(name) {
+    const d = state.durations.get(name);
+    if (d) d.due = Date.now();
+    if (state.hv && state.hv.service === name) loadHistoryView();
+  }
+
+  async function loadDurations(name, d) {
+    d.loading = true;
+    d.due = 0;
+    try {
+      const body = await api(`/v1/history/records?service=${encodeURIComponent(name)}&kind=${d.kind}&limit=5`);
+      const newest = d.records.length ? d.records[0].at : null;
+      d.records = body.records || [];
+      // New runs: the open history view of this service draws them too.
+      if (state.hv && state.hv.service === name && d.records.length && d.records[0].at !== newest && newest !== null) loadHistoryView();
+    } catch (e) {
+      if (e.status === 404) d.off = true;  // an older daemon: no durations history
+    } finally {
+      d.at = Date.now();
+      d.loading = false;
+    }
+    const svc = state.services.get(name);
+    if (svc) updateService(svc, svc.data);
+  }
+
+  // "89.5 s · 90.1 s · 88.7 s (prompts)", or "1.2 s · 0.9 s, 61 tok/s" for requests; newest first.
+  function durationsFact(s, d) {
+    const recs = d.records;
+    const failed = (r) => (r.kind === 'prompt' ? r.outcome !== 'success' : !(r.status >= 200 && r.status < 300));
+    const parts = recs.map((r) => fmtSecs(r.seconds) + (failed(r) ? ' ✗' : '')).join(' · ');
+    const tps = recs.find((r) => r.tokens_per_second !== null && r.tokens_per_second !== undefined);
+    const tail = d.kind === 'prompt' ? ' (prompts)' : tps ? `, ${Math.round(tps.tokens_per_second)} tok/s` : ' (requests)';
+    return el('span', { class: 'durations', dataset: { durations: recs.length, kind: d.kind }, title: 'newest first' },
+      parts + tail,
+      el('span', { class: 'sub' }, `newest first · last ${ago(recs[0].at)} `,
+        el('button', { type: 'button', class: 'btn small', dataset: { history: s.name }, text: 'History',
+          'aria-controls': 'history-view', onclick: () => openHistory(s.name) })));
+  }
+
+  // The history view: a workflow (or model) picker, its runs over time with a line where the
+  // version (or the arguments) changed, and p50/p95 per variant.
+  function openHistory(name) {
+    state.hv = { service: name, by: state.hv ? state.hv.by : 'version', subject: null, groups: [], variants: [], records: [] };
+    const view = $('history-view');
+    view.hidden = false;
+    view.dataset.service = name;
+    $('history-title').textContent = 'Durations · ' + name;
+    for (const b of $('history-by').querySelectorAll('button')) b.setAttribute('aria-pressed', String(b.dataset.by === state.hv.by));
+    $('history-svg-wrap').replaceChildren();
+    $('history-groups').replaceChildren();
+    $('history-note').textContent = '';
+    loadHistoryView().then(() => view.scrollIntoView({ block: 'nearest' }));
+  }
+
+  function closeHistory() {
+    state.hv = null;
+    $('history-view').hidden = true;
+    const b = document.querySelector('#services button[data-history]');
+    if (b) b.focus();
+  }
+
+  let hvGeneration = 0;
+  async function loadHistoryView() {
+    const hv = state.hv;
+    if (!hv) return;
+    const gen = ++hvGeneration;
+    const view = $('history-view');
+    view.dataset.state = 'loading';
+    const q = 'service=' + encodeURIComponent(hv.service);
+    try {
+      const dur = await api(`/v1/history/durations?${q}&by=${hv.by}`);
+      if (gen !== hvGeneration) return;
+      hv.groups = dur.groups || [];
+      hv.variants = dur.variants || [];
+      const subjects = [];
+      for (const g of hv.groups) {
+        let x = subjects.find((v) => v.subject === g.subject && v.kind === g.kind);
+        if (!x) subjects.push(x = { kind: g.kind, subject: g.subject, model: g.model, runs: 0 });
+        x.runs += g.count + g.failed;
+        if (g.model) x.model = g.model;
+      }
+      hv.subjects = subjects;
+      if (!subjects.some((x) => x.subject === hv.subject)) {
+        // The subject of the service's newest run, else the one seen last.
+        const d = state.durations.get(hv.service);
+        const r = d && d.records[0];
+        const newest = r && subjects.find((x) => x.subject === (r.workflow || r.model));
+        hv.subject = newest ? newest.subject : subjects.length ? subjects[subjects.length - 1].subject : null;
+      }
+      renderSubjectPicker(hv);
+      const sub = subjects.find((x) => x.subject === hv.subject);
+      if (!sub) {
+        hv.records = [];
+        $('history-svg-wrap').replaceChildren(el('p', { class: 'empty', text: 'No runs recorded for this service yet.' }));
+        $('history-groups').replaceChildren();
+        $('history-note').textContent = '';
+        view.dataset.state = 'ready';
+        return;
+      }
+      const filter = sub.subject ? (sub.kind === 'prompt' ? '&workflow=' : '&model=') + encodeURIComponent(sub.subject) : '';
+      const body = await api(`/v1/history/records?${q}&kind=${sub.kind}${filter}&limit=1000`);
+      if (gen !== hvGeneration) return;
+      hv.records = (body.records || []).filter((r) => (r.workflow || r.model || '') === sub.subject);
+      if (body.variants && body.variants.length) hv.variants = body.variants;
+      renderHistoryView(hv, sub);
+      view.dataset.state = 'ready';
+    } catch (e) {
+      if (gen !== hvGeneration) return;
+      view.dataset.state = 'error';
+      if (!(e instanceof AuthNeeded)) $('history-svg-wrap').replaceChildren(el('p', { class: 'error', text: 'History: ' + e.message }));
+    }
+  }
+
+  function subjectLabel(x) {
+    if (x.kind === 'prompt') return `workflow ${x.subject ? x.subject.slice(0, 8) : '?'}${x.model ? ' · ' + x.model : ''}`;
+    return x.subject || '(no model)';
+  }
+
+  function renderSubjectPicker(hv) {
+    const sel = $('history-subject');
+    sel.replaceChildren(...hv.subjects.map((x) => el('option', { value: x.subject, selected: x.subject === hv.subject,
+      text: `${subjectLabel(x)} (${x.runs} run${x.runs === 1 ? '' : 's'})` })));
+    sel.disabled = hv.subjects.length < 2;
+    sel.hidden = hv.subjects.length === 0;
+  }
+
+  // A variant's name: its version, or (by arguments) the change that made it.
+  function variantName(hv, key) {
+    if (hv.by === 'version') return key || 'unknown';
+    const v = hv.variants.find((x) => x.args_fingerprint === key);
+    if (!key) return 'no arguments';
+    return v && v.label && hv.variants.indexOf(v) > 0 ? v.label : 'args ' + key;
+  }
+
+  // Where the version (or the argument set) changed: each variant whose version (fingerprint)
+  // differs from the variant before it, at its first_seen.
+  function variantMarkers(hv) {
+    const out = [];
+    let prev;
+    hv.variants.forEach((v, i) => {
+      const key = hv.by === 'version' ? v.version : v.args_fingerprint;
+      if (i > 0 && key !== prev) out.push({ t: Date.parse(v.first_seen) / 1000, label: variantName(hv, key), key });
+      prev = key;
+    });
+    return out;
+  }
+
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+  function svgEl(tag, attrs, ...children) {
+    const e = document.createElementNS(SVG_NS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'text') e.textContent = v;
+      else e.setAttribute(k, v);
+    }
+    for (const c of children.flat()) if (c) e.append(c);
+    return e;
+  }
+
+  function renderHistoryView(hv, sub) {
+    const groups = hv.groups.filter((g) => g.subject === sub.subject && g.kind === sub.kind);
+    const keyOf = (r) => (hv.by === 'version' ? r.version || '' : r.args_fingerprint || '');
+    const colorOf = (key) => {
+      const i = groups.findIndex((g) => (g.variant || '') === key);
+      return SERVICE_COLORS[(i < 0 ? groups.length : i) % SERVICE_COLORS.length];
+    };
+    hv.draw = () => drawDurations(hv, sub, groups, keyOf, colorOf);
+    hv.draw();
+
+    const tps = sub.kind === 'request';
+    const rows = groups.map((g) => {
+      const change = g.change_pct === null || g.change_pct === undefined ? ''
+        : (g.change_pct > 0 ? '+' : g.change_pct < 0 ? '−' : '') + Math.abs(g.change_pct).toFixed(1) + '%';
+      return el('tr', { dataset: { variant: g.variant || '', count: g.count, failed: g.failed } },
+        el('td', {}, el('span', { class: 'swatch', style: `background:${colorOf(g.variant || '')}` }), variantName(hv, g.variant || ''),
+          hv.by === 'args' && g.variant && variantName(hv, g.variant) !== 'args ' + g.variant ? el('span', { class: 'sub', text: 'args ' + g.variant }) : null),
+        el('td', { class: 'num' }, String(g.count), g.failed ? el('span', { class: 'failed', text: ` +${g.failed}✗`, title: `${g.failed} failed` }) : null),
+        el('td', { class: 'num', text: g.count ? fmtSecs(g.p50_seconds) : '—' }),
+        el('td', { class: 'num', text: g.count ? fmtSecs(g.p95_seconds) : '—' }),
+        tps ? el('td', { class: 'num', text: g.tokens_per_second_p50 ? Math.round(g.tokens_per_second_p50) + '' : '—' }) : null,
+        el('td', { class: 'num change' + (g.change_pct < 0 ? ' faster' : g.change_pct > 0 ? ' slower' : ''), text: change,
+          title: change ? 'p50 against the variant before' : null }));
+    });
+    $('history-groups').replaceChildren(el('div', { class: 'table-wrap' }, el('table', { id: 'history-table' },
+      el('thead', {}, el('tr', {}, el('th', { text: hv.by === 'version' ? 'Version' : 'Arguments' }), el('th', { class: 'num', text: 'n' }),
+        el('th', { class: 'num', text: 'p50' }), el('th', { class: 'num', text: 'p95' }), tps ? el('th', { class: 'num', text: 'tok/s' }) : null,
+        el('th', { class: 'num', text: 'change' }))),
+      el('tbody', {}, rows))));
+  }
+
+  // One dot per run (execution seconds over time, by variant colour; failed runs hollow), each
+  // variant's p50 as a faint line over its runs, and a dashed line where the variant changed.
+  function drawDurations(hv, sub, groups, keyOf, colorOf) {
+    const wrap = $('history-svg-wrap');
+    const recs = hv.records.filter((r) => r.seconds !== null && r.seconds !== undefined && r.at);
+    const W = Math.max(280, wrap.clientWidth || 600);
+    const H = W < 500 ? 180 : 230;
+    const m = { l: 50, r: 14, t: 20, b: 24 };
+    const ts = recs.map((r) => Date.parse(r.at) / 1000);
+    let t0 = ts.length ? Math.min(...ts) : Date.now() / 1000 - 60;
+    let t1 = ts.length ? Math.max(...ts) : Date.now() / 1000;
+    const lo = t0;
+    const hi = t1;
+    const markers = variantMarkers(hv).filter((k) => k.t >= lo && k.t <= hi);
+    if (t1 - t0 < 60) { const mid = (t0 + t1) / 2; t0 = mid - 30; t1 = mid + 30; }
+    const pad = (t1 - t0) * 0.04;
+    t0 -= pad; t1 += pad;
+    const ymaxRaw = Math.max(0.001, ...recs.map((r) => r.seconds)) * 1.12;
+    const ySteps = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200];
+    const ystep = ySteps.find((s) => ymaxRaw / s <= 4) || 7200;
+    const ymax = Math.ceil(ymaxRaw / ystep) * ystep;
+    const x = (t) => m.l + (t - t0) / (t1 - t0) * (W - m.l - m.r);
+    const y = (v) => H - m.b - v / ymax * (H - m.t - m.b);
+    const parts = [];
+    for (let v = 0; v <= ymax + 1e-9; v += ystep) {
+      parts.push(svgEl('line', { class: 'hv-grid', x1: m.l, x2: W - m.r, y1: y(v), y2: y(v) }));
+      parts.push(svgEl('text', { class: 'hv-axis', x: m.l - 6, y: y(v) + 4, 'text-anchor': 'end', text: ystep < 1 ? v.toFixed(ystep < 0.1 ? 2 : 1) + ' s' : fmtDuration(v) }));
+    }
+    const incrs = TIME_INCRS.concat([172800, 604800, 1209600, 2592000]);
+    const incr = incrs.find((i) => (t1 - t0) / i <= Math.max(2, Math.floor((W - m.l - m.r) / 90))) || 2592000;
+    const tz = -new Date().getTimezoneOffset() * 60;
+    for (let t = Math.ceil((t0 + tz) / incr) * incr - tz; t <= t1; t += incr) {
+      const label = incr >= 86400 ? new Date(t * 1000).toLocaleDateString([], { month: 'short', day: 'numeric' }) : timeLabel(t, incr);
+      parts.push(svgEl('line', { class: 'hv-tick', x1: x(t), x2: x(t), y1: H - m.b, y2: H - m.b + 4 }));
+      parts.push(svgEl('text', { class: 'hv-axis', x: x(t), y: H - 6, 'text-anchor': 'middle', text: label }));
+    }
+    parts.push(svgEl('line', { class: 'hv-baseline', x1: m.l, x2: W - m.r, y1: y(0), y2: y(0) }));
+    for (const g of groups) {
+      if (!g.count || !g.first || !g.last) continue;
+      const a = x(Date.parse(g.first) / 1000);
+      const b = x(Date.parse(g.last) / 1000);
+      parts.push(svgEl('line', { class: 'hv-p50', x1: a, x2: Math.max(b, a + 6), y1: y(g.p50_seconds), y2: y(g.p50_seconds), stroke: colorOf(g.variant || '') },
+        svgEl('title', { text: `${variantName(hv, g.variant || '')}: p50 ${fmtSecs(g.p50_seconds)}` })));
+    }
+    for (const k of markers) {
+      const mx = x(k.t);
+      // The label on the side with more room, cut to fit (whole in its tooltip): ~6.5 px a letter.
+      const fitsAfter = k.label.length * 6.5 <= W - mx - 8;
+      const right = !fitsAfter && mx > W - mx;
+      const fit = Math.max(6, Math.floor((right ? mx - 8 : W - mx - 8) / 6.5));
+      const label = k.label.length > fit ? k.label.slice(0, fit - 1) + '…' : k.label;
+      parts.push(svgEl('g', { class: 'hv-marker', 'data-variant': k.key || '' },
+        svgEl('line', { x1: mx, x2: mx, y1: m.t - 4, y2: H - m.b }),
+        svgEl('text', { x: right ? mx - 4 : mx + 4, y: m.t - 8, 'text-anchor': right ? 'end' : 'start', text: label }),
+        svgEl('title', { text: `${k.label} since ${new Date(k.t * 1000).toLocaleString([], { hour12: false })}` })));
+    }
+    recs.forEach((r, i) => {
+      const ok = r.kind === 'prompt' ? r.outcome === 'success' : r.status >= 200 && r.status < 300;
+      const c = colorOf(keyOf(r));
+      const what = [clock(r.at), fmtSecs(r.seconds), variantName(hv, keyOf(r)), r.kind === 'prompt' ? r.outcome : 'status ' + r.status];
+      if (r.tokens_per_second) what.push(Math.round(r.tokens_per_second) + ' tok/s');
+      parts.push(svgEl('circle', { class: 'hv-dot' + (ok ? '' : ' failed'), cx: x(ts[i]).toFixed(1), cy: y(r.seconds).toFixed(1), r: 3.5,
+        fill: ok ? c : 'none', stroke: ok ? null : '#e5534b' }, svgEl('title', { text: what.join(' · ') })));
+    });
+    const svg = svgEl('svg', { id: 'history-svg', class: 'hv-svg', width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: 'img',
+      'aria-label': `${recs.length} runs of ${subjectLabel(sub)}, execution seconds over time`,
+      'data-points': recs.length, 'data-markers': markers.length, 'data-subject': sub.subject, 'data-by': hv.by }, parts);
+    wrap.replaceChildren(svg);
+    hv.width = W;
+    const failed = recs.filter((r) => (r.kind === 'prompt' ? r.outcome !== 'success' : !(r.status >= 200 && r.status < 300))).length;
+    $('history-note').textContent = recs.length
+      ? `${recs.length} run${recs.length === 1 ? '' : 's'}${failed ? ` (${failed} failed, hollow)` : ''} of ${subjectLabel(sub)}, ` +
+        `${clock(recs[recs.length - 1].at)} to ${clock(recs[0].at)}${recs.length >= 1000 ? ' (the last 1000)' : ''}. ` +
+        `Execution seconds; dashed: the ${hv.by === 'version' ? 'version' : 'arguments'} changed; faint lines: p50.`
+      : 'No runs with a duration.';
+  }
+
+  $('history-subject').addEventListener('change', (ev) => {
+    if (!state.hv) return;
+    state.hv.subject = ev.target.value;
+    loadHistoryView();
+  });
+  $('history-by').addEventListener('click', (ev) => {
+    const b = ev.target.closest('button[data-by]');
+    if (!b || !state.hv) return;
+    state.hv.by = b.dataset.by;
+    for (const x of $('history-by').querySelectorAll('button')) x.setAttribute('aria-pressed', String(x === b));
+    loadHistoryView();
+  });
+  $('history-close').addEventListener('click', closeHistory);
+  $('history-view').addEventListener('keydown', (ev) => { if (ev.key === 'Escape') closeHistory(); });
+  new ResizeObserver(() => {
+    const hv = state.hv;
+    if (hv && hv.draw && Math.abs(($('history-svg-wrap').clientWidth || 0) - hv.width) > 2) hv.draw();
+  }).observe($('history-svg-wrap'));
+
   // ---- events: history, then a live stream ----
 
   function eventTone(type) {
@@ -720,6 +1049,8 @@
     if (state.seenEvents.size > 4 * MAX_EVENTS)
       state.seenEvents = new Set([...list.children].map((x) => Number(x.dataset.id)));
     $('events-empty').hidden = true;
+    // A new version or argument set: its durations are read again at the next tick.
+    if (fresh && e.type === 'service.changed' && e.subject) durationsChanged(e.subject);
   }
 
   async function loadEventHistory() {

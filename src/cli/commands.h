@@ -69,6 +69,15 @@ int cmd_leases(const CommonOptions& opts, bool json, const std::string& host = "
 // `write_path`: also writes them as a config there.
 int cmd_discover(const CommonOptions& opts, bool json, const std::string& write_path,
                  int timeout_ms);
+// The durations history of one service (docs/history.md): its recent prompts and requests, or,
+// with `by` ("version" | "args"), p50/p95 per workflow or model per variant and the change.
+struct HistoryOptions {
+  std::string service;
+  std::string by;
+  std::string workflow, model, since;
+  size_t limit = 20;
+};
+int cmd_history(const CommonOptions& opts, const HistoryOptions& h, bool json);
 // Finished leases; with stats_label, count and p50/p95 wait, run and peak memory of that label.
 int cmd_jobs(const CommonOptions& opts, const std::string& stats_label, size_t limit, bool json);
 

@@ -146,6 +146,19 @@ int main(int argc, char** argv) {
   logs->add_flag("-f,--follow", logs_follow, "keep printing new lines");
   logs->add_option("-n,--lines", logs_lines, "how many lines (default 50)")
       ->check(CLI::PositiveNumber);
+  vramd::HistoryOptions history_opts;
+  auto* history = app.add_subcommand(
+      "history", "durations by version or arguments: did the update, or the new flag, help?");
+  add_common(history);
+  history->add_option("service", history_opts.service, "the service")->required();
+  history->add_option("--by", history_opts.by, "compare medians by: version | args")
+      ->check(CLI::IsMember({"version", "args"}));
+  history->add_option("--workflow", history_opts.workflow, "only this workflow (fingerprint)");
+  history->add_option("--model", history_opts.model, "only this model");
+  history->add_option("--since", history_opts.since, "only since: RFC 3339, or back from now (7d)");
+  history->add_option("-n,--limit", history_opts.limit, "how many records to list (default 20)")
+      ->check(CLI::Range(1, 100000));
+  history->add_flag("--json", json, "print the API's JSON");
   std::string doctor_name;
   auto* doctor =
       app.add_subcommand("doctor", "why services crashed: signatures, evidence, suggested fixes");
@@ -210,6 +223,7 @@ int main(int argc, char** argv) {
     if (*c) return vramd::cmd_lifecycle(common, action, life_name, life_wait, life_force);
   if (*logs) return vramd::cmd_logs(common, logs_name, logs_follow, logs_lines);
   if (*doctor) return vramd::cmd_doctor(common, doctor_name, json);
+  if (*history) return vramd::cmd_history(common, history_opts, json);
   if (*leases) return vramd::cmd_leases(common, json, leases_all_hosts ? "all" : leases_host);
   if (*discover) return vramd::cmd_discover(common, json, discover_write, discover_timeout_ms);
   if (*jobs) {

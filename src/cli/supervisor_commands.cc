@@ -98,8 +98,17 @@ int cmd_doctor(const CommonOptions& opts, const std::string& service, bool as_js
                                c["last_seen"].get<std::string>());
       if (!c["explanation"].get<std::string>().empty())
         std::cout << "    why: " << c["explanation"].get<std::string>() << "\n";
-      if (!c["suggestion"].get<std::string>().empty())
-        std::cout << "    fix: " << c["suggestion"].get<std::string>() << "\n";
+      if (!c["suggestion"].get<std::string>().empty()) {
+        std::string applied;
+        if (c.contains("applied") && c["applied"].is_object())
+          applied = c["applied"]["since"].is_string()
+                        ? fmt::format("  (applied since {})", c["applied"]["since"].get<std::string>())
+                        : std::string("  (applied)");
+        std::cout << "    fix: " << c["suggestion"].get<std::string>() << applied << "\n";
+      }
+      // Split by the versions and argument sets it ran (docs/history.md).
+      if (c.contains("summary") && c["summary"].is_string())
+        std::cout << "    by variant: " << c["summary"].get<std::string>() << "\n";
       for (const auto& e : c["evidence"]) std::cout << "    | " << e.get<std::string>() << "\n";
     }
   }

@@ -10,6 +10,7 @@
 
 #include "core/clock.h"
 #include "core/demand.h"
+#include "core/durations.h"
 #include "core/lease.h"
 #include "core/service_status.h"
 #include "core/sleep.h"
@@ -18,6 +19,13 @@
 namespace vramd {
 
 // ---- Actions: what the shell must do ----
+
+// A service's version or arguments changed (the event "service.changed").
+struct ServiceChange {
+  std::string old_version, new_version;
+  std::string old_args_fp, new_args_fp;
+  std::vector<std::string> args_diff;  // core/durations.h args_diff: "+--disable-async-offload"
+};
 
 // A change worth telling people about ("comfyui now holds 16.3 GiB on GPU 0").
 struct EventRecord {
@@ -28,6 +36,7 @@ struct EventRecord {
   std::string subject;  // owner or service name, when there is one
   std::string message;
   std::optional<UnloadVerdict> verdict;  // for "unload.*" verdicts: the figures
+  std::optional<ServiceChange> change;   // for "service.changed": the old and new values
 };
 struct EmitEvent {
   EventRecord event;
@@ -154,11 +163,21 @@ struct CommandFinished {
 struct WatchService {
   std::string service;
 };
+// A version and argument set a service runs with (core/durations.h): keep it in the store.
+struct RememberVariant {
+  ServiceVariant variant;
+};
+// Prompts a service finished (ComfyUI's /history), stamped with what they ran on: keep them in
+// the store, in the next batch.
+struct RecordDurations {
+  std::vector<DurationRecord> records;
+};
 using Action =
     std::variant<EmitEvent, CallUnload, SetFastSampling, UnloadFinished, Lifecycle, LeaseChanged,
                  SpawnService, SignalService, CheckHealth, RecordCrash, CommandFinished,
                  RememberLoadPeak, WatchService, ScheduleProbe, CallWake, WakeFinished,
-                 WakeProgressed, RememberWakeTime, RememberDemand>;
+                 WakeProgressed, RememberWakeTime, RememberDemand, RememberVariant,
+                 RecordDurations>;
 
 // An event to emit now ("comfyui now holds 16.3 GiB on GPU 0"), stamped with the wall time.
 inline EmitEvent make_event(const Now& now, std::string type, std::optional<unsigned> gpu,

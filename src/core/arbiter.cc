@@ -88,7 +88,11 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
           [&](const LeaseHeartbeat& e) { admission_.on_heartbeat(e, now); },
           [&](const HolderExited& e) { admission_.on_holder_exited(e, now, actions); },
           [&](const ServiceCommand& e) { command(e.service, e.action, e.request_id, e.force); },
-          [&](const ChildStarted& e) { supervision_.on_child_started(e, now, actions, intents); },
+          [&](const ChildStarted& e) {
+            supervision_.on_child_started(e, now, actions, intents);
+            // Its arguments are `start`'s: a change of them is told before it can crash.
+            services_.on_started(e.service, now, actions);
+          },
           [&](const ChildExited& e) { supervision_.on_child_exited(e, w, now, actions, intents); },
           [&](const HealthChecked& e) {
             supervision_.on_health_checked(e, w, now, actions, intents);

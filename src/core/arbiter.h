@@ -52,6 +52,10 @@ class Arbiter {
   std::vector<ServiceStatus> services() const;
   // nullptr for an unknown name. The pointee is a snapshot, valid until the next call.
   const ServiceStatus* service(const std::string& name) const;
+  // The service's status without its `managed` part, copying nothing: nullptr when unknown.
+  const ServiceStatus* service_policy_status(const std::string& name) const {
+    return services_.find(name);
+  }
   bool fast_sampling() const { return services_.any_unloading(); }
   // REQUIRES: nothing; an unknown GPU gives an empty view.
   HistoryView history(unsigned gpu, MonoTime now, Duration window, size_t max_points) const {
@@ -88,6 +92,9 @@ class Arbiter {
   void restore_wake_times(const std::vector<WakeTime>& times) { services_.restore_wake_times(times); }
   // Brings back the demand histograms the store kept (core/demand.h); before the first event.
   void restore_demand(const std::vector<DemandHistory>& demand) { services_.restore_demand(demand); }
+  void restore_variants(const std::vector<ServiceVariant>& latest) {
+    services_.restore_variants(latest);
+  }
   // Whether a request for `service` (naming `model`) can go through now, without a wake
   // (core/wake.h plan_wake). Unknown services: true (the caller answers for them).
   bool ready_for(const std::string& service, const std::string& model, bool can_wake) const;

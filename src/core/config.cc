@@ -157,7 +157,8 @@ const std::vector<std::string> kDaemonKeys = {
     "token_file", "docker_socket", "probe_interval",  "quiet_probe_interval", "events_retention",
     "lease_heartbeat",
     "discover",   "discover_unload", "discover_interval", "systemctl", "journalctl", "systemd_user",
-    "store",      "store_url_file", "host",          "host_timeout", "prewarm"};
+    "store",      "store_url_file", "host",          "host_timeout", "prewarm",
+    "history",    "history_retention"};
 const std::vector<std::string> kGpuKeys = {"backend",        "baseline",
                                            "residual_tolerance", "reserve",
                                            "process_scan_threshold", "process_scan_interval"};
@@ -477,6 +478,10 @@ class ConfigParser {
         }
       } else if (k == "lease_heartbeat") {
         if (auto d = positive_duration(node, field)) out.lease_heartbeat = *d;
+      } else if (k == "history") {
+        if (auto b = bool_value(node, field)) out.history = *b;
+      } else if (k == "history_retention") {
+        if (auto d = positive_duration(node, field)) out.history_retention = *d;
       } else if (k == "discover") {
         if (auto b = bool_value(node, field)) out.discover = *b;
       } else if (k == "discover_unload") {

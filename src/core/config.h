@@ -126,6 +126,10 @@ struct DaemonConfig {
   // probe_interval (equal: no backing off). Unset, 10 s or probe_interval if that is longer.
   Duration quiet_probe_interval = std::chrono::seconds(10);
   std::int64_t events_retention = 10000;              // events kept in the store
+  // The durations history (docs/history.md): prompts' and proxied requests' times, kept this
+  // long; off, nothing is recorded.
+  bool history = true;
+  Duration history_retention = std::chrono::hours(24 * 90);
   // A lease without a holder pid ends when no request about it came for this long.
   Duration lease_heartbeat = std::chrono::seconds(30);
   // Finds GPU services at run time (`vramd discover`'s scan) and adds them as `discovered`.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/durations.h"
 #include "core/units.h"
 
 namespace vramd {
@@ -24,6 +25,14 @@ struct ServiceProbe {
   // Its adapter has a call that loads it again (vLLM /wake_up, llama.cpp's router /models/load):
   // a fact of the adapter, which the shell fills in (a prewarm wakes only such a service).
   bool can_wake = false;
+  // What it runs: its version and argument list, where the server says (ComfyUI's
+  // /system_stats comfyui_version and argv, vLLM's /version, Ollama's /api/version, llama.cpp's
+  // /props build_info); "" and empty where it does not.
+  std::string version;
+  std::vector<std::string> args;
+  // Work it finished, as it tells (ComfyUI's /history): prompts with their times; the core adds
+  // the service, its version, arguments and GPU (core/durations.h).
+  std::vector<DurationRecord> finished;
 };
 
 // The result of asking a service to release GPU memory (or to wake). It says only what the

@@ -222,6 +222,8 @@ void ServicePolicy::apply_probe(ServiceStatus& st, const ServiceProbe& p, const 
   // its API no longer lists them asleep (Ollama's /api/ps, llama.cpp's loaded models).
   st.models = p.models.empty() && st.asleep ? st.asleep->models : p.models;
   st.self_reported_vram = p.self_reported_vram;
+  note_variant(st, p, now, actions);
+  note_finished(st, p, actions);
   // Activity: working now, the end of work seen, or a change in what is loaded.
   if (p.busy.value_or(false) || was_busy || models_changed) st.last_activity = now.mono;
 }

@@ -69,6 +69,11 @@ class ServicePolicy {
   std::optional<Bytes> ram_room() const { return ram_room_; }
   // A wake finished (core/wakes.h): the service is awake; its time is learned.
   void on_woken(const WokenIntent& w, const Now& now, std::vector<Action>& actions);
+  // Brings back what each service last ran with (the store's latest variant of each): a change
+  // seen by the first probe after a restart of vramd is told as one.
+  void restore_variants(const std::vector<ServiceVariant>& latest);
+  // vramd started the service's process: what it runs is `start` (a change of it is told).
+  void on_started(const std::string& service, const Now& now, std::vector<Action>& actions);
   // Brings back the demand histograms the store kept (core/demand.h).
   void restore_demand(const std::vector<DemandHistory>& demand);
   // When the service is asked for; nullptr before its first busy spell.
@@ -95,6 +100,11 @@ class ServicePolicy {
   PaceContext pace_context(const ServiceStatus& st, bool decisions_pending) const;
   void apply_probe(ServiceStatus& st, const ServiceProbe& p, const Now& now,
                    std::vector<Action>& actions);
+  // What the probe says it runs (version, arguments), and the prompts it finished
+  // (core/service_variants.cc).
+  void note_variant(ServiceStatus& st, const ServiceProbe& p, const Now& now,
+                    std::vector<Action>& actions);
+  void note_finished(ServiceStatus& st, const ServiceProbe& p, std::vector<Action>& actions);
   void bring_probes_forward(bool decisions_pending, const Now& now, std::vector<Action>& actions);
   void bring_forward(ServiceStatus& st, bool decisions_pending, const Now& now,
                      std::vector<Action>& actions);

@@ -160,6 +160,16 @@ struct ServiceStatus {
   // Found by `[daemon] discover`, not configured: `discovered_by` is the fingerprint's evidence.
   bool discovered = false;
   std::string discovered_by;
+  // What it runs (core/durations.h): the version its server says, the arguments it was started
+  // with (the server's argv, else `start` and its environment), their fingerprint, and the last
+  // change of either (service.changed).
+  std::string version;
+  std::vector<std::string> args;
+  std::string args_fp;
+  std::optional<TimePoint> changed_at;
+  std::string last_change;  // "version 0.27.0 → 0.28.0; args +--disable-async-offload"
+  // ComfyUI prompt ids already recorded (the newest 512): a prompt read twice is kept once.
+  std::deque<std::string> recorded_prompts;
 };
 
 // Idle since last activity while reachable and not busy; nullopt otherwise.

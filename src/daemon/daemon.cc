@@ -99,6 +99,32 @@ Status Daemon::start() {
   } else {
     spdlog::warn("{}: prewarm learns when services are asked from now on", demand.error());
   }
+  if (auto variants = duration_store_->variants(""); variants) {
+    // Each service's latest: what it ran with when vramd last saw it.
+    std::map<std::string, ServiceVariant> latest;
+    for (auto& v : *variants) {
+      auto [it, fresh] = latest.try_emplace(v.service, v);
+      if (!fresh && std::max(v.last_seen, v.first_seen) >=
+                        std::max(it->second.last_seen, it->second.first_seen))
+        it->second = v;
+    }
+    std::vector<ServiceVariant> list;
+    for (auto& [name, v] : latest) list.push_back(std::move(v));
+    arbiter_.restore_variants(list);
+  } else {
+    spdlog::warn("{}: a change of version or arguments made while vramd was down is not told",
+                 variants.error());
+  }
+  recorder_ = std::make_unique<DurationRecorder>(
+      io_, store_thread_, duration_store_, cfg.daemon.history_retention,
+      [this](DurationRecord& r) {
+        if (const ServiceStatus* st = arbiter_.service_policy_status(r.service)) {
+          r.version = st->version;
+          r.args_fp = st->args_fp;
+          r.gpu = st->last_gpu;
+        }
+      });
+  recorder_->start();
   // Last of the reads on this thread: what the restore ends (a holder gone while vramd was down)
   // is written on the store thread from here on, and the stores are not to be used from two
   // threads at once (libpq's connection is not thread-safe: a read here while the store thread
@@ -121,6 +147,7 @@ Status Daemon::start() {
   if (auto s = http_.listen_unix(socket_path()); !s) return s;
   if (wants_proxy(cfg)) {
     ProxyOptions options = proxy_options(cfg);
+    if (cfg.daemon.history) options.request_log = recorder_->log();
     if (!cfg.proxy.api_keys_file.empty()) {
       auto keys = read_api_keys_file(cfg.proxy.api_keys_file);
       if (!keys) return make_error(keys.error());
@@ -156,6 +183,7 @@ Status Daemon::open_store() {
   lease_store_ = stores->leases;
   crash_store_ = stores->crashes;
   peak_store_ = stores->peaks;
+  duration_store_ = stores->durations;
   host_store_ = stores->hosts;
   stream_.set_host(host_);
   if (host_store_) {
@@ -193,6 +221,7 @@ void Daemon::stop() {
   runner_->close();
   http_.close();
   if (proxy_) proxy_->close();
+  if (recorder_) recorder_->stop();  // the last requests' samples, written before the store closes
 }
 
 void Daemon::feed(const Event& event) {
@@ -219,7 +248,9 @@ void Daemon::apply(std::vector<Action> actions) {
     if (auto* e = std::get_if<EmitEvent>(&a)) {
       spdlog::info("{}: {}", e->event.type, e->event.message);
       int64_t id = next_stream_id_++;
-      nlohmann::json data = e->event.verdict ? to_json(*e->event.verdict) : nlohmann::json(nullptr);
+      nlohmann::json data = e->event.verdict  ? to_json(*e->event.verdict)
+                            : e->event.change ? to_json(*e->event.change)
+                                              : nlohmann::json(nullptr);
       // SSE subscribers first (they are on this loop), then the store on its own thread.
       stream_.publish(id, e->event, data);
       const auto* next = i + 1 < actions.size() ? std::get_if<LeaseChanged>(&actions[i + 1]) : nullptr;
@@ -297,6 +328,10 @@ void Daemon::apply(std::vector<Action> actions) {
       check_health(ch->service);
     } else if (auto* rc = std::get_if<RecordCrash>(&a)) {
       record_crash(*rc);
+    } else if (auto* rv = std::get_if<RememberVariant>(&a)) {
+      recorder_->remember(rv->variant);
+    } else if (auto* rd = std::get_if<RecordDurations>(&a)) {
+      if (arbiter_.config().daemon.history) recorder_->record(std::move(rd->records));
     } else if (auto* rp = std::get_if<RememberLoadPeak>(&a)) {
       asio::post(store_thread_, [store = peak_store_, peak = rp->peak, at = clock_().wall] {
         if (auto r = store->save(peak, at); !r) spdlog::warn("{}", r.error());
@@ -720,6 +755,18 @@ asio::awaitable<void> Daemon::wait_lease(uint64_t id, Duration max, bool until_e
 
 asio::awaitable<Result<std::optional<JobRecord>>> Daemon::job(uint64_t id) {
   auto op = run_on(store_thread_, [store = lease_store_, id] { return store->job(id); });
+  co_return co_await std::move(op);
+}
+
+asio::awaitable<Result<std::vector<DurationRecord>>> Daemon::durations(DurationQuery q) {
+  auto op = run_on(store_thread_, [store = duration_store_, q = std::move(q)] { return store->list(q); });
+  co_return co_await std::move(op);
+}
+
+asio::awaitable<Result<std::vector<ServiceVariant>>> Daemon::variants(std::string service) {
+  auto op = run_on(store_thread_, [store = duration_store_, service = std::move(service)] {
+    return store->variants(service);
+  });
   co_return co_await std::move(op);
 }
 

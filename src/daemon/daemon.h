@@ -33,6 +33,8 @@
 #include "store/crash_store.h"
 #include "store/lease_store.h"
 #include "store/peak_store.h"
+#include "store/duration_store.h"
+#include "daemon/duration_recorder.h"
 #include "store/stores.h"
 #include "supervisor/container_watch.h"
 #include "supervisor/unit_watch.h"
@@ -106,6 +108,8 @@ class Daemon : public DaemonControl, public ProxyHooks {
   bool lease_written(uint64_t id) const override { return !lease_writes_pending_.count(id); }
   std::vector<BackendFault> faults() const override;
   boost::asio::awaitable<Result<std::optional<JobRecord>>> job(uint64_t id) override;
+  boost::asio::awaitable<Result<std::vector<DurationRecord>>> durations(DurationQuery q) override;
+  boost::asio::awaitable<Result<std::vector<ServiceVariant>>> variants(std::string service) override;
   boost::asio::awaitable<Result<std::vector<JobRecord>>> jobs(std::string label,
                                                               size_t limit) override;
   uint64_t service_command(const std::string& service, Command action,
@@ -216,6 +220,8 @@ class Daemon : public DaemonControl, public ProxyHooks {
   std::shared_ptr<LeaseStore> lease_store_;
   std::shared_ptr<CrashStore> crash_store_;
   std::shared_ptr<PeakStore> peak_store_;
+  std::shared_ptr<DurationStore> duration_store_;
+  std::unique_ptr<DurationRecorder> recorder_;  // the durations history (docs/history.md)
   // Several hosts (issue 17): this daemon's host name, and the hosts table (PostgreSQL only).
   std::string host_;
   std::shared_ptr<HostStore> host_store_;

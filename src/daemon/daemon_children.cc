@@ -59,7 +59,13 @@ void Daemon::record_crash(const RecordCrash& crash) {
   for (const auto& r : arbiter_.config().crash_rules)
     rules.push_back({r.signature, r.title, r.pattern, r.requires_pattern, r.explanation, r.suggestion});
   // Reading the log and the kernel's and diagnosing: the worker; storing: the store thread.
-  asio::post(worker_, [this, crash, log, rules, socket = arbiter_.config().daemon.docker_socket,
+  std::string version, args_fp;
+  if (const ServiceStatus* st = arbiter_.service_policy_status(crash.service)) {
+    version = st->version;
+    args_fp = st->args_fp;
+  }
+  asio::post(worker_, [this, crash, log, rules, version, args_fp,
+                       socket = arbiter_.config().daemon.docker_socket,
                        tools = systemd_tools(arbiter_.config())] {
     CrashInput in;
     // Only what this run printed: an older run's error must not be blamed for this crash.
@@ -82,6 +88,8 @@ void Daemon::record_crash(const RecordCrash& crash) {
     rec.exit_code = crash.exit_code;
     rec.signal = crash.signal;
     rec.reason = crash.reason;
+    rec.version = version;
+    rec.args_fp = args_fp;
     rec.signature = d.signature;
     rec.title = d.title;
     rec.explanation = d.explanation;

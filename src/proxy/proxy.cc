@@ -147,6 +147,7 @@ struct Scratch {
   std::string head;         // a head being written
   beast::flat_buffer ubuf;  // what the service sent, not parsed yet
   std::array<char, kChunk> body;  // one piece of a body
+  UsageScan usage;                // the response body's tail: its tokens (request_log.h)
 };
 
 struct Upstream {
@@ -693,15 +694,40 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     const bool replayable = !stream_parser || stream_parser->is_done();
     const std::string& name = svc.opt.name;
     unsigned status = 0;
+    // Counted, and written to the request log (docs/history.md), however the exchange ends.
     struct Record {
       Impl& impl;
       const std::string& service;
       const std::string& model;
       unsigned& status;
+      const UsageScan& usage;
+      Clock::time_point start = Clock::now();
+      double wait_s = -1, first_byte_s = -1;
+      bool streamed = false;
       ~Record() {
-        if (status && !impl.closed) impl.metrics.request_done(service, model, status);
+        if (!status || impl.closed) return;
+        impl.metrics.request_done(service, model, status);
+        if (!impl.options.request_log) return;
+        RequestSample s;
+        s.set_service(service);
+        s.set_model(model.empty() ? usage.model() : std::string_view(model));
+        s.status = static_cast<uint16_t>(status);
+        s.at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+        double total = std::chrono::duration<double>(Clock::now() - start).count();
+        s.seconds = static_cast<float>(total);
+        s.wait_s = static_cast<float>(wait_s);
+        s.first_byte_s = static_cast<float>(first_byte_s);
+        // Generation: from the first byte for a stream, the whole answer for one sent at once.
+        // (A "stream" sent in one piece has none to speak of: the whole request then.)
+        double generation =
+            streamed && first_byte_s >= 0 && total - first_byte_s >= 0.01 ? total - first_byte_s : total;
+        s.tokens_per_s = static_cast<float>(usage.tokens_per_second(generation));
+        impl.options.request_log->push(s);
       }
-    } record{*this, name, model, status};
+    } record{*this, name, model, status, sc.usage};
+    sc.usage.reset();
     if (stream_parser && has_token(req[http::field::expect], "100-continue")) {
       req.erase(http::field::expect);
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -734,7 +760,9 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
 
     bool sse_open = false;
     if (!hooks.is_ready(name, model)) {
+      Clock::time_point held = Clock::now();
       WakeResult r = co_await hold(c, svc, model, wants_sse && !upgrade, &sse_open);
+      record.wait_s = std::chrono::duration<double>(Clock::now() - held).count();
       if (!r.ok) {
         status = 503;
         nlohmann::json reason = {{"message", r.reason},
@@ -825,6 +853,8 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
 
     auto& res = rp->get();
     status = res.result_int();
+    record.first_byte_s = std::chrono::duration<double>(Clock::now() - record.start).count();
+    record.streamed = wants_sse || !res.has_content_length();
     if (upgrade && res.result() == http::status::switching_protocols) {
       activity.end();  // an open WebSocket is busy only while messages flow
       co_await tunnel(c, cbuf, *up, ubuf, res, svc);
@@ -835,7 +865,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     beast::error_code ec;
     if (sse_open) {
       // The head went out while the request was held: the body follows as chunks.
-      ec = co_await relay_chunks(c, *up, ubuf, *rp, svc, buf);
+      ec = co_await relay_chunks(c, *up, ubuf, *rp, svc, buf, sc.usage);
       if (!ec) {
         c.expires_after(kClientWriteTimeout);
         co_await asio::async_write(c, asio::buffer("0\r\n\r\n", 5),
@@ -857,7 +887,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
         co_await asio::async_write(c, asio::buffer(sc.head),
                                    asio::redirect_error(use_awaitable, ec));
       } else {
-        ec = co_await relay_body(c, *up, ubuf, *rp, sc.head, chunked, svc, buf);
+        ec = co_await relay_body(c, *up, ubuf, *rp, sc.head, chunked, svc, buf, sc.usage);
       }
     }
     if (ec) {
@@ -932,7 +962,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
   asio::awaitable<beast::error_code> relay_body(Client& c, Client& up, beast::flat_buffer& ubuf,
                                                 http::response_parser<http::buffer_body>& p,
                                                 const std::string& head, bool chunked,
-                                                Upstream& svc, char* buf) {
+                                                Upstream& svc, char* buf, UsageScan& usage) {
     beast::error_code ec;
     bool head_sent = false;
     if (ubuf.size() == 0 && !p.is_done()) {
@@ -954,6 +984,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
         if (ec == http::error::end_of_stream && p.is_done()) ec = {};
         if (ec) co_return ec;
         n = kChunk - p.get().body().size;
+        usage.feed(buf, n);
       }
       const bool last = p.is_done();
       std::array<asio::const_buffer, 5> out;
@@ -983,7 +1014,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
   // The response body as chunks of an already open chunked response.
   asio::awaitable<beast::error_code> relay_chunks(Client& c, Client& up, beast::flat_buffer& ubuf,
                                                   http::response_parser<http::buffer_body>& p,
-                                                  Upstream& svc, char* buf) {
+                                                  Upstream& svc, char* buf, UsageScan& usage) {
     beast::error_code ec;
     while (!p.is_done()) {
       p.get().body().data = buf;
@@ -995,6 +1026,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       if (ec) co_return ec;
       size_t n = kChunk - p.get().body().size;
       if (n == 0) continue;
+      usage.feed(buf, n);
       std::string bytes = chunk(std::string_view(buf, n));
       c.expires_after(kClientWriteTimeout);
       co_await asio::async_write(c, asio::buffer(bytes), asio::redirect_error(use_awaitable, ec));

@@ -17,6 +17,7 @@
 #include "core/units.h"
 #include "proxy/hooks.h"
 #include "proxy/proxy_metrics.h"
+#include "proxy/request_log.h"
 
 namespace vramd {
 
@@ -44,6 +45,8 @@ struct ProxyOptions {
   std::vector<ProxyServiceOptions> services;
   // host:port pairs a service URL may not name (vramd's own API).
   std::vector<std::string> forbidden_upstreams;
+  // Where each request's times go (docs/history.md); null: not recorded. Outlives the proxy.
+  RequestLog* request_log = nullptr;
 };
 
 class Proxy {

@@ -16,6 +16,7 @@
 #include "core/gpu_select.h"
 #include "supervisor/children.h"
 #include "server/json_view.h"
+#include "server/history_view.h"
 #include "core/eviction.h"
 
 namespace vramd {
@@ -597,6 +598,11 @@ boost::asio::awaitable<HttpResponse> Api::doctor(const Target& t) {
   }
   auto list = co_await daemon_.crashes(only, 5000);
   if (!list) co_return error(500, "store", list.error());
+  // The versions and argument sets each service ran: crashes split by them. A daemon that
+  // keeps no history gives none (nothing split).
+  auto variants_op = daemon_.variants(only);
+  auto variants = co_await std::move(variants_op);
+  std::vector<ServiceVariant> all_variants = variants ? std::move(*variants) : std::vector<ServiceVariant>{};
   json services = json::array();
   for (const auto& st : daemon_.arbiter().services()) {
     if (!only.empty() && st.name != only) continue;
@@ -621,6 +627,22 @@ boost::asio::awaitable<HttpResponse> Api::doctor(const Target& t) {
     std::stable_sort(sorted.begin(), sorted.end(),
                      [](const json& a, const json& b) { return a["count"].get<int>() > b["count"].get<int>(); });
     if (sorted.empty() && !st.managed && only.empty()) continue;
+    {
+      std::vector<CrashRecord> mine;
+      std::vector<ServiceVariant> ran;
+      for (const auto& c : *list)
+        if (c.service == st.name) mine.push_back(c);
+      for (const auto& v : all_variants)
+        if (v.service == st.name) ran.push_back(v);
+      json split = crash_split_json(mine, ran, st.args, daemon_.now().wall);
+      for (json& g : sorted)
+        for (const json& s : split)
+          if (s["signature"] == g["signature"]) {
+            g["by_variant"] = s["by_variant"];
+            g["summary"] = s["summary"];
+            g["applied"] = s["applied"];
+          }
+    }
     json entry = {{"service", st.name}, {"crashes", sorted}};
     if (st.managed) {
       entry["state"] = to_string(st.managed->state);
@@ -739,6 +761,10 @@ boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& st
   if (t.path == "/v1/proxy") {
     if (!get) co_return only("GET");
     co_return json_reply(200, daemon_.request_path());
+  }
+  if (t.path == "/v1/history/records" || t.path == "/v1/history/durations") {
+    if (!get) co_return only("GET");
+    co_return co_await history(t);
   }
   if (t.path == "/v1/doctor") {
     if (!get) co_return only("GET");

@@ -110,6 +110,13 @@ class DaemonControl {
                                                                 std::optional<uint64_t> after) = 0;
   // Counters for /metrics since the daemon started.
   virtual const MetricsCounters& metrics() const = 0;
+  // The durations history (docs/history.md): records, newest first; the variants services ran.
+  virtual boost::asio::awaitable<Result<std::vector<DurationRecord>>> durations(DurationQuery) {
+    co_return make_error("this daemon keeps no durations history");
+  }
+  virtual boost::asio::awaitable<Result<std::vector<ServiceVariant>>> variants(std::string) {
+    co_return make_error("this daemon keeps no durations history");
+  }
 };
 
 
@@ -131,6 +138,8 @@ class Api {
   boost::asio::awaitable<HttpResponse> logs(const std::string& service, const Target& t);
   boost::asio::awaitable<HttpResponse> crashes(const std::string& service, const Target& t);
   boost::asio::awaitable<HttpResponse> doctor(const Target& t);
+  // GET /v1/history/records and /v1/history/durations (server/api_history.cc).
+  boost::asio::awaitable<HttpResponse> history(const Target& t);
 
   DaemonControl& daemon_;
 };

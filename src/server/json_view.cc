@@ -97,7 +97,17 @@ json to_json(const EventRecord& e) {
             {"subject", e.subject},
             {"message", e.message}};
   if (e.verdict) j["data"] = to_json(*e.verdict);
+  if (e.change) j["data"] = to_json(*e.change);
   return j;
+}
+
+json to_json(const ServiceChange& c) {
+  auto text = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  return {{"old_version", text(c.old_version)},
+          {"new_version", text(c.new_version)},
+          {"old_args_fingerprint", text(c.old_args_fp)},
+          {"new_args_fingerprint", text(c.new_args_fp)},
+          {"args_diff", c.args_diff}};
 }
 
 json to_json(const UnloadVerdict& v) {
@@ -191,6 +201,13 @@ json to_json(const ServiceStatus& s, const Now& now) {
       // Found by `[daemon] discover`, not configured (and left alone unless discover_unload).
       {"discovered", s.discovered},
       {"discovered_by", s.discovered ? json(s.discovered_by) : json(nullptr)},
+      // What it runs (docs/history.md): its version, arguments, and their last change.
+      {"version", s.version.empty() ? json(nullptr) : json(s.version)},
+      {"args", s.args},
+      {"args_fingerprint", s.args_fp.empty() ? json(nullptr) : json(s.args_fp)},
+      {"last_change",
+       s.changed_at ? json{{"at", format_rfc3339(*s.changed_at)}, {"what", s.last_change}}
+                    : json(nullptr)},
       {"process",
        s.managed
            ? json{{"state", to_string(s.managed->state)},

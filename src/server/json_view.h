@@ -15,6 +15,7 @@ nlohmann::json to_json(const StatusSnapshot& s, const Now& now);
 nlohmann::json to_json(const HistoryView& v, unsigned gpu, const Now& now);
 nlohmann::json to_json(const EventRecord& e);
 nlohmann::json to_json(const UnloadVerdict& v);
+nlohmann::json to_json(const ServiceChange& c);
 nlohmann::json to_json(const ServiceStatus& s, const Now& now);
 // A lease as the API shows it; `arbiter` fills its queue position and, for a lease behind
 // another, which one.

@@ -1,12 +1,33 @@
 // ComfyUI: busy from GET /queue, unload with POST /free (docs/adapters.md "comfyui").
 #include "services/http_adapter_base.h"
 #include "services/kinds.h"
+#include "services/comfyui_history.h"
 #include "services/parsers.h"
 
 namespace vramd {
 namespace {
 
 using boost::asio::awaitable;
+
+// Enough for the prompts finished between two probes while it works (a probe every second or
+// two then); a quiet server is probed seldom, and has finished nothing new.
+constexpr std::string_view kHistoryPath = "/history?max_items=16";
+
+DurationRecord to_record(const ComfyPromptRun& run) {
+  DurationRecord r;
+  r.kind = RecordKind::prompt;
+  r.key = run.prompt_id;
+  r.model = run.model;
+  r.workflow = run.workflow;
+  r.outcome = run.outcome;
+  r.cached_nodes = run.cached_nodes;
+  r.at = run.ended_at.value_or(TimePoint{});
+  if (run.started_at && run.ended_at)
+    r.seconds = std::max(0.0, std::chrono::duration<double>(*run.ended_at - *run.started_at).count());
+  if (run.queued_at && run.started_at)
+    r.wait_s = std::max(0.0, std::chrono::duration<double>(*run.started_at - *run.queued_at).count());
+  return r;
+}
 
 class ComfyUiAdapter final : public HttpAdapter {
  public:
@@ -32,10 +53,17 @@ class ComfyUiAdapter final : public HttpAdapter {
       if (s) {
         // Evidence only: PyTorch's cache, ~0.1 GB under cudaMallocAsync whatever is loaded.
         p.self_reported_vram = s->torch_vram_total;
+        p.version = s->version;
+        p.args = parse_comfyui_argv(*j);
       } else {
         add_error(p, "GET /system_stats: " + s.error());
       }
     }
+    // The prompts it finished (the newest kHistoryItems; the core keeps each once): their
+    // times for the durations history (docs/history.md). Extra: a failure is no probe error.
+    if (auto j = co_await optional_json(kHistoryPath, d))
+      if (auto runs = parse_comfyui_history(*j))
+        for (const ComfyPromptRun& run : *runs) p.finished.push_back(to_record(run));
     co_return p;
   }
 

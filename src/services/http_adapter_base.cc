@@ -78,6 +78,15 @@ boost::asio::awaitable<std::optional<nlohmann::json>> HttpAdapter::probe_json(st
   co_return j;
 }
 
+boost::asio::awaitable<std::optional<nlohmann::json>> HttpAdapter::optional_json(
+    std::string_view path, Deadline deadline) {
+  Result<HttpReply> r = co_await call("GET", path, {}, deadline);
+  if (!r || !ok_status(r->status)) co_return std::nullopt;
+  nlohmann::json j = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) co_return std::nullopt;
+  co_return j;
+}
+
 boost::asio::awaitable<UnloadCall> HttpAdapter::request(std::string_view method,
                                                         std::string_view path, std::string body) {
   Result<HttpReply> r = co_await call(method, path, std::move(body), unload_deadline());

@@ -54,6 +54,10 @@ class HttpAdapter : public Adapter {
   boost::asio::awaitable<std::optional<nlohmann::json>> probe_json(std::string_view path,
                                                                    Deadline deadline,
                                                                    ServiceProbe& probe);
+  // GET `path` as JSON where the answer is extra (a version, a history): nullopt when it fails,
+  // and nothing recorded as the probe's error.
+  boost::asio::awaitable<std::optional<nlohmann::json>> optional_json(std::string_view path,
+                                                                      Deadline deadline);
   // GET `path` as text (2xx only), recording into `probe` as probe_json does.
   boost::asio::awaitable<std::optional<std::string>> probe_text(std::string_view path,
                                                                 Deadline deadline,

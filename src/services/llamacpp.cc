@@ -2,6 +2,8 @@
 // router mode (config `router`, or detected from GET /models) unloads each loaded model.
 #include "services/http_adapter_base.h"
 #include "services/kinds.h"
+#include "services/comfyui_history.h"
+#include "services/comfyui_history.h"
 #include "services/parsers.h"
 
 namespace vramd {
@@ -43,6 +45,9 @@ class LlamaCppAdapter final : public HttpAdapter {
       std::optional<std::vector<std::string>> models = co_await list_models(d, p);
       if (models) p.models = *models;
     }
+    // Its version, for the durations history (docs/history.md): extra, never a probe error.
+    if (p.reachable)
+      if (auto v = co_await optional_json("/props", d)) p.version = parse_llamacpp_build_info(*v);
     co_return p;
   }
 

@@ -2,6 +2,7 @@
 // busy call (docs/adapters.md "ollama").
 #include "services/http_adapter_base.h"
 #include "services/kinds.h"
+#include "services/comfyui_history.h"
 #include "services/parsers.h"
 
 namespace vramd {
@@ -30,6 +31,9 @@ class OllamaAdapter final : public HttpAdapter {
         add_error(p, "GET /api/ps: " + models.error());
       }
     }
+    // Its version, for the durations history (docs/history.md): extra, never a probe error.
+    if (p.reachable)
+      if (auto v = co_await optional_json("/api/version", probe_deadline())) p.version = parse_ollama_version(*v);
     co_return p;
   }
 

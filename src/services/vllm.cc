@@ -2,6 +2,7 @@
 // (docs/adapters.md "vllm").
 #include "services/http_adapter_base.h"
 #include "services/kinds.h"
+#include "services/comfyui_history.h"
 #include "services/parsers.h"
 
 namespace vramd {
@@ -50,6 +51,9 @@ class VllmAdapter final : public HttpAdapter {
         }
       }
     }
+    // Its version, for the durations history (docs/history.md): extra, never a probe error.
+    if (p.reachable)
+      if (auto v = co_await optional_json("/version", d)) p.version = parse_vllm_version(*v);
     co_return p;
   }
 

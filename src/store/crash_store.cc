@@ -35,7 +35,9 @@ std::string crash_data_json(const CrashRecord& c) {
                {"suggestion", c.suggestion},
                {"evidence", c.evidence},
                {"log_tail", c.log_tail},
-               {"gpu_holders", holders}};
+               {"gpu_holders", holders},
+               {"version", c.version},
+               {"args_fp", c.args_fp}};
   return data.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -52,6 +54,8 @@ bool crash_data_from_json(const std::string& text, CrashRecord& c) {
   c.suggestion = d.value("suggestion", "");
   c.evidence = d.value("evidence", std::vector<std::string>{});
   c.log_tail = d.value("log_tail", std::vector<std::string>{});
+  if (d.contains("version") && d["version"].is_string()) c.version = d["version"].get<std::string>();
+  if (d.contains("args_fp") && d["args_fp"].is_string()) c.args_fp = d["args_fp"].get<std::string>();
   for (const auto& h : d.value("gpu_holders", json::array()))
     c.gpu_holders.emplace_back(h.value("owner", ""), h.value("bytes", Bytes{0}));
   return true;

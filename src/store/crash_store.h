@@ -24,6 +24,8 @@ struct CrashRecord {
   std::vector<std::string> evidence;
   std::vector<std::string> log_tail;
   std::vector<std::pair<std::string, Bytes>> gpu_holders;
+  // What it ran (core/durations.h): its version and argument set then; "" when unknown.
+  std::string version, args_fp;
 };
 
 // The stored form of a crash's details (what both stores keep beside service and time).

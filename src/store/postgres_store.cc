@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <regex>
 #include <set>
 #include <stdexcept>
@@ -294,8 +295,24 @@ const std::vector<std::string> kMigrations = {
     " PRIMARY KEY (host, service));",
     // 8: fencing tokens (issue 30): every grant of a shared lease takes the next one.
     "CREATE SEQUENCE lease_tokens;",
+    // 9: durations history (issue 29, store/duration_store.h): what each prompt and request
+    // took, a prompt once per (host, service, key); and the versions and argument sets each
+    // service ran with.
+    "CREATE TABLE durations ("
+    " id BIGSERIAL PRIMARY KEY, host TEXT NOT NULL, kind TEXT NOT NULL, service TEXT NOT NULL,"
+    " at_ms BIGINT NOT NULL, key TEXT NOT NULL, model TEXT NOT NULL, workflow TEXT NOT NULL,"
+    " outcome TEXT NOT NULL, status INTEGER NOT NULL, wait_s DOUBLE PRECISION,"
+    " first_byte_s DOUBLE PRECISION, seconds DOUBLE PRECISION NOT NULL,"
+    " tokens_per_s DOUBLE PRECISION, cached_nodes INTEGER NOT NULL, version TEXT NOT NULL,"
+    " args_fp TEXT NOT NULL, gpu INTEGER);"
+    "CREATE UNIQUE INDEX durations_key ON durations (host, service, kind, key) WHERE key <> '';"
+    "CREATE INDEX durations_at ON durations (host, service, at_ms);"
+    "CREATE TABLE service_variants ("
+    " host TEXT NOT NULL, service TEXT NOT NULL, version TEXT NOT NULL, args_fp TEXT NOT NULL,"
+    " args_json TEXT NOT NULL, first_seen_ms BIGINT NOT NULL, last_seen_ms BIGINT NOT NULL,"
+    " PRIMARY KEY (host, service, version, args_fp));",
 };
-static_assert(kPostgresSchemaVersion == 8);
+static_assert(kPostgresSchemaVersion == 9);
 
 // A list of ids as one PostgreSQL array parameter ($1::bigint[]).
 std::string id_array(const std::vector<uint64_t>& ids) {
@@ -1183,6 +1200,168 @@ Result<std::optional<std::string>> HostStore::beat_lease(uint64_t id) {
   });
 }
 
+namespace {
+
+// A double in a form PostgreSQL reads back to the same double (the shortest that round-trips).
+Param real(double v) { return Param(fmt::format("{}", v)); }
+Param real(std::optional<double> v) {
+  if (!v || !std::isfinite(*v)) return Param(std::nullopt);  // no number is no time
+  return real(*v);
+}
+std::optional<double> real_at(const PgResult& r, int row, int col) {
+  if (r.null(row, col)) return std::nullopt;
+  return std::stod(r.text(row, col));
+}
+
+class PgDurationStore final : public DurationStore {
+ public:
+  PgDurationStore(std::shared_ptr<PgConnection> c, std::string host)
+      : c_(std::move(c)), host_(std::move(host)) {}
+
+  Status add(const std::vector<DurationRecord>& records) override {
+    if (records.empty()) return Ok{};
+    return guarded(fmt::format("cannot store {} durations", records.size()), [&]() -> Status {
+      // Multi-row inserts of up to kRows rows (16 parameters each, far below libpq's 65535).
+      constexpr size_t kCols = 16, kRows = 500;
+      PgTransaction tx(*c_);
+      std::vector<const DurationRecord*> rows;
+      for (const DurationRecord& r : records)
+        if (std::isfinite(r.seconds)) rows.push_back(&r);  // a record with no time is none
+      for (size_t from = 0; from < rows.size(); from += kRows) {
+        size_t n = std::min(kRows, rows.size() - from);
+        std::string sql =
+            "INSERT INTO durations (host, kind, service, at_ms, key, model, workflow, outcome,"
+            " status, wait_s, first_byte_s, seconds, tokens_per_s, cached_nodes, version,"
+            " args_fp, gpu) VALUES ";
+        std::vector<Param> params;
+        params.reserve(n * kCols + 1);
+        params.emplace_back(host_);
+        for (size_t i = 0; i < n; ++i) {
+          const DurationRecord& r = *rows[from + i];
+          size_t b = 1 + i * kCols;
+          sql += i ? ", ($1" : "($1";
+          for (size_t k = 1; k <= kCols; ++k) sql += fmt::format(", ${}", b + k);
+          sql += ")";
+          params.emplace_back(to_string(r.kind));
+          params.emplace_back(r.service);
+          params.emplace_back(ms_of(r.at));
+          params.emplace_back(r.key);
+          params.emplace_back(r.model);
+          params.emplace_back(r.workflow);
+          params.emplace_back(r.outcome);
+          params.emplace_back(r.status);
+          params.push_back(real(r.wait_s));
+          params.push_back(real(r.first_byte_s));
+          params.push_back(real(r.seconds));
+          params.push_back(real(r.tokens_per_s));
+          params.emplace_back(r.cached_nodes);
+          params.emplace_back(r.version);
+          params.emplace_back(r.args_fp);
+          params.emplace_back(r.gpu);
+        }
+        sql += " ON CONFLICT DO NOTHING";  // a prompt already stored stays as it is
+        c_->exec(sql, params);
+      }
+      tx.commit();
+      return Ok{};
+    });
+  }
+
+  Result<std::vector<DurationRecord>> list(const DurationQuery& q) const override {
+    return guarded("cannot read durations", [&]() -> Result<std::vector<DurationRecord>> {
+      PgResult r = c_->exec(
+          "SELECT kind, service, at_ms, key, model, workflow, outcome, status, wait_s,"
+          " first_byte_s, seconds, tokens_per_s, cached_nodes, version, args_fp, gpu"
+          " FROM durations WHERE host = $1 AND at_ms >= $2 AND ($3 = '' OR service = $3)"
+          " AND ($4 = '' OR kind = $4) AND ($5 = '' OR workflow = $5)"
+          " AND ($6 = '' OR model = $6) ORDER BY at_ms DESC, id DESC LIMIT $7",
+          {host_, ms_of(q.since), q.service, q.kind ? to_string(*q.kind) : "", q.workflow,
+           q.model, static_cast<int64_t>(q.limit)});
+      std::vector<DurationRecord> out;
+      out.reserve(static_cast<size_t>(r.rows()));
+      for (int i = 0; i < r.rows(); ++i) {
+        auto kind = record_kind_from(r.text(i, 0));
+        if (!kind) continue;  // never written so
+        DurationRecord d;
+        d.kind = *kind;
+        d.service = r.text(i, 1);
+        d.at = TimePoint(Duration(r.integer(i, 2)));
+        d.key = r.text(i, 3);
+        d.model = r.text(i, 4);
+        d.workflow = r.text(i, 5);
+        d.outcome = r.text(i, 6);
+        d.status = static_cast<int>(r.integer(i, 7));
+        d.wait_s = real_at(r, i, 8);
+        d.first_byte_s = real_at(r, i, 9);
+        d.seconds = real_at(r, i, 10).value_or(0);
+        d.tokens_per_s = real_at(r, i, 11);
+        d.cached_nodes = static_cast<int>(r.integer(i, 12));
+        d.version = r.text(i, 13);
+        d.args_fp = r.text(i, 14);
+        if (!r.null(i, 15)) d.gpu = static_cast<unsigned>(r.integer(i, 15));
+        out.push_back(std::move(d));
+      }
+      return out;
+    });
+  }
+
+  Status save_variant(const ServiceVariant& v) override {
+    return guarded(fmt::format("cannot store a variant of {}", v.service), [&]() -> Status {
+      c_->exec(
+          "INSERT INTO service_variants (host, service, version, args_fp, args_json,"
+          " first_seen_ms, last_seen_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+          " ON CONFLICT (host, service, version, args_fp) DO UPDATE SET last_seen_ms ="
+          " GREATEST(service_variants.last_seen_ms, EXCLUDED.last_seen_ms)",
+          {host_, v.service, v.version, v.args_fp,
+           nlohmann::json(v.args).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+           ms_of(v.first_seen), ms_of(std::max(v.last_seen, v.first_seen))});
+      return Ok{};
+    });
+  }
+
+  Result<std::vector<ServiceVariant>> variants(const std::string& service) const override {
+    return guarded("cannot read service variants", [&]() -> Result<std::vector<ServiceVariant>> {
+      PgResult r = c_->exec(
+          "SELECT service, version, args_fp, args_json, first_seen_ms, last_seen_ms"
+          " FROM service_variants"
+          " WHERE host = $1 AND ($2 = '' OR service = $2)"
+          " ORDER BY first_seen_ms, service, version, args_fp",
+          {host_, service});
+      std::vector<ServiceVariant> out;
+      for (int i = 0; i < r.rows(); ++i) {
+        auto args = nlohmann::json::parse(r.text(i, 3), nullptr, false);
+        if (!args.is_array()) continue;  // never written so
+        ServiceVariant v;
+        v.service = r.text(i, 0);
+        v.version = r.text(i, 1);
+        v.args_fp = r.text(i, 2);
+        for (const auto& a : args)
+          if (a.is_string()) v.args.push_back(a.get<std::string>());
+        v.first_seen = TimePoint(Duration(r.integer(i, 4)));
+        v.last_seen = TimePoint(Duration(r.integer(i, 5)));
+        out.push_back(std::move(v));
+      }
+      return out;
+    });
+  }
+
+  Result<int64_t> prune(TimePoint before) override {
+    return guarded("cannot prune durations", [&]() -> Result<int64_t> {
+      PgResult r = c_->exec(
+          "WITH gone AS (DELETE FROM durations WHERE host = $1 AND at_ms < $2 RETURNING 1)"
+          " SELECT COUNT(*) FROM gone",
+          {host_, ms_of(before)});
+      return r.integer(0, 0);
+    });
+  }
+
+ private:
+  std::shared_ptr<PgConnection> c_;
+  std::string host_;
+};
+
+}  // namespace
+
 Result<Stores> open_postgres_stores(const std::string& url, const std::string& host,
                                     int64_t events_retention) {
   auto conn = std::make_shared<PgConnection>(url);
@@ -1196,6 +1375,7 @@ Result<Stores> open_postgres_stores(const std::string& url, const std::string& h
   out.leases = std::make_shared<PgLeaseStore>(conn, host);
   out.crashes = std::make_shared<PgCrashStore>(conn, host);
   out.peaks = std::make_shared<PgPeakStore>(conn, host);
+  out.durations = std::make_shared<PgDurationStore>(conn, host);
   out.hosts = std::make_shared<HostStore>(conn, host);
   return out;
 }

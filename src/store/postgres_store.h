@@ -1,10 +1,10 @@
-// The stores in PostgreSQL ([daemon] store = "postgresql://..."), through libpq: the same four
-// interfaces as the SQLite ones (events, leases and jobs, crashes, load peaks), each row keyed by
-// the host that wrote it, so that several vramd hosts share one database. The schema is versioned
-// (table vramd_schema) and migrated at start under an advisory lock; a schema newer than this
-// binary knows is refused. A lost connection is opened again on the next call (each call that
-// fails returns an error, which the daemon treats like a failing SQLite write: retried, never
-// acknowledged before it lands). Blocking: the daemon calls it from its store thread.
+// The stores in PostgreSQL ([daemon] store = "postgresql://..."), through libpq: the same five
+// interfaces as the SQLite ones (events, leases and jobs, crashes, load peaks, durations), each
+// row keyed by the host that wrote it, so that several vramd hosts share one database. The schema
+// is versioned (table vramd_schema) and migrated at start under an advisory lock; a schema newer
+// than this binary knows is refused. A lost connection is opened again on the next call (each
+// call that fails returns an error, which the daemon treats like a failing SQLite write: retried,
+// never acknowledged before it lands). Blocking: the daemon calls it from its store thread.
 #pragma once
 
 #include <map>
@@ -20,7 +20,7 @@
 namespace vramd {
 
 // The schema version this binary writes and knows (migrations 1..kPostgresSchemaVersion).
-inline constexpr int kPostgresSchemaVersion = 8;
+inline constexpr int kPostgresSchemaVersion = 9;
 
 // One row of the hosts table: a host's heartbeat and its last status snapshot (JSON).
 struct HostRow {

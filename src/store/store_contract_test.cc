@@ -357,6 +357,229 @@ TEST_P(StoreContract, DemandKeepsTheLatestPerServiceAndSurvivesReopen) {
   EXPECT_EQ((*all)[1].counts[9], 4u);
 }
 
+DurationRecord prompt_record(std::string service, int64_t ms, std::string key, double seconds) {
+  DurationRecord r;
+  r.kind = RecordKind::prompt;
+  r.service = std::move(service);
+  r.at = TimePoint(Duration(ms));
+  r.key = std::move(key);
+  r.model = "flux1-dev.safetensors";
+  r.workflow = "3f9a0c1d2e4b";
+  r.outcome = "success";
+  r.seconds = seconds;
+  return r;
+}
+
+DurationRecord request_record(std::string service, int64_t ms, std::string model, double seconds) {
+  DurationRecord r;
+  r.kind = RecordKind::request;
+  r.service = std::move(service);
+  r.at = TimePoint(Duration(ms));
+  r.model = std::move(model);
+  r.status = 200;
+  r.seconds = seconds;
+  return r;
+}
+
+void expect_same(const DurationRecord& got, const DurationRecord& want) {
+  EXPECT_EQ(got.kind, want.kind);
+  EXPECT_EQ(got.service, want.service);
+  EXPECT_EQ(got.at, want.at);
+  EXPECT_EQ(got.key, want.key);
+  EXPECT_EQ(got.model, want.model);
+  EXPECT_EQ(got.workflow, want.workflow);
+  EXPECT_EQ(got.outcome, want.outcome);
+  EXPECT_EQ(got.status, want.status);
+  EXPECT_EQ(got.wait_s, want.wait_s);
+  EXPECT_EQ(got.first_byte_s, want.first_byte_s);
+  EXPECT_EQ(got.seconds, want.seconds);  // exactly: a double goes and comes back the same
+  EXPECT_EQ(got.tokens_per_s, want.tokens_per_s);
+  EXPECT_EQ(got.cached_nodes, want.cached_nodes);
+  EXPECT_EQ(got.version, want.version);
+  EXPECT_EQ(got.args_fp, want.args_fp);
+  EXPECT_EQ(got.gpu, want.gpu);
+}
+
+std::vector<std::string> keys_of(const Result<std::vector<DurationRecord>>& r) {
+  std::vector<std::string> out;
+  if (!r.ok()) return {"error: " + r.error()};
+  for (const auto& d : *r) out.push_back(d.key.empty() ? d.model : d.key);
+  return out;
+}
+
+TEST_P(StoreContract, DurationsListNewestFirstWithEveryField) {
+  Stores s = open();
+  ASSERT_TRUE(s.durations);
+  DurationRecord full = prompt_record("comfyui", 2000, "9b1e-prompt", 12.345678901234567);
+  full.outcome = "error";
+  full.status = 0;
+  full.wait_s = 0.1;
+  full.first_byte_s = 1e-9;
+  full.tokens_per_s = 73.25;
+  full.cached_nodes = 7;
+  full.version = "0.3.41";
+  full.args_fp = "a1b2c3d4e5f6";
+  full.gpu = 1;
+  DurationRecord bare = request_record("vllm", 3000, "qwen3-8b", 0.30000000000000004);
+  bare.status = 503;
+  DurationRecord gpu0 = request_record("vllm", 3000, "qwen3-8b", 2.5);
+  gpu0.gpu = 0;  // GPU 0 is a GPU, not none
+  gpu0.wait_s = 0;
+  ASSERT_TRUE(s.durations->add({full, bare}).ok());
+  ASSERT_TRUE(s.durations->add({gpu0}).ok());
+  ASSERT_TRUE(s.durations->add({}).ok());
+  auto all = s.durations->list(DurationQuery{});
+  ASSERT_TRUE(all.ok()) << all.error();
+  ASSERT_EQ(all->size(), 3u);
+  // Newest first; of one time, the one added last first.
+  expect_same((*all)[0], gpu0);
+  expect_same((*all)[1], bare);
+  expect_same((*all)[2], full);
+  EXPECT_FALSE((*all)[1].gpu.has_value());
+  EXPECT_FALSE((*all)[1].wait_s.has_value());
+  EXPECT_EQ((*all)[0].gpu, 0u);
+  EXPECT_EQ((*all)[0].wait_s, 0.0);
+}
+
+TEST_P(StoreContract, APromptIsStoredOnceAndEveryRequestIsKept) {
+  Stores s = open();
+  ASSERT_TRUE(s.durations);
+  DurationRecord p = prompt_record("comfyui", 1000, "p1", 10);
+  DurationRecord again = prompt_record("comfyui", 5000, "p1", 99);  // read twice: the first stays
+  DurationRecord r = request_record("comfyui", 2000, "", 1);
+  ASSERT_TRUE(s.durations->add({p, again, r, r}).ok());
+  auto one = s.durations->list(DurationQuery{});
+  ASSERT_TRUE(one.ok()) << one.error();
+  ASSERT_EQ(one->size(), 3u);
+  EXPECT_EQ(one->back().key, "p1");
+  EXPECT_EQ(one->back().seconds, 10);
+  EXPECT_EQ(one->back().at, TimePoint(Duration(1000)));
+  // A second batch: the prompt again (not stored), a request again (stored), the same prompt id
+  // on another service (another prompt).
+  ASSERT_TRUE(s.durations->add({again, r, prompt_record("comfyui-2", 3000, "p1", 4)}).ok());
+  auto two = s.durations->list(DurationQuery{});
+  ASSERT_TRUE(two.ok()) << two.error();
+  ASSERT_EQ(two->size(), 5u);
+  size_t p1 = 0, requests = 0;
+  for (const auto& d : *two) {
+    if (d.key == "p1" && d.service == "comfyui") {
+      ++p1;
+      EXPECT_EQ(d.seconds, 10);
+    }
+    if (d.kind == RecordKind::request) ++requests;
+  }
+  EXPECT_EQ(p1, 1u);
+  EXPECT_EQ(requests, 3u);
+}
+
+TEST_P(StoreContract, DurationsAreFilteredByServiceKindWorkflowModelSinceAndLimit) {
+  Stores s = open();
+  ASSERT_TRUE(s.durations);
+  DurationRecord other_wf = prompt_record("comfyui", 4000, "c4", 3);
+  other_wf.workflow = "000000000000";
+  other_wf.model = "sdxl.safetensors";
+  ASSERT_TRUE(s.durations
+                  ->add({prompt_record("comfyui", 1000, "c1", 1), request_record("comfyui", 2000, "api", 1),
+                         prompt_record("comfyui", 3000, "c3", 2), other_wf,
+                         request_record("vllm", 5000, "qwen3-8b", 1),
+                         request_record("vllm", 6000, "llama-3-8b", 1)})
+                  .ok());
+  DurationQuery q;
+  EXPECT_EQ(keys_of(s.durations->list(q)),
+            (std::vector<std::string>{"llama-3-8b", "qwen3-8b", "c4", "c3", "api", "c1"}));
+  q.service = "comfyui";
+  EXPECT_EQ(keys_of(s.durations->list(q)), (std::vector<std::string>{"c4", "c3", "api", "c1"}));
+  q.kind = RecordKind::prompt;
+  EXPECT_EQ(keys_of(s.durations->list(q)), (std::vector<std::string>{"c4", "c3", "c1"}));
+  q.workflow = "3f9a0c1d2e4b";
+  EXPECT_EQ(keys_of(s.durations->list(q)), (std::vector<std::string>{"c3", "c1"}));
+  q.since = TimePoint(Duration(3000));  // at >= since
+  EXPECT_EQ(keys_of(s.durations->list(q)), (std::vector<std::string>{"c3"}));
+  DurationQuery m;
+  m.model = "sdxl.safetensors";
+  EXPECT_EQ(keys_of(s.durations->list(m)), (std::vector<std::string>{"c4"}));
+  m.model = "qwen3-8b";
+  m.kind = RecordKind::request;
+  EXPECT_EQ(keys_of(s.durations->list(m)), (std::vector<std::string>{"qwen3-8b"}));
+  DurationQuery k;
+  k.kind = RecordKind::request;
+  k.limit = 2;
+  EXPECT_EQ(keys_of(s.durations->list(k)), (std::vector<std::string>{"llama-3-8b", "qwen3-8b"}));
+  k.service = "nobody";
+  EXPECT_EQ(keys_of(s.durations->list(k)), (std::vector<std::string>{}));
+}
+
+TEST_P(StoreContract, DurationsSurviveReopenAndPruneDropsTheOld) {
+  {
+    Stores s = open();
+    ASSERT_TRUE(s.durations);
+    std::vector<DurationRecord> batch;
+    for (int i = 1; i <= 5; ++i)
+      batch.push_back(prompt_record("comfyui", i * 1000, fmt::format("p{}", i), i));
+    ASSERT_TRUE(s.durations->add(batch).ok());
+    ASSERT_TRUE(s.durations->save_variant({"comfyui", "0.3.41", "", {}, TimePoint(Duration(1))}).ok());
+  }
+  Stores s = open();
+  ASSERT_TRUE(s.durations);
+  EXPECT_EQ(keys_of(s.durations->list(DurationQuery{})),
+            (std::vector<std::string>{"p5", "p4", "p3", "p2", "p1"}));
+  auto pruned = s.durations->prune(TimePoint(Duration(3000)));  // at < before
+  ASSERT_TRUE(pruned.ok()) << pruned.error();
+  EXPECT_EQ(*pruned, 2);
+  EXPECT_EQ(keys_of(s.durations->list(DurationQuery{})), (std::vector<std::string>{"p5", "p4", "p3"}));
+  EXPECT_EQ(*s.durations->prune(TimePoint(Duration(3000))), 0);
+  EXPECT_EQ(s.durations->variants("")->size(), 1u);  // variants are kept
+  // A pruned prompt read again is stored again (its key is free): harmless, it is past retention.
+  ASSERT_TRUE(s.durations->add({prompt_record("comfyui", 1000, "p1", 1)}).ok());
+  EXPECT_EQ(s.durations->list(DurationQuery{})->size(), 4u);
+}
+
+TEST_P(StoreContract, VariantsKeepTheFirstSeenAndTheLatestAndListOldestFirst) {
+  auto at = [](int64_t ms) { return TimePoint(Duration(ms)); };
+  {
+    Stores s = open();
+    ASSERT_TRUE(s.durations);
+    ASSERT_TRUE(s.durations->save_variant({"comfyui", "0.3.41", "aaaaaaaaaaaa",
+                                           {"--listen", "--port", "8188", "HF_HOME=/m"}, at(2000)})
+                    .ok());
+    // Seen again later (or with other words for the same fingerprint): the first stays.
+    ASSERT_TRUE(s.durations->save_variant({"comfyui", "0.3.41", "aaaaaaaaaaaa", {"--other"}, at(9000)})
+                    .ok());
+    ASSERT_TRUE(s.durations
+                    ->save_variant({"comfyui", "0.3.41", "bbbbbbbbbbbb",
+                                    {"--listen", "--disable-async-offload"}, at(3000)})
+                    .ok());
+    ASSERT_TRUE(s.durations->save_variant({"comfyui", "0.3.40", "aaaaaaaaaaaa", {}, at(1000)}).ok());
+    ASSERT_TRUE(s.durations->save_variant({"vllm", "", "", {}, at(1500)}).ok());
+  }
+  Stores s = open();
+  ASSERT_TRUE(s.durations);
+  auto comfy = s.durations->variants("comfyui");
+  ASSERT_TRUE(comfy.ok()) << comfy.error();
+  ASSERT_EQ(comfy->size(), 3u);
+  EXPECT_EQ((*comfy)[0].version, "0.3.40");
+  EXPECT_EQ((*comfy)[0].first_seen, at(1000));
+  EXPECT_TRUE((*comfy)[0].args.empty());
+  EXPECT_EQ((*comfy)[1].version, "0.3.41");
+  EXPECT_EQ((*comfy)[1].args_fp, "aaaaaaaaaaaa");
+  EXPECT_EQ((*comfy)[1].first_seen, at(2000));
+  // The latest change back to it is kept: the service's current variant after a restart.
+  EXPECT_EQ((*comfy)[1].last_seen, at(9000));
+  EXPECT_EQ((*comfy)[0].last_seen, at(1000));
+  EXPECT_EQ((*comfy)[1].args, (std::vector<std::string>{"--listen", "--port", "8188", "HF_HOME=/m"}));
+  EXPECT_EQ((*comfy)[1].service, "comfyui");
+  EXPECT_EQ((*comfy)[2].args_fp, "bbbbbbbbbbbb");
+  EXPECT_EQ((*comfy)[2].args, (std::vector<std::string>{"--listen", "--disable-async-offload"}));
+  auto all = s.durations->variants("");
+  ASSERT_TRUE(all.ok()) << all.error();
+  ASSERT_EQ(all->size(), 4u);
+  EXPECT_EQ((*all)[0].first_seen, at(1000));
+  EXPECT_EQ((*all)[1].service, "vllm");
+  EXPECT_EQ((*all)[1].first_seen, at(1500));
+  EXPECT_EQ((*all)[3].first_seen, at(3000));
+  EXPECT_TRUE(s.durations->variants("nobody")->empty());
+}
+
 TEST_P(StoreContract, ASchemaNewerThanThisBinaryIsRefusedWithAClearMessage) {
   { ASSERT_TRUE(open().events); }
   backend_->bump_schema_version();
@@ -402,6 +625,25 @@ TEST_F(PostgresStore, TwoHostsShareOneDatabaseEachWithItsOwnRows) {
   EXPECT_EQ(pg_->psql(db_, "SELECT host || ':' || id FROM leases"), "gpu1:1");
 }
 
+TEST_F(PostgresStore, EachHostReadsItsOwnDurationsAndVariants) {
+  Stores a = open("gpu1");
+  Stores b = open("gpu2");
+  ASSERT_TRUE(a.durations && b.durations);
+  // One prompt id on two hosts (two ComfyUIs numbering alike): each host keeps its own.
+  ASSERT_TRUE(a.durations->add({prompt_record("comfyui", 1000, "p1", 1)}).ok());
+  ASSERT_TRUE(b.durations->add({prompt_record("comfyui", 2000, "p1", 2)}).ok());
+  ASSERT_TRUE(a.durations->save_variant({"comfyui", "0.3.41", "", {}, TimePoint(Duration(1))}).ok());
+  auto mine = a.durations->list(DurationQuery{});
+  ASSERT_TRUE(mine.ok()) << mine.error();
+  ASSERT_EQ(mine->size(), 1u);
+  EXPECT_EQ(mine->front().seconds, 1);
+  EXPECT_EQ(b.durations->list(DurationQuery{})->front().seconds, 2);
+  EXPECT_EQ(a.durations->variants("")->size(), 1u);
+  EXPECT_TRUE(b.durations->variants("")->empty());
+  EXPECT_EQ(*b.durations->prune(TimePoint(Duration(5000))), 1);  // its own only
+  EXPECT_EQ(a.durations->list(DurationQuery{})->size(), 1u);
+}
+
 TEST_F(PostgresStore, HostsHeartbeatAndTheirLastStatusIsReadByAll) {
   Stores a = open("gpu1");
   Stores b = open("gpu2");
@@ -426,12 +668,13 @@ TEST_F(PostgresStore, AnOlderSchemaIsMigratedAtOpen) {
             " ALTER TABLE leases DROP COLUMN cluster, DROP COLUMN want_host, DROP COLUMN priority,"
             " DROP COLUMN qseq, DROP COLUMN release, DROP COLUMN evict_host, DROP COLUMN heard;"
             " DROP TABLE wake_times; DROP TABLE demand; DROP SEQUENCE lease_tokens;"
+            " DROP TABLE durations; DROP TABLE service_variants;"
             " DELETE FROM vramd_schema WHERE version >= 2");
   Stores s = open("gpu1");
   ASSERT_TRUE(s.hosts);
   EXPECT_TRUE(s.hosts->beat("{}").ok());
   EXPECT_EQ(pg_->psql(db_, "SELECT string_agg(version::text, ',' ORDER BY version) FROM vramd_schema"),
-            "1,2,3,4,5,6,7,8");
+            "1,2,3,4,5,6,7,8,9");
 }
 
 // The shared queue's claim (HostStore::sync): three hosts claiming at once from 300 queued leases,

@@ -60,6 +60,9 @@ Result<Stores> open_stores(const std::string& state_dir, int64_t events_retentio
   auto peaks = PeakStore::open(db);
   if (!peaks) return make_error(peaks.error());
   out.peaks = std::move(*peaks);
+  auto durations = DurationStore::open(db);
+  if (!durations) return make_error(durations.error());
+  out.durations = std::move(*durations);
   if (auto s = mark_sqlite_schema(db); !s) return make_error(s.error());
   return out;
 }

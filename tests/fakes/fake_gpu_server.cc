@@ -82,7 +82,8 @@ HttpResponse handle_fake(FakeModel& model, const Call& call) {
 }
 
 // "stream": true on an OpenAI completion: the answer as server-sent events, 50 ms apart, as
-// vLLM, llama.cpp and the others stream tokens (chat.completion.chunk ... data: [DONE]).
+// vLLM, llama.cpp and the others stream tokens (chat.completion.chunk ... data: [DONE]); with
+// stream_options.include_usage, the usage (5 completion tokens) in a last chunk before [DONE].
 asio::awaitable<void> stream_completion(FakeModel& model, const Call& call, vramd::HttpStream& out) {
   model.work();
   bool chat = call.path == "/v1/chat/completions";
@@ -107,6 +108,22 @@ asio::awaitable<void> stream_completion(FakeModel& model, const Call& call, vram
     auto op = out.write(frame);
     if (!co_await std::move(op)) co_return;
     co_await sleep_for(std::chrono::milliseconds(50));
+  }
+  // stream_options.include_usage (vLLM, llama.cpp): a last chunk with no choices and the usage.
+  const nlohmann::json* opts = call.json.is_object() && call.json.contains("stream_options")
+                                   ? &call.json["stream_options"]
+                                   : nullptr;
+  if (opts && opts->is_object() && opts->value("include_usage", false)) {
+    const auto n = static_cast<int>(words.size());
+    nlohmann::json ev = {{"id", "cmpl-" + std::to_string(model.work_count())},
+                         {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                         {"created", 0},
+                         {"model", model.options().model},
+                         {"choices", nlohmann::json::array()},
+                         {"usage", {{"prompt_tokens", 5}, {"completion_tokens", n}, {"total_tokens", 5 + n}}}};
+    std::string frame = "data: " + ev.dump() + "\n\n";
+    auto op = out.write(frame);
+    if (!co_await std::move(op)) co_return;
   }
   std::string done = "data: [DONE]\n\n";
   auto op = out.write(done);

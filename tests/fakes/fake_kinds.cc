@@ -1,7 +1,13 @@
 // Each kind's API: paths and shapes from docs' service-apis reference and real servers' answers.
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "fake_server.h"
 
@@ -66,13 +72,13 @@ HttpResponse openai_reply(FakeModel& m, const Call& c) {
     choice["message"] = {{"role", "assistant"}, {"content", "Hello!"}};
   else
     choice["text"] = "Hello!";
+  json usage = {{"prompt_tokens", 5}, {"completion_tokens", 2}, {"total_tokens", 7}};
   return json_reply(200, {{"id", "cmpl-" + std::to_string(m.work_count())},
                           {"object", chat ? "chat.completion" : "text_completion"},
                           {"created", now_unix()},
                           {"model", m.options().model},
                           {"choices", json::array({choice})},
-                          {"usage",
-                           {{"prompt_tokens", 5}, {"completion_tokens", 2}, {"total_tokens", 7}}}});
+                          {"usage", usage}});
 }
 
 bool is_openai_work(const Call& c) {
@@ -87,20 +93,257 @@ HttpResponse openai_models(FakeModel& m, const std::string& owner, bool listed) 
   return json_reply(200, {{"object", "list"}, {"data", data}});
 }
 
+// ComfyUI's prompts, kept in memory as the real one keeps them (gone when it restarts): each
+// runs --prompt-seconds after the one before it, on the wall clock its history reports.
+struct ComfyPrompt {
+  std::uint64_t number = 0;
+  std::string id;
+  json graph;
+  json extra_data;  // the request's extra_data, client_id, create_time (ms)
+  json outputs;     // outputs_to_execute: the output nodes' ids
+  json cached;      // execution_cached's nodes
+  std::int64_t start_ms = 0, end_ms = 0;
+  std::string end_event = "execution_success";  // execution_error, execution_interrupted
+  std::string failed_node;                      // the node of an error or an interrupt
+};
+
+struct ComfyPrompts {
+  std::vector<ComfyPrompt> list;  // in the order queued; finished ones are the history
+  json last_graph;                // the graph executed before: its unchanged nodes are cached
+};
+
+ComfyPrompts& comfy_prompts() {
+  static ComfyPrompts p;
+  return p;
+}
+
+// ComfyUI keeps at most this many prompts in its history (execution.py MAXIMUM_HISTORY_SIZE).
+constexpr std::size_t kComfyHistoryMax = 10000;
+
+// A prompt id unique across restarts, as ComfyUI's uuid4 ones are: a daemon that keeps each
+// prompt once by its id must not take a restarted fake's first prompt for an old one.
+std::string comfy_prompt_id(std::uint64_t n) {
+  static const std::uint64_t run = [] {
+    auto t = std::chrono::system_clock::now().time_since_epoch().count();
+    return static_cast<std::uint64_t>(t) ^ (static_cast<std::uint64_t>(::getpid()) << 40);
+  }();
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%08llx-%04llx-4%03llx-8a7f-%012llx",
+                static_cast<unsigned long long>(run & 0xffffffffULL),
+                static_cast<unsigned long long>((run >> 32) & 0xffffULL),
+                static_cast<unsigned long long>((run >> 48) & 0xfffULL),
+                static_cast<unsigned long long>(n));
+  return buf;
+}
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+bool is_output_node(const json& node) {
+  if (!node.is_object() || !node.contains("class_type") || !node["class_type"].is_string())
+    return false;
+  const std::string t = node["class_type"];
+  return t.find("Save") != std::string::npos || t.find("Preview") != std::string::npos;
+}
+
+// The nodes ComfyUI would take from its cache: those the previous prompt ran with the same
+// class and inputs, whose linked inputs come from cached nodes too.
+json comfy_cached_nodes(const json& graph, const json& last) {
+  std::set<std::string> cached;
+  if (!graph.is_object() || !last.is_object()) return json::array();
+  for (auto it = graph.begin(); it != graph.end(); ++it)
+    if (last.contains(it.key()) && last[it.key()] == *it) cached.insert(it.key());
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (auto id = cached.begin(); id != cached.end();) {
+      const json& node = graph[*id];
+      bool upstream_cached = true;
+      if (node.is_object() && node.contains("inputs") && node["inputs"].is_object()) {
+        for (const json& v : node["inputs"]) {
+          if (v.is_array() && v.size() == 2 && v[0].is_string() &&
+              !cached.count(v[0].get<std::string>()))
+            upstream_cached = false;
+        }
+      }
+      if (upstream_cached) {
+        ++id;
+      } else {
+        id = cached.erase(id);
+        changed = true;
+      }
+    }
+  }
+  return json(cached);
+}
+
+// POST /prompt: queued behind the others; a node of class FakeError makes it end in
+// execution_error.
+ComfyPrompt& comfy_queue_prompt(FakeModel& m, const Call& c) {
+  ComfyPrompts& p = comfy_prompts();
+  std::int64_t now = wall_ms();
+  std::int64_t start = now;
+  if (!p.list.empty()) start = std::max(start, p.list.back().end_ms);
+  ComfyPrompt q;
+  q.graph = c.json["prompt"];
+  q.start_ms = start;
+  q.end_ms = start + m.options().prompt_for.count();
+  m.work(std::chrono::milliseconds(q.end_ms - now));
+  q.number = m.work_count();
+  q.id = comfy_prompt_id(m.work_count());
+  q.extra_data = json::object();
+  if (c.json.contains("extra_data") && c.json["extra_data"].is_object())
+    q.extra_data = c.json["extra_data"];
+  if (c.json.contains("client_id")) q.extra_data["client_id"] = c.json["client_id"];
+  q.extra_data["create_time"] = now;
+  q.outputs = json::array();
+  if (q.graph.is_object()) {
+    for (auto it = q.graph.begin(); it != q.graph.end(); ++it) {
+      if (is_output_node(*it)) q.outputs.push_back(it.key());
+      if (it->is_object() && it->value("class_type", json()) == "FakeError") {
+        q.end_event = "execution_error";
+        q.failed_node = it.key();
+      }
+    }
+  }
+  q.cached = comfy_cached_nodes(q.graph, p.last_graph);
+  p.last_graph = q.graph;
+  p.list.push_back(std::move(q));
+  // The history holds the newest kComfyHistoryMax finished prompts.
+  if (p.list.size() > kComfyHistoryMax + 100) p.list.erase(p.list.begin(), p.list.begin() + 100);
+  return p.list.back();
+}
+
+json comfy_queue_item(const ComfyPrompt& q) {
+  return json::array({q.number, q.id, q.graph, q.extra_data, q.outputs});
+}
+
+std::string comfy_node_type(const ComfyPrompt& q) {
+  if (!q.graph.is_object() || !q.graph.contains(q.failed_node)) return "";
+  const json& n = q.graph[q.failed_node];
+  return n.is_object() && n.contains("class_type") && n["class_type"].is_string()
+             ? n["class_type"].get<std::string>()
+             : "";
+}
+
+// One finished prompt as GET /history shows it (execution.py PromptQueue.task_done).
+nlohmann::ordered_json comfy_history_entry(const ComfyPrompt& q) {
+  using ojson = nlohmann::ordered_json;
+  bool ok = q.end_event == "execution_success";
+  ojson messages = ojson::array();
+  messages.push_back(
+      ojson::array({"execution_start", {{"prompt_id", q.id}, {"timestamp", q.start_ms}}}));
+  messages.push_back(ojson::array(
+      {"execution_cached", {{"nodes", q.cached}, {"prompt_id", q.id}, {"timestamp", q.start_ms}}}));
+  ojson end = {{"prompt_id", q.id}};
+  if (!ok) {
+    end["node_id"] = q.failed_node;
+    end["node_type"] = comfy_node_type(q);
+    end["executed"] = json::array();
+  }
+  if (q.end_event == "execution_error") {
+    end["exception_message"] = "the fake's FakeError node failed";
+    end["exception_type"] = "RuntimeError";
+    end["traceback"] = json::array();
+    end["current_inputs"] = json::object();
+    end["current_outputs"] = json::object();
+  }
+  end["timestamp"] = q.end_ms;
+  messages.push_back(ojson::array({q.end_event, end}));
+  ojson outputs = ojson::object(), meta = ojson::object();
+  if (ok) {
+    for (const json& id : q.outputs) {
+      std::string node = id.get<std::string>();
+      char file[64];
+      std::snprintf(file, sizeof file, "ComfyUI_%05llu_.png",
+                    static_cast<unsigned long long>(q.number));
+      outputs[node] = {
+          {"images", ojson::array({{{"filename", file}, {"subfolder", ""}, {"type", "output"}}})}};
+      meta[node] = {{"node_id", node},
+                    {"display_node", node},
+                    {"parent_node", nullptr},
+                    {"real_node_id", node}};
+    }
+  }
+  return {{"prompt", comfy_queue_item(q)},
+          {"outputs", outputs},
+          {"status",
+           {{"status_str", ok ? "success" : "error"}, {"completed", ok}, {"messages", messages}}},
+          {"meta", meta}};
+}
+
+// GET /history[?max_items=N] (the newest N, oldest first), GET /history/{prompt_id}.
+HttpResponse comfy_history(const Call& c) {
+  std::int64_t now = wall_ms();
+  std::vector<const ComfyPrompt*> done;
+  for (const ComfyPrompt& q : comfy_prompts().list)
+    if (q.end_ms <= now) done.push_back(&q);
+  if (done.size() > kComfyHistoryMax) done.erase(done.begin(), done.end() - kComfyHistoryMax);
+  std::string id = c.path.size() > 9 ? c.path.substr(9) : "";  // after "/history/"
+  if (!id.empty()) {
+    done.erase(
+        std::remove_if(done.begin(), done.end(), [&](const ComfyPrompt* q) { return q->id != id; }),
+        done.end());
+  } else if (auto it = c.query.find("max_items"); it != c.query.end()) {
+    char* end = nullptr;
+    long n = std::strtol(it->second.c_str(), &end, 10);
+    if (!it->second.empty() && *end == '\0' && n >= 0 && static_cast<std::size_t>(n) < done.size())
+      done.erase(done.begin(), done.end() - n);
+  }
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const ComfyPrompt* q : done) out[q->id] = comfy_history_entry(*q);
+  return json_response(200, out.dump());
+}
+
+// POST /interrupt ({"prompt_id": id}: only when that one runs): the running prompt ends now,
+// execution_interrupted; the ones behind it move up.
+void comfy_interrupt(FakeModel& m, const Call& c) {
+  std::int64_t now = wall_ms();
+  std::string only = json_string(c, "prompt_id");
+  auto& list = comfy_prompts().list;
+  auto running = std::find_if(list.begin(), list.end(), [&](const ComfyPrompt& q) {
+    return q.start_ms <= now && now < q.end_ms;
+  });
+  if (running == list.end() || (!only.empty() && running->id != only)) return;
+  running->end_ms = now;
+  running->end_event = "execution_interrupted";
+  if (running->graph.is_object() && !running->graph.empty())
+    running->failed_node = running->graph.begin().key();
+  std::int64_t t = now;
+  for (auto it = running + 1; it != list.end(); ++it) {
+    it->start_ms = t;
+    it->end_ms = t = t + m.options().prompt_for.count();
+  }
+  m.set_busy(std::chrono::milliseconds(t - now));
+}
+
 // ComfyUI (aiohttp). Every route is also served under /api/.
 HttpResponse comfyui(FakeModel& m, Call c) {
   if (c.path.rfind("/api/", 0) == 0) c.path = c.path.substr(4);
   const auto& o = m.options();
   if (is_get(c) && c.path == "/queue") {
-    json running = json::array();
-    if (m.busy())
+    std::int64_t now = wall_ms();
+    json running = json::array(), pending = json::array();
+    for (const ComfyPrompt& q : comfy_prompts().list) {
+      if (q.start_ms <= now && now < q.end_ms) running.push_back(comfy_queue_item(q));
+      if (q.start_ms > now) pending.push_back(comfy_queue_item(q));
+    }
+    // Busy without a prompt (/fake/busy): a prompt of its own.
+    if (running.empty() && pending.empty() && m.busy())
       running.push_back(json::array({m.work_count(), fake_uuid(m.work_count()),
                                      {{"3", {{"class_type", "KSampler"}}}},
                                      {{"client_id", "vramd-test"}}, json::array({"9"})}));
-    return json_reply(200, {{"queue_running", running}, {"queue_pending", json::array()}});
+    return json_reply(200, {{"queue_running", running}, {"queue_pending", pending}});
   }
-  if (is_get(c) && c.path == "/prompt")
-    return json_reply(200, {{"exec_info", {{"queue_remaining", m.busy() ? 1 : 0}}}});
+  if (is_get(c) && c.path == "/prompt") {
+    std::int64_t now = wall_ms();
+    std::size_t left = 0;
+    for (const ComfyPrompt& q : comfy_prompts().list) left += q.end_ms > now ? 1 : 0;
+    if (left == 0 && m.busy()) left = 1;
+    return json_reply(200, {{"exec_info", {{"queue_remaining", left}}}});
+  }
   if (is_post(c) && c.path == "/prompt") {
     if (!c.json.is_object() || !c.json.contains("prompt"))
       return json_reply(400, {{"error",
@@ -109,17 +352,37 @@ HttpResponse comfyui(FakeModel& m, Call c) {
                                 {"details", "No prompt provided"},
                                 {"extra_info", json::object()}}},
                               {"node_errors", json::object()}});
-    m.work();
-    return json_reply(200, {{"prompt_id", fake_uuid(m.work_count())},
-                            {"number", m.work_count()},
-                            {"node_errors", json::object()}});
+    const ComfyPrompt& q = comfy_queue_prompt(m, c);
+    return json_reply(200,
+                      {{"prompt_id", q.id}, {"number", q.number}, {"node_errors", json::object()}});
+  }
+  if (is_get(c) && (c.path == "/history" || c.path.rfind("/history/", 0) == 0))
+    return comfy_history(c);
+  if (is_post(c) && c.path == "/history") {
+    // {"clear": true} empties it; {"delete": [ids]} drops those. Queued prompts stay.
+    std::int64_t now = wall_ms();
+    auto& list = comfy_prompts().list;
+    bool clear = c.json.is_object() && c.json.value("clear", false) == true;
+    std::set<std::string> drop;
+    if (c.json.is_object() && c.json.contains("delete") && c.json["delete"].is_array())
+      for (const json& id : c.json["delete"])
+        if (id.is_string()) drop.insert(id.get<std::string>());
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](const ComfyPrompt& q) {
+                                return q.end_ms <= now && (clear || drop.count(q.id));
+                              }),
+               list.end());
+    return empty_reply(200);
   }
   if (is_post(c) && c.path == "/free") {
     // Both flags default to false; the answer is an empty 200 either way.
     if (c.json.is_object() && c.json.value("unload_models", false)) m.unload(c.body);
     return empty_reply(200);
   }
-  if (is_post(c) && c.path == "/interrupt") return empty_reply(200);
+  if (is_post(c) && c.path == "/interrupt") {
+    comfy_interrupt(m, c);
+    return empty_reply(200);
+  }
   if (is_get(c) && c.path == "/system_stats") {
     auto g = m.gpu();
     // cudaMallocAsync: torch's own counter stays near 0.1 GB however much the models hold.
@@ -131,18 +394,19 @@ HttpResponse comfyui(FakeModel& m, Call c) {
                    {"vram_free", g.total > g.used ? g.total - g.used : 0},
                    {"torch_vram_total", torch_total},
                    {"torch_vram_free", torch_total / 4}};
-    return json_reply(
-        200, {{"system",
-               {{"os", "linux"},
-                {"ram_total", 67271630848ULL},
-                {"ram_free", 51539607552ULL},
-                {"comfyui_version", "0.3.40"},
-                {"python_version", "3.12.3 (main, Apr 10 2025, 12:00:00) [GCC 13.2.0]"},
-                {"pytorch_version", "2.7.0+cu128"},
-                {"embedded_python", false},
-                {"argv", json::array({"main.py", "--listen", o.host, "--port",
-                                      std::to_string(o.port)})}}},
-              {"devices", json::array({device})}});
+    json argv = json::array({"main.py"});
+    for (const std::string& a : o.args) argv.push_back(a);
+    return json_reply(200,
+                      {{"system",
+                        {{"os", "linux"},
+                         {"ram_total", 67271630848ULL},
+                         {"ram_free", 51539607552ULL},
+                         {"comfyui_version", o.version},
+                         {"python_version", "3.12.3 (main, Apr 10 2025, 12:00:00) [GCC 13.2.0]"},
+                         {"pytorch_version", "2.7.0+cu128"},
+                         {"embedded_python", false},
+                         {"argv", argv}}},
+                       {"devices", json::array({device})}});
   }
   return text_reply(404, "404: Not Found");
 }
@@ -151,7 +415,7 @@ HttpResponse comfyui(FakeModel& m, Call c) {
 HttpResponse ollama(FakeModel& m, const Call& c) {
   const auto& o = m.options();
   if (is_get(c) && c.path == "/") return text_reply(200, "Ollama is running");
-  if (is_get(c) && c.path == "/api/version") return json_reply(200, {{"version", "0.6.8"}});
+  if (is_get(c) && c.path == "/api/version") return json_reply(200, {{"version", o.version}});
   json details = {{"parent_model", ""},
                   {"format", "gguf"},
                   {"family", "llama"},
@@ -217,6 +481,7 @@ HttpResponse ollama(FakeModel& m, const Call& c) {
     reply["done_reason"] = "stop";
     reply["total_duration"] = 123456789;
     reply["eval_count"] = 2;
+    reply["eval_duration"] = 40000000;  // 2 tokens in 40 ms: 50 tokens/s
     if (keep_alive_zero) m.unload("");  // answers, then unloads, as ollama does
     return json_reply(200, reply);
   }
@@ -255,6 +520,7 @@ HttpResponse vllm(FakeModel& m, const Call& c) {
               "counter"));
   }
   if (is_get(c) && c.path == "/health") return empty_reply(200);
+  if (is_get(c) && c.path == "/version") return json_reply(200, {{"version", o.version}});
   if (is_post(c) && c.path == "/sleep") {
     // ?level= (default 1); a JSON body's "level" when the query has none.
     std::string level = "1";
@@ -479,6 +745,18 @@ HttpResponse llamacpp(FakeModel& m, const Call& c) {
                          {"n_decoded", processing ? 7 : 0}}}});
     }
     return json_reply(200, slots);
+  }
+  if (is_get(c) && c.path == "/props") {
+    // llama-server's GET /props (a subset); build_info is "b<build number>-<commit>".
+    return json_reply(200, {{"default_generation_settings",
+                             {{"id", 0}, {"n_ctx", 4096}, {"is_processing", m.busy()}}},
+                            {"total_slots", 2},
+                            {"model_path", "/models/" + o.model + ".gguf"},
+                            {"modalities", {{"vision", false}, {"audio", false}}},
+                            {"chat_template", ""},
+                            {"bos_token", "<|endoftext|>"},
+                            {"eos_token", "<|im_end|>"},
+                            {"build_info", o.version}});
   }
   if (is_get(c) && c.path == "/metrics")
     return prometheus(gauge("llamacpp:requests_processing", "Number of requests processing.", "",

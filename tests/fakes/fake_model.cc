@@ -32,8 +32,18 @@ std::string default_model(const std::string& kind) {
   return "model";
 }
 
+std::string default_version(const std::string& kind) {
+  if (kind == "comfyui") return "0.3.40";
+  if (kind == "ollama") return "0.6.8";
+  if (kind == "vllm") return "0.8.5";
+  if (kind == "llamacpp") return "b5474-e5c834f7";
+  return "";
+}
+
 Result<Options> parse_options(const std::vector<std::string>& args) {
   Options o;
+  o.args = args;
+  std::optional<Duration> prompt_for;  // default --busy-for
   if (const char* s = std::getenv("FAKE_NVML_STATE")) o.state_path = s;
   std::optional<int> port;
   std::optional<Bytes> asleep_keeps, weights_ram;  // defaults depend on --kind
@@ -61,10 +71,11 @@ Result<Options> parse_options(const std::vector<std::string>& args) {
     };
     Status st = Ok{};
     if (a == "--kind" || a == "--host" || a == "--state" || a == "--model" || a == "--port" ||
-        a == "--gpu" || a == "--partial") {
+        a == "--gpu" || a == "--partial" || a == "--version") {
       auto v = value();
       if (!v) return make_error(v.error());
       if (a == "--kind") o.kind = *v;
+      if (a == "--version") o.version = *v;
       if (a == "--host") o.host = *v;
       if (a == "--state") o.state_path = *v;
       if (a == "--model") o.model = *v;
@@ -96,6 +107,12 @@ Result<Options> parse_options(const std::vector<std::string>& args) {
       st = duration(o.slow);
     } else if (a == "--busy-for") {
       st = duration(o.busy_for);
+    } else if (a == "--prompt-seconds") {
+      Duration d{0};
+      st = duration(d);
+      prompt_for = d;
+    } else if (a == "--disable-async-offload") {
+      // One of ComfyUI's own flags: no effect here, but it shows in /system_stats argv.
     } else if (a == "--unloaded") {
       o.start_unloaded = true;
     } else if (a == "--na") {
@@ -125,6 +142,8 @@ Result<Options> parse_options(const std::vector<std::string>& args) {
   o.port = *port;
   if (o.state_path.empty()) return make_error("--state (or FAKE_NVML_STATE) is required");
   if (o.model.empty()) o.model = default_model(o.kind);
+  if (o.version.empty()) o.version = default_version(o.kind);
+  o.prompt_for = prompt_for.value_or(o.busy_for);
   // A sleeping vLLM keeps its CUDA context, and level 1 keeps the weights in host RAM.
   bool vllm = o.kind == "vllm";
   o.asleep_keeps = asleep_keeps.value_or(vllm ? 500 * MiB : 0);
@@ -238,15 +257,21 @@ void FakeModel::reload_weights() {
   needs_reload_weights_ = false;
 }
 
-void FakeModel::work() {
+void FakeModel::work() { work(options_.busy_for); }
+
+void FakeModel::work(std::chrono::milliseconds busy) {
   ++work_count_;
   if (!loaded_) load();
-  make_busy(options_.busy_for);
+  make_busy(busy);
 }
 
 void FakeModel::make_busy(std::chrono::milliseconds d) {
   auto until = std::chrono::steady_clock::now() + d;
   if (until > busy_until_) busy_until_ = until;
+}
+
+void FakeModel::set_busy(std::chrono::milliseconds d) {
+  busy_until_ = std::chrono::steady_clock::now() + d;
 }
 
 void FakeModel::release() {

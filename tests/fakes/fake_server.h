@@ -44,6 +44,12 @@ struct Options {
   Duration slow{0};                     // every API answer delayed this much
   bool crash_on_unload = false;         // free the process's memory and _exit(1) on unload
   Duration busy_for{2000};              // a work request keeps it busy this long
+  // comfyui: how long an executed prompt takes (prompts run one after another); default busy_for.
+  Duration prompt_for{2000};
+  std::string version;  // what the server reports; default_version(kind)
+  // The command line as given, without argv[0]: ComfyUI's /system_stats argv is "main.py" and
+  // these (so a flag such as --disable-async-offload, accepted and ignored, shows there).
+  std::vector<std::string> args;
   bool router = false;                  // llamacpp: router mode (/models, /models/unload)
   // An unload leaves at least this much on the GPU: a sleeping vLLM keeps its CUDA context
   // (about 300–400 MB, held until exit). Default 500MiB for vllm, 0 for the other kinds.
@@ -57,6 +63,10 @@ struct Options {
 Result<Options> parse_options(const std::vector<std::string>& args);
 // The model name a kind reports when --model is not given.
 std::string default_model(const std::string& kind);
+// The version a kind reports when --version is not given: comfyui 0.3.40 (/system_stats), ollama
+// 0.6.8 (/api/version), vllm 0.8.5 (/version), llamacpp b5474-e5c834f7 (/props build_info); ""
+// for the kinds that report none.
+std::string default_version(const std::string& kind);
 // Every kind the fake knows ("forge" is a1111's alias).
 const std::vector<std::string>& known_kinds();
 
@@ -102,9 +112,13 @@ class FakeModel {
   bool needs_reload_weights() const { return needs_reload_weights_; }
   void reload_weights();
   void reset_prefix_cache() { ++reset_prefix_cache_calls_; }
-  // A request that does work: loads the model when unloaded, then is busy for --busy-for.
+  // A request that does work: loads the model when unloaded, then is busy for --busy-for (or
+  // `busy`: ComfyUI's queue of prompts).
   void work();
+  void work(std::chrono::milliseconds busy);
   void make_busy(std::chrono::milliseconds d);
+  // Busy exactly `d` from now, shorter too (ComfyUI's /interrupt ends the running prompt).
+  void set_busy(std::chrono::milliseconds d);
   // Takes the process off the state file (SIGTERM, exit).
   void release();
 

@@ -14,6 +14,7 @@ add_library(vramd_fuzz_lib STATIC
   src/host/cgroup.cc src/host/docker.cc src/host/docker_engine.cc src/host/systemd.cc src/host/subprocess.cc
   src/host/ports.cc src/host/proc_table.cc
   src/services/parsers.cc src/services/prometheus.cc src/services/fingerprint.cc
+  src/services/comfyui_history.cc
   src/server/target.cc src/sim/trace.cc src/proxy/wire.cc src/supervisor/unit_watch.cc)
 target_include_directories(vramd_fuzz_lib PUBLIC src)
 target_compile_options(vramd_fuzz_lib PUBLIC ${VRAMD_FUZZ_FLAGS} -fsanitize=fuzzer-no-link)

@@ -1,0 +1,123 @@
+#include "proxy/request_log.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+
+namespace vramd {
+
+namespace {
+
+template <size_t N>
+void copy_into(std::array<char, N>& to, std::string_view s) {
+  size_t n = std::min(s.size(), N - 1);
+  std::memcpy(to.data(), s.data(), n);
+  std::memset(to.data() + n, 0, N - n);
+}
+
+template <size_t N>
+std::string_view view_of(const std::array<char, N>& a) {
+  return {a.data(), strnlen(a.data(), N)};
+}
+
+}  // namespace
+
+std::string_view RequestSample::service_name() const { return view_of(service); }
+std::string_view RequestSample::model_name() const { return view_of(model); }
+void RequestSample::set_service(std::string_view s) { copy_into(service, s); }
+void RequestSample::set_model(std::string_view m) { copy_into(model, m); }
+
+void UsageScan::feed(const char* data, size_t n) {
+  if (n >= kTail) {
+    std::memcpy(buf_.data(), data + (n - kTail), kTail);
+    size_ = kTail;
+    return;
+  }
+  if (size_ + n > kTail) {
+    size_t keep = kTail - n;
+    std::memmove(buf_.data(), buf_.data() + (size_ - keep), keep);
+    size_ = keep;
+  }
+  std::memcpy(buf_.data() + size_, data, n);
+  size_ += n;
+}
+
+bool last_json_number(std::string_view text, std::string_view key, double& out) {
+  // `"key"` then optional spaces, ':', optional spaces, a number.
+  size_t from = std::string_view::npos;
+  for (;;) {
+    size_t at = text.rfind(key, from);
+    if (at == std::string_view::npos || at == 0) return false;
+    from = at - 1;
+    size_t end = at + key.size();
+    if (text[at - 1] != '"' || end >= text.size() || text[end] != '"') continue;
+    size_t i = end + 1;
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+    if (i >= text.size() || text[i] != ':') continue;
+    ++i;
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+    double v = 0;
+    auto [ptr, ec] = std::from_chars(text.data() + i, text.data() + text.size(), v);
+    if (ec != std::errc() || ptr == text.data() + i) continue;
+    out = v;
+    return true;
+  }
+}
+
+double UsageScan::tokens_per_second(double generation_seconds) const {
+  std::string_view t = tail();
+  double v = 0, d = 0;
+  // llama.cpp's own figure, when it gives one.
+  if (last_json_number(t, "predicted_per_second", v) && v > 0) return v;
+  // Ollama: eval_count tokens in eval_duration nanoseconds.
+  if (last_json_number(t, "eval_count", v) && last_json_number(t, "eval_duration", d) && d > 0)
+    return v / (d / 1e9);
+  if (last_json_number(t, "completion_tokens", v) && v > 0 && generation_seconds > 0)
+    return v / generation_seconds;
+  return -1;
+}
+
+std::string_view UsageScan::model() const {
+  std::string_view t = tail();
+  size_t at = t.rfind("\"model\"");
+  if (at == std::string_view::npos) return {};
+  size_t i = at + 7;
+  while (i < t.size() && (t[i] == ' ' || t[i] == ':')) ++i;
+  if (i >= t.size() || t[i] != '"') return {};
+  size_t end = t.find('"', i + 1);
+  if (end == std::string_view::npos) return {};
+  return t.substr(i + 1, end - i - 1);
+}
+
+RequestLog::RequestLog(size_t capacity) : ring_(std::max<size_t>(capacity, 1)) {}
+
+void RequestLog::push(const RequestSample& s) {
+  std::lock_guard lock(mu_);
+  ++pushed_;
+  if (size_ == ring_.size()) {
+    ++dropped_;
+    return;
+  }
+  ring_[(head_ + size_) % ring_.size()] = s;
+  ++size_;
+}
+
+void RequestLog::drain(std::vector<RequestSample>& out) {
+  std::lock_guard lock(mu_);
+  out.reserve(out.size() + size_);
+  for (size_t i = 0; i < size_; ++i) out.push_back(ring_[(head_ + i) % ring_.size()]);
+  head_ = 0;
+  size_ = 0;
+}
+
+uint64_t RequestLog::dropped() const {
+  std::lock_guard lock(mu_);
+  return dropped_;
+}
+
+uint64_t RequestLog::pushed() const {
+  std::lock_guard lock(mu_);
+  return pushed_;
+}
+
+}  // namespace vramd
