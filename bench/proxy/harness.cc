@@ -1,21 +1,53 @@
 // vramd's proxy alone, for bench/proxy and the openai client test: service proxies and the
 // front door with hooks that find everything ready (no daemon).
-// Usage: vramd_proxy_harness [--front LISTEN] [--alias NAME=MODEL]...
+// Usage: vramd_proxy_harness [--front LISTEN] [--alias NAME=MODEL]... [--record]
 //          --service NAME URL [LISTEN|-] [MODEL,MODEL...|-] ...
-// Prints "ready FRONT_PORT SERVICE_PORT..." once listening.
+// Prints "ready FRONT_PORT SERVICE_PORT..." once listening. --record: each request's sample goes
+// into a request log drained once a second on the same thread, as vramd serve does
+// (docs/history.md). On SIGTERM or SIGINT it prints "requests N allocations M" (heap
+// allocations made on any thread since "ready") and exits.
+#include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <new>
 #include <string>
+#include <vector>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "proxy/proxy.h"
+#include "proxy/request_log.h"
+
+namespace {
+std::atomic<unsigned long long> g_allocations{0};
+}  // namespace
+
+// Every heap allocation counted (the bench's "added allocations per request").
+void* operator new(std::size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   vramd::ProxyOptions options;
+  bool record = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--front" && i + 1 < argc) {
+    if (a == "--record") {
+      record = true;
+    } else if (a == "--front" && i + 1 < argc) {
       options.listen = argv[++i];
     } else if (a == "--alias" && i + 1 < argc) {
       std::string kv = argv[++i];
@@ -42,13 +74,17 @@ int main(int argc, char** argv) {
       options.services.push_back(s);
     } else {
       std::fprintf(stderr,
-                   "usage: vramd_proxy_harness [--front LISTEN] [--alias NAME=MODEL]... "
+                   "usage: vramd_proxy_harness [--front LISTEN] [--alias NAME=MODEL]... [--record] "
                    "--service NAME URL [LISTEN|-] [MODELS|-] ...\n");
       return 2;
     }
   }
   boost::asio::io_context io(1);
   vramd::NullProxyHooks hooks;
+  vramd::RequestLog log;
+  std::vector<vramd::RequestSample> drained;
+  drained.reserve(1 << 16);
+  if (record) options.request_log = &log;
   vramd::Proxy proxy(io, options, hooks);
   if (auto s = proxy.start(); !s) {
     std::fprintf(stderr, "vramd_proxy_harness: %s\n", s.error().c_str());
@@ -58,5 +94,37 @@ int main(int argc, char** argv) {
   for (const auto& s : options.services) std::printf(" %d", proxy.service_port(s.name));
   std::printf("\n");
   std::fflush(stdout);
+  // The drain, once a second, as the daemon's recorder does (the records themselves go nowhere).
+  boost::asio::steady_timer drain(io);
+  std::function<void()> tick = [&] {
+    drain.expires_after(std::chrono::seconds(1));
+    drain.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      drained.clear();
+      log.drain(drained);
+      tick();
+    });
+  };
+  if (record) {
+    tick();
+    log.on_half_full([&] {
+      boost::asio::post(io, [&] {
+        drained.clear();
+        log.drain(drained);
+      });
+    });
+  }
+  boost::asio::signal_set stop(io, SIGTERM, SIGINT);
+  unsigned long long at_ready = g_allocations.load();
+  stop.async_wait([&](const boost::system::error_code&, int) {
+    unsigned long long allocations = g_allocations.load() - at_ready;
+    unsigned long long requests = 0;
+    for (const auto& s : options.services) requests += proxy.metrics().requests_total(s.name);
+    std::printf("requests %llu allocations %llu recorded %llu dropped %llu\n", requests,
+                allocations, static_cast<unsigned long long>(log.pushed()),
+                static_cast<unsigned long long>(log.dropped()));
+    std::fflush(stdout);
+    io.stop();
+  });
   io.run();
 }

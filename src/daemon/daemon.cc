@@ -117,12 +117,12 @@ Status Daemon::start() {
   }
   recorder_ = std::make_unique<DurationRecorder>(
       io_, store_thread_, duration_store_, cfg.daemon.history_retention,
-      [this](DurationRecord& r) {
-        if (const ServiceStatus* st = arbiter_.service_policy_status(r.service)) {
-          r.version = st->version;
-          r.args_fp = st->args_fp;
-          r.gpu = st->last_gpu;
-        }
+      [this] {
+        std::map<std::string, DurationRecorder::Running> out;
+        for (const auto& svc : arbiter_.config().services)
+          if (const ServiceStatus* st = arbiter_.service_policy_status(svc.name))
+            out[svc.name] = {st->version, st->args_fp, st->last_gpu};
+        return out;
       });
   recorder_->start();
   // Last of the reads on this thread: what the restore ends (a holder gone while vramd was down)

@@ -29,14 +29,22 @@ std::optional<double> seconds_or_none(float v) {
 
 DurationRecorder::DurationRecorder(asio::io_context& io, asio::thread_pool& store_thread,
                                    std::shared_ptr<DurationStore> store, Duration retention,
-                                   Stamp stamp)
+                                   Stamps stamps)
     : io_(io),
       store_thread_(store_thread),
       store_(std::move(store)),
       retention_(retention),
-      stamp_(std::move(stamp)),
+      stamps_(std::move(stamps)),
       timer_(io),
-      store_side_(std::make_shared<RecorderStoreSide>()) {}
+      store_side_(std::make_shared<RecorderStoreSide>()) {
+  // A burst fills half the ring before the second is up: drained at once (posted: push runs
+  // inside the proxy's exchange).
+  log_.on_half_full([this] {
+    asio::post(io_, [this] {
+      if (!stopped_) flush();
+    });
+  });
+}
 
 DurationRecorder::~DurationRecorder() { stopped_ = true; }
 
@@ -82,20 +90,27 @@ void DurationRecorder::remember(const ServiceVariant& v) {
 }
 
 void DurationRecorder::flush() {
-  drained_.clear();
-  log_.drain(drained_);
-  for (const RequestSample& s : drained_) {
-    DurationRecord r = to_record(s);
-    if (stamp_) stamp_(r);
-    pending_.push_back(std::move(r));
-  }
+  std::vector<RequestSample> samples;
+  log_.drain(samples);
+  std::map<std::string, Running> running;
+  if (!samples.empty() && stamps_) running = stamps_();
   std::vector<DurationRecord> batch = std::move(pending_);
   pending_.clear();
   TimePoint cutoff = std::chrono::time_point_cast<std::chrono::milliseconds>(
                          std::chrono::system_clock::now()) -
                      retention_;
   asio::post(store_thread_, [store = store_, side = store_side_, batch = std::move(batch),
+                             samples = std::move(samples), running = std::move(running),
                              cutoff]() mutable {
+    for (const RequestSample& sample : samples) {
+      DurationRecord r = to_record(sample);
+      if (auto it = running.find(r.service); it != running.end()) {
+        r.version = it->second.version;
+        r.args_fp = it->second.args_fp;
+        r.gpu = it->second.gpu;
+      }
+      batch.push_back(std::move(r));
+    }
     auto& s = *side;
     if (!batch.empty() || !s.unwritten.empty()) {
       if (!s.unwritten.empty()) {

@@ -11,6 +11,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <functional>
+#include <map>
+#include <optional>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -22,11 +25,17 @@ namespace vramd {
 
 class DurationRecorder {
  public:
-  // What a service runs now, for a request's record: its version, args fingerprint and GPU.
-  using Stamp = std::function<void(DurationRecord&)>;
+  // What a service runs now, for its requests' records.
+  struct Running {
+    std::string version, args_fp;
+    std::optional<unsigned> gpu;
+  };
+  // Every service's, read on the loop once a flush; the records are made on the store thread,
+  // so the loop (which is also the proxy's thread) only copies the samples out of the ring.
+  using Stamps = std::function<std::map<std::string, Running>()>;
 
   DurationRecorder(boost::asio::io_context& io, boost::asio::thread_pool& store_thread,
-                   std::shared_ptr<DurationStore> store, Duration retention, Stamp stamp);
+                   std::shared_ptr<DurationStore> store, Duration retention, Stamps stamps);
   ~DurationRecorder();
   DurationRecorder(const DurationRecorder&) = delete;
   DurationRecorder& operator=(const DurationRecorder&) = delete;
@@ -56,9 +65,8 @@ class DurationRecorder {
   boost::asio::thread_pool& store_thread_;
   std::shared_ptr<DurationStore> store_;
   Duration retention_;
-  Stamp stamp_;
+  Stamps stamps_;
   RequestLog log_;
-  std::vector<RequestSample> drained_;
   std::vector<DurationRecord> pending_;
   boost::asio::steady_timer timer_;
   bool stopped_ = false;

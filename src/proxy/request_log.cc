@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace vramd {
 
@@ -89,25 +91,42 @@ std::string_view UsageScan::model() const {
   return t.substr(i + 1, end - i - 1);
 }
 
-RequestLog::RequestLog(size_t capacity) : ring_(std::max<size_t>(capacity, 1)) {}
+void RequestLog::Free::operator()(RequestSample* p) const { std::free(p); }
+
+RequestLog::RequestLog(size_t capacity)
+    // malloc, not new[]: constructing the samples would touch (and make resident) every page.
+    : ring_(static_cast<RequestSample*>(std::malloc(std::max<size_t>(capacity, 1) * sizeof(RequestSample)))),
+      capacity_(std::max<size_t>(capacity, 1)) {
+  if (!ring_) throw std::bad_alloc();
+}
 
 void RequestLog::push(const RequestSample& s) {
-  std::lock_guard lock(mu_);
-  ++pushed_;
-  if (size_ == ring_.size()) {
-    ++dropped_;
-    return;
+  bool tell = false;
+  {
+    std::lock_guard lock(mu_);
+    ++pushed_;
+    if (size_ == capacity_) {
+      ++dropped_;
+      return;
+    }
+    std::memcpy(static_cast<void*>(ring_.get() + (head_ + size_) % capacity_), &s, sizeof s);
+    ++size_;
+    if (size_ * 2 >= capacity_ && !half_told_ && on_half_full_) tell = half_told_ = true;
   }
-  ring_[(head_ + size_) % ring_.size()] = s;
-  ++size_;
+  if (tell) on_half_full_();
 }
 
 void RequestLog::drain(std::vector<RequestSample>& out) {
   std::lock_guard lock(mu_);
   out.reserve(out.size() + size_);
-  for (size_t i = 0; i < size_; ++i) out.push_back(ring_[(head_ + i) % ring_.size()]);
+  for (size_t i = 0; i < size_; ++i) {
+    RequestSample s;
+    std::memcpy(static_cast<void*>(&s), ring_.get() + (head_ + i) % capacity_, sizeof s);
+    out.push_back(s);
+  }
   head_ = 0;
   size_ = 0;
+  half_told_ = false;
 }
 
 uint64_t RequestLog::dropped() const {

@@ -6,8 +6,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace vramd {
@@ -51,9 +54,16 @@ class UsageScan {
 // The number after the last `"key":` in `text`; nullopt-like: returns false when absent.
 bool last_json_number(std::string_view text, std::string_view key, double& out);
 
+static_assert(std::is_trivially_copyable_v<RequestSample>);
+
 class RequestLog {
  public:
-  explicit RequestLog(size_t capacity = 16384);
+  // The ring's memory is allocated once and left untouched until used: a quiet host never pays
+  // for its resident size (65,536 samples, 14 MiB, touched only under a burst).
+  explicit RequestLog(size_t capacity = 65536);
+  // Called (from push, on the proxy's thread) once the ring is half full, once until the next
+  // drain: the owner drains early rather than drop samples under a burst.
+  void on_half_full(std::function<void()> f) { on_half_full_ = std::move(f); }
   // Copies `s` into the ring; when the ring is full (nobody drained it), the sample is dropped
   // and counted.
   void push(const RequestSample& s);
@@ -63,8 +73,14 @@ class RequestLog {
   uint64_t pushed() const;
 
  private:
+  struct Free {
+    void operator()(RequestSample* p) const;
+  };
   mutable std::mutex mu_;
-  std::vector<RequestSample> ring_;
+  std::unique_ptr<RequestSample, Free> ring_;
+  size_t capacity_;
+  std::function<void()> on_half_full_;
+  bool half_told_ = false;
   size_t head_ = 0;  // the oldest
   size_t size_ = 0;
   uint64_t dropped_ = 0;

@@ -87,5 +87,24 @@ TEST(RequestLog, KeepsSamplesInOrderAndCountsWhatAFullRingDrops) {
   EXPECT_EQ(out[0].status, 500);
 }
 
+TEST(RequestLog, TellsOnceWhenHalfFullUntilTheNextDrain) {
+  RequestLog log(4);
+  int told = 0;
+  log.on_half_full([&] { ++told; });
+  RequestSample s;
+  log.push(s);
+  EXPECT_EQ(told, 0);
+  log.push(s);
+  EXPECT_EQ(told, 1);  // 2 of 4
+  log.push(s);
+  EXPECT_EQ(told, 1);  // once until drained
+  std::vector<RequestSample> out;
+  log.drain(out);
+  EXPECT_EQ(out.size(), 3u);
+  log.push(s);
+  log.push(s);
+  EXPECT_EQ(told, 2);
+}
+
 }  // namespace request_log_test
 }  // namespace vramd
