@@ -96,7 +96,8 @@ int cmd_history(const CommonOptions& opts, const HistoryOptions& h, bool as_json
     for (const auto& r : b["records"]) {
       std::string subject = str(r["model"], "");
       if (r["workflow"].is_string())
-        subject = r["workflow"].get<std::string>().substr(0, 8) + (subject.empty() ? "" : " " + subject);
+        subject = fmt::format("{}{}{}", r["workflow"].get<std::string>().substr(0, 8),
+                              subject.empty() ? "" : " ", subject);
       if (subject.size() > 36) subject = subject.substr(0, 35) + "…";
       std::string outcome = r["outcome"].is_string() ? r["outcome"].get<std::string>()
                             : r["status"].is_number() ? std::to_string(r["status"].get<int>())

@@ -39,7 +39,7 @@ void ServicePolicy::note_variant(ServiceStatus& st, const ServiceProbe& p, const
   std::vector<std::string> args = p.args;
   if (const ServiceConfig* cfg = config_.find_service(st.name); cfg && !cfg->start.empty()) {
     args = cfg->start;
-    for (const auto& [k, v] : cfg->env) args.push_back(k + "=" + v);
+    for (const auto& [k, v] : cfg->env) args.push_back(fmt::format("{}={}", k, v));
   }
   std::string version = p.version.empty() ? st.version : p.version;
   std::string fp = args.empty() ? st.args_fp : args_fingerprint(args);
@@ -65,7 +65,7 @@ void ServicePolicy::note_variant(ServiceStatus& st, const ServiceProbe& p, const
   EmitEvent e = make_event(now, "service.changed", st.last_gpu, st.name,
                            fmt::format("{} changed: {}", st.name, st.last_change));
   e.event.change = std::move(change);
-  actions.push_back(std::move(e));
+  actions.emplace_back(std::move(e));
 }
 
 void ServicePolicy::note_finished(ServiceStatus& st, const ServiceProbe& p,

@@ -109,6 +109,7 @@ Status Daemon::start() {
         it->second = v;
     }
     std::vector<ServiceVariant> list;
+    list.reserve(latest.size());
     for (auto& [name, v] : latest) list.push_back(std::move(v));
     arbiter_.restore_variants(list);
   } else {

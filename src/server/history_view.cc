@@ -126,6 +126,7 @@ json crash_split_json(const std::vector<CrashRecord>& crashes,
   std::map<std::string, std::vector<const CrashRecord*>> by_sig;
   for (const CrashRecord& c : crashes) by_sig[c.signature].push_back(&c);
   std::vector<std::string> sigs;
+  sigs.reserve(by_sig.size());
   for (const auto& [sig, list] : by_sig) sigs.push_back(sig);
   std::stable_sort(sigs.begin(), sigs.end(), [&](const std::string& a, const std::string& b) {
     return by_sig[a].size() > by_sig[b].size();
