@@ -184,7 +184,9 @@ TEST(HistoryE2E, PromptsComparedByVersionThenByArgumentsThroughApiAndCli) {
                  {"markers", 1}, {"url", f.url + "/"}};
   std::string browser_out;
   int rc = run_browser(expect, f.dir, browser_out);
-  if (rc != 77) EXPECT_EQ(rc, 0) << browser_out;
+  if (rc != 77) {
+    EXPECT_EQ(rc, 0) << browser_out;
+  }
 
   // Wrong arguments: a clear message, exit 2 or the API's 400.
   r = testing::run_cli({"history", "comfy", "--by", "speed", "--url", f.url}, {}, f.dir);
