@@ -13,7 +13,8 @@ namespace {
 template <size_t N>
 void copy_into(std::array<char, N>& to, std::string_view s) {
   size_t n = std::min(s.size(), N - 1);
-  std::memcpy(to.data(), s.data(), n);
+  // An empty view may hold a null pointer (a request without a model): memcpy must not see it.
+  if (n) std::memcpy(to.data(), s.data(), n);
   std::memset(to.data() + n, 0, N - n);
 }
 
@@ -30,6 +31,7 @@ void RequestSample::set_service(std::string_view s) { copy_into(service, s); }
 void RequestSample::set_model(std::string_view m) { copy_into(model, m); }
 
 void UsageScan::feed(const char* data, size_t n) {
+  if (n == 0) return;  // (data may be null)
   if (n >= kTail) {
     std::memcpy(buf_.data(), data + (n - kTail), kTail);
     size_ = kTail;

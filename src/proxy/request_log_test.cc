@@ -87,6 +87,20 @@ TEST(RequestLog, KeepsSamplesInOrderAndCountsWhatAFullRingDrops) {
   EXPECT_EQ(out[0].status, 500);
 }
 
+TEST(RequestSample, AnEmptyModelIsEmptyWhateverItsView) {
+  // A request without a model and an answer that named none: a default view, whose data() is
+  // null (UBSan rejects a memcpy from it even of 0 bytes; the demo's WebSocket hit it).
+  RequestSample s;
+  s.set_model("llama3.1:8b");
+  s.set_model(std::string_view());
+  EXPECT_EQ(s.model_name(), "");
+  s.set_service(std::string_view());
+  EXPECT_EQ(s.service_name(), "");
+  UsageScan u;
+  u.feed(nullptr, 0);
+  EXPECT_EQ(u.model(), "");
+}
+
 TEST(RequestLog, TellsOnceWhenHalfFullUntilTheNextDrain) {
   RequestLog log(4);
   int told = 0;

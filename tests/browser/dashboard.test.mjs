@@ -61,7 +61,13 @@ function startDemo(vramd) {
     };
     child.stdout.on('data', onData);
     child.stderr.on('data', (d) => { out += d; });
-    child.on('exit', (code) => reject(new Error(`vramd demo exited (${code}):\n${out}`)));
+    // Before the URL: the start failed. After it: the demo died under the test (a sanitizer's
+    // report, a crash), and what it printed is what explains the failures that follow.
+    child.on('exit', (code, signal) => {
+      const why = `vramd demo exited (${code ?? signal})`;
+      console.log(`${why}; its last output:\n${out.slice(-12000)}`);
+      reject(new Error(why));
+    });
     // Not left behind when the test ends early; --duration bounds it when the test is killed.
     process.on('exit', () => child.kill('SIGTERM'));
   });
