@@ -1,5 +1,6 @@
 #include "server/api.h"
 #include "server/assets.h"
+#include "server/api_reply.h"
 
 #include <algorithm>
 #include <charconv>
@@ -26,19 +27,16 @@ using nlohmann::json;
 
 namespace {
 
-// Every JSON answer: messages may quote what the client sent, so bytes that are not UTF-8 are
-// replaced, not thrown on.
-HttpResponse json_reply(unsigned status, const json& body) {
-  return json_response(status, body.dump(-1, ' ', false, json::error_handler_t::replace));
-}
-
+HttpResponse json_reply(unsigned status, const json& body) { return api::reply(status, body); }
 HttpResponse error(unsigned status, const std::string& code, const std::string& message) {
-  return json_reply(status, error_json(code, message));
+  return api::fail(status, code, message);
 }
 
 }  // namespace
 
-boost::asio::awaitable<HttpResponse> Api::unload(const std::string& service, bool force) {
+boost::asio::awaitable<HttpResponse> Api::unload(const Call& c) {
+  const std::string service = c.param();
+  const bool force = c.t.flag("force");
   if (!daemon_.arbiter().service(service))
     co_return error(404, "not_found", fmt::format("no service named '{}'", service));
   uint64_t id = daemon_.request_unload(service, force);
@@ -51,7 +49,9 @@ boost::asio::awaitable<HttpResponse> Api::unload(const std::string& service, boo
   co_return json_reply(200, body);
 }
 
-boost::asio::awaitable<HttpResponse> Api::free_idle() {
+boost::asio::awaitable<HttpResponse> Api::free_idle(const Call& c) {
+  if (!c.t.flag("idle"))
+    co_return error(400, "bad_request", "POST /v1/free needs ?idle=true (or unload one service with POST /v1/services/NAME/unload)");
   // Every idle service holding memory, unloaded side by side; the answer waits for all verdicts.
   std::vector<uint64_t> ids;
   MonoTime now = daemon_.now().mono;
@@ -71,8 +71,9 @@ boost::asio::awaitable<HttpResponse> Api::free_idle() {
   co_return json_reply(200, json{{"unloads", out}});
 }
 
-boost::asio::awaitable<HttpResponse> Api::events(const HttpRequest& req, HttpStream& stream) {
-  Target t = parse_target(req.target());
+boost::asio::awaitable<HttpResponse> Api::events(const Call& c) {
+  const Target& t = c.t;
+  const HttpRequest& req = c.req;
   std::optional<TimePoint> since;
   if (const auto* s = t.param("since")) {
     auto p = parse_rfc3339(*s);
@@ -96,7 +97,7 @@ boost::asio::awaitable<HttpResponse> Api::events(const HttpRequest& req, HttpStr
     limit = std::clamp<size_t>(std::stoul(*l), 1, 10000);
   }
   if (req[http::field::accept].find("text/event-stream") != std::string_view::npos) {
-    co_await daemon_.stream_events(stream, after);
+    co_await daemon_.stream_events(c.stream, after);
     co_return json_response(200, "{}");
   }
   auto events = co_await daemon_.events(after, since, limit);
@@ -114,22 +115,6 @@ boost::asio::awaitable<HttpResponse> Api::events(const HttpRequest& req, HttpStr
 
 namespace {
 
-// A size as bytes (a number) or text ("12GiB").
-std::optional<std::string> read_size(const json& body, const char* key, std::optional<Bytes>& out) {
-  if (!body.contains(key) || body[key].is_null()) return std::nullopt;
-  const json& v = body[key];
-  if (v.is_number_unsigned()) {
-    out = v.get<Bytes>();
-  } else if (v.is_string()) {
-    auto b = parse_size(v.get<std::string>());
-    if (!b) return fmt::format("{}: {}", key, b.error());
-    out = *b;
-  } else {
-    return fmt::format("{}: expected bytes or a size like \"12GiB\"", key);
-  }
-  return std::nullopt;
-}
-
 // Percentile of sorted values (nearest rank).
 template <typename T>
 T percentile(const std::vector<T>& sorted, double p) {
@@ -139,301 +124,8 @@ T percentile(const std::vector<T>& sorted, double p) {
 
 }  // namespace
 
-boost::asio::awaitable<HttpResponse> Api::leases(const HttpRequest& req, HttpStream& stream) {
-  auto store_error = [this] {
-    for (const auto& f : daemon_.faults())
-      if (f.backend == "store") return f.error;
-    return std::string("the store has not answered yet");
-  };
-  Target t = parse_target(req.target());
-  const Arbiter& arbiter = daemon_.arbiter();
-  bool get = req.method() == http::verb::get || req.method() == http::verb::head;
-  std::optional<Duration> wait;
-  if (const auto* w = t.param("wait")) {
-    auto d = parse_duration(*w);
-    if (!d) co_return error(400, "bad_request", "wait: " + d.error());
-    wait = std::min<Duration>(*d, std::chrono::minutes(5));
-  }
-  // ?watch=DURATION: as ?wait, until the lease ends (a holder's long poll while it runs).
-  bool until_ended = false;
-  if (const auto* w = t.param("watch")) {
-    auto d = parse_duration(*w);
-    if (!d) co_return error(400, "bad_request", "watch: " + d.error());
-    wait = std::min<Duration>(*d, std::chrono::minutes(5));
-    until_ended = true;
-  }
-
-  if (t.path == "/v1/leases") {
-    if (get) {
-      json out = json::array();
-      Now now = daemon_.now();
-      // ?host=all: every host's leases (on a shared store); ?host=NAME: that host's. Without
-      // it (or naming this host), this host's, from the Arbiter, as before.
-      const std::string* host = t.param("host");
-      if (!host || *host == daemon_.host()) {
-        for (const auto& l : arbiter.leases()) out.push_back(lease_json(l, now));
-        co_return json_reply(200, json{{"leases", out}});
-      }
-      if (host->empty()) co_return error(400, "bad_request", "host: expected a host name or all");
-      bool all = *host == "all";
-      // (GCC 12: a temporary of a ?: inside a co_await expression is destroyed twice.)
-      std::string only = all ? std::string() : *host;
-      auto other = co_await daemon_.leases_elsewhere(only);
-      if (!other) co_return error(503, "store", other.error());
-      if (!all && std::find(other->hosts.begin(), other->hosts.end(), *host) == other->hosts.end())
-        co_return error(400, "bad_request",
-                        fmt::format("host: no host named '{}' shares this daemon's store (hosts: {}; or all)",
-                                    *host, fmt::join(other->hosts, ", ")));
-      std::set<uint64_t> there;  // the store's word on where a lease is beats this host's memory
-      for (const auto& j : other->leases) there.insert(j["id"].get<uint64_t>());
-      if (all)
-        for (const auto& l : arbiter.leases())
-          if (!there.count(l.id)) out.push_back(lease_json(l, now));
-      for (auto& j : other->leases) out.push_back(std::move(j));
-      std::stable_sort(out.begin(), out.end(), [](const json& a, const json& b) {
-        return std::make_pair(a.value("host", ""), a.value("id", uint64_t{0})) <
-               std::make_pair(b.value("host", ""), b.value("id", uint64_t{0}));
-      });
-      co_return json_reply(200, json{{"leases", out}});
-    }
-    if (req.method() != http::verb::post)
-      co_return error(405, "method_not_allowed", "/v1/leases accepts GET and POST");
-    json body = json::parse(req.body(), nullptr, false);
-    if (body.is_discarded() || !body.is_object())
-      co_return error(400, "bad_request", "expected a JSON object: {\"vram\": \"12GiB\", ...}");
-    LeaseRequest r;
-    std::optional<Bytes> vram, ram;
-    if (auto e = read_size(body, "vram", vram)) co_return error(400, "bad_request", *e);
-    if (auto e = read_size(body, "ram", ram)) co_return error(400, "bad_request", *e);
-    if (!vram || *vram == 0) co_return error(400, "bad_request", "vram: required, more than 0");
-    r.vram = *vram;
-    r.ram = ram;
-    // [issue 16: MIG] "gpu": an index, a MIG instance "0/2", or "any" (core/gpu_select.h).
-    if (body.contains("gpu") && !body["gpu"].is_null()) {
-      const json& g = body["gpu"];
-      auto sel = parse_gpu_selector(g.is_string()           ? g.get<std::string>()
-                                    : g.is_number_unsigned() ? std::to_string(g.get<uint64_t>())
-                                                             : g.dump());
-      if (!sel) co_return error(400, "bad_request", sel.error());
-      r.gpu = *sel;
-    }
-    // [/issue 16]
-    auto text = [&](const char* key, std::string& out) -> bool {
-      if (!body.contains(key) || body[key].is_null()) return true;
-      if (!body[key].is_string()) return false;
-      out = body[key].get<std::string>();
-      return true;
-    };
-    for (auto [key, field] : {std::pair{"holder", &r.holder}, {"label", &r.label},
-                              {"service", &r.service}, {"group", &r.group}, {"command", &r.command},
-                              {"host", &r.host}})
-      if (!text(key, *field)) co_return error(400, "bad_request", fmt::format("{}: expected a string", key));
-    if (body.contains("priority")) {
-      if (!body["priority"].is_number_integer() || body["priority"].get<int64_t>() < INT_MIN ||
-          body["priority"].get<int64_t>() > INT_MAX ||
-          (body["priority"].is_number_unsigned() && body["priority"].get<uint64_t>() > INT_MAX))
-        co_return error(400, "bad_request", "priority: expected a whole number");
-      r.priority = body["priority"].get<int>();
-    }
-    if (body.contains("on_host_lost") && !body["on_host_lost"].is_null()) {
-      auto o = body["on_host_lost"].is_string()
-                   ? parse_on_host_lost(body["on_host_lost"].get<std::string>())
-                   : std::nullopt;
-      if (!o) co_return error(400, "bad_request", "on_host_lost: expected \"requeue\" or \"end\"");
-      r.on_host_lost = *o;
-    }
-    if (body.contains("timeout") && !body["timeout"].is_null()) {
-      auto d = body["timeout"].is_string() ? parse_duration(body["timeout"].get<std::string>())
-                                           : Result<Duration>(make_error("expected a duration like \"1h\""));
-      if (!d) co_return error(400, "bad_request", "timeout: " + d.error());
-      r.wait_timeout = *d;
-    }
-    if (body.contains("pid") && !body["pid"].is_null()) {
-      if (!body["pid"].is_number_unsigned() || body["pid"].get<uint64_t>() < 1 ||
-          body["pid"].get<uint64_t>() > INT_MAX)
-        co_return error(400, "bad_request", "pid: expected a process id");
-      r.pid = body["pid"].get<int>();
-    } else {
-      r.pid = stream.peer_pid();  // on the unix socket: the client itself
-    }
-    if (!r.service.empty() && !arbiter.config().find_service(r.service))
-      co_return error(400, "bad_request", fmt::format("service: no service named '{}'", r.service));
-    // A lease that can never fit is refused now rather than queued forever (on this host: in the
-    // shared queue another host may be larger).
-    bool shared = daemon_.shared_queue() && r.service.empty();
-    Bytes largest = 0;
-    bool known_gpu = !r.gpu;
-    bool here_only = !shared || r.host == daemon_.host();
-    for (const auto& g : here_only ? arbiter.status().gpus : std::vector<GpuStatus>{}) {
-      if (r.gpu && g.sample.index != *r.gpu) continue;
-      // [issue 16: MIG] a MIG-enabled card's memory is its instances': lease one of those.
-      if (r.gpu && g.sample.mig_enabled)
-        co_return error(400, "bad_request",
-                        fmt::format("gpu: GPU {} has MIG on; ask for one of its instances "
-                                    "(GPU/GI, e.g. {}/1), listed by vramd status",
-                                    gpu_label(g.sample), gpu_label(g.sample)));
-      if (g.sample.mig_enabled) continue;  // its total is not room for a lease
-      // [/issue 16]
-      known_gpu = true;
-      Bytes room = g.sample.total > arbiter.config().gpu.reserve ? g.sample.total - arbiter.config().gpu.reserve : 0;
-      largest = std::max(largest, room);
-    }
-    if (!here_only) known_gpu = true;
-    if (arbiter.status().sampled && !known_gpu)
-      co_return error(400, "bad_request", fmt::format("gpu: no GPU {}", gpu_label(*r.gpu)));
-    if (arbiter.status().sampled && largest > 0 && r.vram > largest)
-      co_return error(400, "never_fits",
-                      fmt::format("needs {}; the largest GPU it may use has {}", format_size(r.vram),
-                                  format_size(largest)));
-    auto id = daemon_.request_lease(std::move(r));
-    if (!id) co_return error(400, "bad_request", id.error());
-    co_await daemon_.wait_lease(*id, wait.value_or(Duration(0)));
-    const Lease* l = daemon_.arbiter().lease(*id);
-    if (!l) co_return error(500, "internal", "the lease vanished");
-    if (!daemon_.lease_written(*id)) {
-      // Never acknowledge what a restart would not keep: the client hears no, and the lease ends.
-      daemon_.release_lease(*id, std::nullopt);
-      co_return error(503, "store",
-                      fmt::format("lease #{} could not be written: {}", *id, store_error()));
-    }
-    co_return json_reply(201, lease_json(*l, daemon_.now()));
-  }
-
-  // /v1/leases/ID[/heartbeat]
-  std::string rest = t.path.substr(strlen("/v1/leases/"));
-  std::string id_text = rest.substr(0, rest.find('/'));
-  std::string action = rest.find('/') == std::string::npos ? "" : rest.substr(rest.find('/') + 1);
-  if (id_text.empty() || id_text.size() > 18 || id_text.find_first_not_of("0123456789") != std::string::npos)
-    co_return error(404, "not_found", fmt::format("no lease '{}'", id_text));
-  uint64_t id = std::stoull(id_text);
-  // ?token=T: is T the lease's current grant? (docs/api.md "Guarantees": a job that writes to
-  // shared storage asks before it writes and refuses a stale writer.) 200 when it is, 409 when
-  // not; never a heartbeat. A lease granted here answers from here (this host gives up its shared
-  // leases before any other may take them); any other, on a shared store, from the store.
-  if (const auto* token_text = t.param("token"); token_text && get && action.empty()) {
-    if (token_text->empty() || token_text->size() > 19 ||
-        token_text->find_first_not_of("0123456789") != std::string::npos)
-      co_return error(400, "bad_request",
-                      fmt::format("token: expected a whole number, got '{}'", *token_text));
-    uint64_t token = std::stoull(*token_text);
-    json now_is;  // the lease as the one who knows best has it: state, token, host
-    const Lease* mine = arbiter.lease(id);
-    if (mine && mine->state == LeaseState::granted && mine->elsewhere.empty()) {
-      now_is = lease_json(*mine, daemon_.now());
-    } else if (daemon_.shared_queue()) {
-      auto op = daemon_.lease_elsewhere(id);
-      auto there = co_await std::move(op);
-      if (!there)
-        co_return error(503, "store", fmt::format("cannot vouch for lease #{}'s token: {}", id,
-                                                  there.error()));
-      if (*there) now_is = **there;
-    }
-    if (now_is.is_null() && mine) now_is = lease_json(*mine, daemon_.now());
-    if (now_is.is_null()) co_return error(404, "not_found", fmt::format("no lease #{}", id));
-    const bool granted = now_is.value("state", "") == "granted" && !now_is.value("ended", false);
-    const json current_token = granted && now_is.contains("token") ? now_is["token"] : json(nullptr);
-    const bool current = current_token.is_number_unsigned() && current_token.get<uint64_t>() == token;
-    json body = {{"id", id},
-                 {"token", token},
-                 {"current", current},
-                 {"current_token", current_token},
-                 {"state", now_is.value("state", "")},
-                 {"host", now_is.contains("host") ? now_is["host"] : json(nullptr)}};
-    if (!current)
-      body["message"] =
-          granted ? fmt::format("token {} of lease #{} is stale: its current grant is token {}",
-                                token, id, current_token.dump())
-                  : fmt::format("token {} of lease #{} is stale: the lease is {}", token, id,
-                                now_is.value("state", std::string("ended")));
-    co_return json_reply(current ? 200 : 409, body);
-  }
-  // Several hosts: a lease this host does not hold (granted elsewhere, or queued in another
-  // host's keeping) is read from the store; an end is asked of the host that holds it, and a
-  // heartbeat (a POST .../heartbeat, or a GET) is passed on to it through the store.
-  if (const Lease* mine = arbiter.lease(id);
-      daemon_.shared_queue() && (action.empty() || action == "heartbeat") &&
-      (!mine || !mine->elsewhere.empty())) {
-    if (action == "heartbeat" && req.method() != http::verb::post)
-      co_return error(405, "method_not_allowed", "heartbeat accepts POST");
-    if (req.method() == http::verb::delete_) {
-      auto op = daemon_.release_elsewhere(id, "released from another host's API");
-      auto asked = co_await std::move(op);
-      if (!asked) co_return error(503, "store", asked.error());
-    } else if (!get && action.empty()) {
-      co_return error(405, "method_not_allowed", fmt::format("{} accepts GET and DELETE", t.path));
-    } else {
-      auto op = daemon_.heartbeat_elsewhere(id);
-      auto passed = co_await std::move(op);
-      if (!passed) co_return error(503, "store", passed.error());
-    }
-    auto op = daemon_.lease_elsewhere(id);
-    auto there = co_await std::move(op);
-    if (!there) co_return error(503, "store", there.error());
-    if (*there) co_return json_reply(200, **there);
-    if (!mine) co_return error(404, "not_found", fmt::format("no lease #{}", id));
-  }
-  if (!arbiter.lease(id)) {
-    // Ended before a restart of vramd: its job record says how it ended.
-    if (get && action.empty()) {
-      auto op = daemon_.job(id);
-      auto job = co_await std::move(op);
-      if (!job) co_return error(500, "store", job.error());
-      if (*job) {
-        json j = to_json(**job);
-        j["ended"] = true;
-        co_return json_reply(200, j);
-      }
-    }
-    co_return error(404, "not_found", fmt::format("no lease #{}", id));
-  }
-  if (action == "heartbeat") {
-    if (req.method() != http::verb::post) co_return error(405, "method_not_allowed", "heartbeat accepts POST");
-    daemon_.lease_heartbeat(id);
-  } else if (!action.empty()) {
-    co_return error(404, "not_found", fmt::format("no such endpoint: {}", t.path));
-  } else if (get) {
-    daemon_.lease_heartbeat(id);
-    // Without ?wait this waits only for a write in flight (milliseconds; a restart's restored
-    // leases are being written as the first requests come in).
-    co_await daemon_.wait_lease(id, wait.value_or(Duration(0)), until_ended);
-    const Lease* now_is = daemon_.arbiter().lease(id);
-    if (!daemon_.lease_written(id) && !(now_is && now_is->state == LeaseState::lost))
-      co_return error(
-          503, "store",
-          fmt::format("lease #{} is not on disk yet: {}; ask again", id, store_error()));
-  } else if (req.method() == http::verb::delete_) {
-    std::optional<int> exit_status;
-    if (!req.body().empty()) {
-      json body = json::parse(req.body(), nullptr, false);
-      if (body.is_discarded() || !body.is_object())
-        co_return error(400, "bad_request", "expected no body or {\"exit_status\": N}");
-      if (body.contains("exit_status") && !body["exit_status"].is_null()) {
-        const json& e = body["exit_status"];
-        if (!e.is_number_integer() || e.get<int64_t>() < INT_MIN || e.get<int64_t>() > INT_MAX)
-          co_return error(400, "bad_request", "exit_status: expected a whole number");
-        exit_status = e.get<int>();
-      }
-    }
-    daemon_.release_lease(id, exit_status);
-    co_await daemon_.wait_lease(id, Duration(0));
-  } else {
-    co_return error(405, "method_not_allowed", fmt::format("{} accepts GET and DELETE", t.path));
-  }
-  const Lease* l = daemon_.arbiter().lease(id);
-  if (!l) co_return error(404, "not_found", fmt::format("no lease #{}", id));
-  co_return json_reply(200, lease_json(*l, daemon_.now()));
-}
-
-json Api::lease_json(const Lease& l, const Now& now) const {
-  json j = to_json(l, daemon_.arbiter(), now);
-  if (std::string host = daemon_.host(); !host.empty()) j["host"] = host;
-  if (!l.elsewhere.empty()) j["host"] = l.elsewhere;
-  j["elsewhere"] = !l.elsewhere.empty();
-  return j;
-}
-
-boost::asio::awaitable<HttpResponse> Api::jobs(const HttpRequest& req) {
-  Target t = parse_target(req.target());
+boost::asio::awaitable<HttpResponse> Api::jobs(const Call& c) {
+  const Target& t = c.t;
   std::string label;
   if (const auto* l = t.param("label")) label = *l;
   size_t limit = 100;
@@ -442,7 +134,7 @@ boost::asio::awaitable<HttpResponse> Api::jobs(const HttpRequest& req) {
       co_return error(400, "bad_request", fmt::format("limit: expected a number, got '{}'", *l));
     limit = std::clamp<size_t>(std::stoul(*l), 1, 10000);
   }
-  bool stats = t.path == "/v1/jobs/stats";
+  const bool stats = t.path == "/v1/jobs/stats";
   if (stats && label.empty()) co_return error(400, "bad_request", "/v1/jobs/stats needs ?label=LABEL");
   auto jobs = co_await daemon_.jobs(label, stats ? 100000 : limit);
   if (!jobs) co_return error(500, "store", jobs.error());
@@ -476,15 +168,18 @@ boost::asio::awaitable<HttpResponse> Api::jobs(const HttpRequest& req) {
   co_return json_reply(200, out);
 }
 
-boost::asio::awaitable<HttpResponse> Api::lifecycle(const std::string& service,
-                                                    const std::string& action, const Target& t) {
+boost::asio::awaitable<HttpResponse> Api::start(const Call& c) { return lifecycle(c, Command::start); }
+boost::asio::awaitable<HttpResponse> Api::stop(const Call& c) { return lifecycle(c, Command::stop); }
+boost::asio::awaitable<HttpResponse> Api::restart(const Call& c) { return lifecycle(c, Command::restart); }
+
+boost::asio::awaitable<HttpResponse> Api::lifecycle(const Call& c, Command command) {
+  const std::string service = c.param();
+  const std::string action = to_string(command);
   if (!daemon_.arbiter().service(service))
     co_return error(404, "not_found", fmt::format("no service named '{}'", service));
-  bool wait = t.flag("wait");
-  std::optional<Command> command = parse_command(action);
-  if (!command) co_return error(404, "not_found", fmt::format("no action '{}'", action));
+  bool wait = c.t.flag("wait");
   uint64_t id =
-      daemon_.service_command(service, *command, *command == Command::start && t.flag("force"));
+      daemon_.service_command(service, command, command == Command::start && c.t.flag("force"));
   // A first model load can take minutes: --wait waits up to 15 min.
   CommandFinished f = co_await daemon_.wait_command(id, wait ? Duration(std::chrono::minutes(15)) : Duration(0));
   const ServiceStatus* st = daemon_.arbiter().service(service);
@@ -502,7 +197,9 @@ boost::asio::awaitable<HttpResponse> Api::lifecycle(const std::string& service,
   co_return json_reply(200, body);
 }
 
-boost::asio::awaitable<HttpResponse> Api::logs(const std::string& service, const Target& t) {
+boost::asio::awaitable<HttpResponse> Api::logs(const Call& c) {
+  const std::string service = c.param();
+  const Target& t = c.t;
   if (!daemon_.arbiter().service(service))
     co_return error(404, "not_found", fmt::format("no service named '{}'", service));
   std::string path = daemon_.log_path(service);
@@ -573,7 +270,9 @@ json crash_json(const CrashRecord& c, bool with_log) {
 }
 }  // namespace
 
-boost::asio::awaitable<HttpResponse> Api::crashes(const std::string& service, const Target& t) {
+boost::asio::awaitable<HttpResponse> Api::crashes(const Call& c) {
+  const std::string service = c.param();
+  const Target& t = c.t;
   if (!daemon_.arbiter().service(service))
     co_return error(404, "not_found", fmt::format("no service named '{}'", service));
   size_t limit = 20;
@@ -589,7 +288,8 @@ boost::asio::awaitable<HttpResponse> Api::crashes(const std::string& service, co
   co_return json_reply(200, json{{"crashes", out}});
 }
 
-boost::asio::awaitable<HttpResponse> Api::doctor(const Target& t) {
+boost::asio::awaitable<HttpResponse> Api::doctor(const Call& c) {
+  const Target& t = c.t;
   std::string only;
   if (const auto* s = t.param("service")) {
     only = *s;
@@ -654,139 +354,143 @@ boost::asio::awaitable<HttpResponse> Api::doctor(const Target& t) {
   co_return json_reply(200, json{{"services", services}});
 }
 
+const std::vector<Api::Route>& Api::routes() {
+  static const std::vector<Route> table = {
+      {kGet, "/v1/version", &Api::version},
+      {kGet, "/v1/status", &Api::status},
+      {kGet, "/v1/history", &Api::chart},
+      {kGet, "/v1/history/records", &Api::history},
+      {kGet, "/v1/history/durations", &Api::history},
+      {kGet, "/v1/services", &Api::services},
+      {kGet, "/v1/services/{name}", &Api::service},
+      {kPost, "/v1/services/{name}/unload", &Api::unload},
+      {kPost, "/v1/services/{name}/start", &Api::start},
+      {kPost, "/v1/services/{name}/stop", &Api::stop},
+      {kPost, "/v1/services/{name}/restart", &Api::restart},
+      {kGet, "/v1/services/{name}/logs", &Api::logs},
+      {kGet, "/v1/services/{name}/crashes", &Api::crashes},
+      {kPost, "/v1/free", &Api::free_idle},
+      {kGet, "/v1/proxy", &Api::request_path},
+      {kGet, "/v1/doctor", &Api::doctor},
+      {kGet, "/v1/hosts", &Api::hosts},
+      {kGet, "/v1/leases", &Api::list_leases},
+      {kPost, "/v1/leases", &Api::create_lease},
+      {kGet, "/v1/leases/{id}", &Api::get_lease},
+      {kDelete, "/v1/leases/{id}", &Api::release_lease},
+      {kPost, "/v1/leases/{id}/heartbeat", &Api::heartbeat},
+      {kGet, "/v1/jobs", &Api::jobs},
+      {kGet, "/v1/jobs/stats", &Api::jobs},
+      {kGet, "/v1/events", &Api::events},
+      {kGet, "/metrics", &Api::metrics},
+      {kGet, "/", &Api::dashboard},
+      {kGet, "/assets/{name}", &Api::dashboard},
+  };
+  return table;
+}
+
 boost::asio::awaitable<HttpResponse> Api::handle(HttpRequest req, HttpStream& stream) {
   Target t = parse_target(req.target());
-  bool get = req.method() == http::verb::get || req.method() == http::verb::head;
-  bool post = req.method() == http::verb::post;
-  const Arbiter& arbiter = daemon_.arbiter();
-  auto only = [&](const char* method) {
-    return error(405, "method_not_allowed", fmt::format("{} only accepts {}", t.path, method));
-  };
-
-  if (t.path == "/v1/status") {
-    if (!get) co_return only("GET");
-    Now now = daemon_.now();
-    json out = to_json(arbiter.status(), now);
-    if (std::string host = daemon_.host(); !host.empty()) out["host"] = host;
-    json faults = json::array();
-    for (const auto& f : daemon_.faults())
-      faults.push_back(
-          {{"backend", f.backend}, {"error", f.error}, {"since", format_rfc3339(f.since)}});
-    out["faults"] = std::move(faults);
-    co_return json_reply(200, out);
-  }
-  if (t.path == "/v1/hosts") {
-    if (!get) co_return only("GET");
-    auto hosts = co_await daemon_.hosts();
-    if (!hosts) co_return error(503, "store", hosts.error());
-    co_return json_reply(200, *hosts);
-  }
-  if (t.path == "/v1/services") {
-    if (!get) co_return only("GET");
-    json out = json::array();
-    Now now = daemon_.now();
-    for (const auto& s : arbiter.services()) out.push_back(to_json(s, now));
-    co_return json_reply(200, json{{"services", out}});
-  }
-  if (t.path.starts_with("/v1/services/")) {
-    std::string rest = t.path.substr(13);
-    std::string name = rest.substr(0, rest.find('/'));
-    std::string action = rest.find('/') == std::string::npos ? "" : rest.substr(rest.find('/') + 1);
-    if (action.empty()) {
-      if (!get) co_return only("GET");
-      const ServiceStatus* s = arbiter.service(name);
-      if (!s) co_return error(404, "not_found", fmt::format("no service named '{}'", name));
-      co_return json_reply(200, to_json(*s, daemon_.now()));
+  unsigned allowed = 0;  // the methods of the routes whose path matched
+  for (const Route& r : routes()) {
+    PathParams params;
+    if (!match_path(r.pattern, t.path, params)) continue;
+    if (method_in(req.method(), r.methods)) {
+      const Call call{req, stream, t, params};
+      co_return co_await (this->*r.handler)(call);
     }
-    if (action == "unload") {
-      if (!post) co_return only("POST");
-      co_return co_await unload(name, t.flag("force"));
-    }
-    if (action == "start" || action == "stop" || action == "restart") {
-      if (!post) co_return only("POST");
-      co_return co_await lifecycle(name, action, t);
-    }
-    if (action == "logs") {
-      if (!get) co_return only("GET");
-      co_return co_await logs(name, t);
-    }
-    if (action == "crashes") {
-      if (!get) co_return only("GET");
-      co_return co_await crashes(name, t);
-    }
-    co_return error(404, "not_found", fmt::format("no such endpoint: {} {}", std::string(req.method_string()), t.path));
+    allowed |= r.methods;
   }
-  if (t.path == "/v1/free") {
-    if (!post) co_return only("POST");
-    if (!t.flag("idle"))
-      co_return error(400, "bad_request", "POST /v1/free needs ?idle=true (or unload one service with POST /v1/services/NAME/unload)");
-    co_return co_await free_idle();
-  }
-  if (t.path == "/v1/history") {
-    if (!get) co_return only("GET");
-    unsigned gpu = 0;
-    if (const auto* g = t.param("gpu")) {
-      // [issue 16: MIG] an index or a MIG instance "0/2"
-      auto sel = parse_gpu_selector(*g);
-      if (!sel || !*sel)
-        co_return error(400, "bad_request", fmt::format("gpu: expected a GPU index, got '{}'", *g));
-      gpu = **sel;
-    }
-    Duration window = std::chrono::minutes(15);
-    if (const auto* w = t.param("window")) {
-      auto d = parse_duration(*w);
-      if (!d) co_return error(400, "bad_request", "window: " + d.error());
-      window = *d;
-    }
-    size_t points = 600;
-    if (const auto* p = t.param("points")) {
-      if (p->empty() || p->size() > 5 || p->find_first_not_of("0123456789") != std::string::npos)
-        co_return error(400, "bad_request", fmt::format("points: expected a number, got '{}'", *p));
-      points = std::max<size_t>(2, std::stoul(*p));
-    }
-    bool known = false;
-    for (const auto& g : arbiter.status().gpus) known |= g.sample.index == gpu;
-    if (!known) co_return error(404, "not_found", fmt::format("no GPU {}", gpu));
-    co_return json_reply(200, to_json(arbiter.history(gpu, daemon_.now().mono, window, points), gpu, daemon_.now()));
-  }
-  if (t.path == "/v1/events") {
-    if (!get) co_return only("GET");
-    co_return co_await events(req, stream);
-  }
-  if (t.path == "/v1/leases" || t.path.starts_with("/v1/leases/")) co_return co_await leases(req, stream);
-  if (t.path == "/v1/jobs" || t.path == "/v1/jobs/stats") {
-    if (!get) co_return only("GET");
-    co_return co_await jobs(req);
-  }
-  if (t.path == "/v1/proxy") {
-    if (!get) co_return only("GET");
-    co_return json_reply(200, daemon_.request_path());
-  }
-  if (t.path == "/v1/history/records" || t.path == "/v1/history/durations") {
-    if (!get) co_return only("GET");
-    co_return co_await history(t);
-  }
-  if (t.path == "/v1/doctor") {
-    if (!get) co_return only("GET");
-    co_return co_await doctor(t);
-  }
-  if (t.path == "/metrics") {
-    if (!get) co_return only("GET");
-    HttpResponse res{http::status::ok, req.version()};
-    res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    res.set(http::field::cache_control, "no-store");
-    res.body() = render_metrics(arbiter, daemon_.metrics(), daemon_.now(), daemon_.host()) + daemon_.extra_metrics();
-    res.prepare_payload();
+  if (allowed) {
+    HttpResponse res = error(405, "method_not_allowed",
+                             fmt::format("{} only accepts {}", t.path, methods_text(allowed)));
+    res.set(http::field::allow, allow_header(allowed));
     co_return res;
   }
-  if (!t.path.starts_with("/v1/")) {
+  // The dashboard's other paths (index.html, a traversal attempt) answer as files do.
+  if (!t.path.starts_with("/v1/"))
     if (auto asset = serve_asset(req)) co_return std::move(*asset);
-  }
-  if (t.path == "/v1/version") {
-    if (!get) co_return only("GET");
-    co_return json_reply(200, json{{"version", VRAMD_VERSION_STRING}});
-  }
   co_return error(404, "not_found", fmt::format("no such endpoint: {} {}", std::string(req.method_string()), t.path));
+}
+
+boost::asio::awaitable<HttpResponse> Api::version(const Call&) {
+  co_return json_reply(200, json{{"version", VRAMD_VERSION_STRING}});
+}
+
+boost::asio::awaitable<HttpResponse> Api::status(const Call&) {
+  Now now = daemon_.now();
+  json out = to_json(daemon_.arbiter().status(), now);
+  if (std::string host = daemon_.host(); !host.empty()) out["host"] = host;
+  json faults = json::array();
+  for (const auto& f : daemon_.faults())
+    faults.push_back({{"backend", f.backend}, {"error", f.error}, {"since", format_rfc3339(f.since)}});
+  out["faults"] = std::move(faults);
+  co_return json_reply(200, out);
+}
+
+boost::asio::awaitable<HttpResponse> Api::hosts(const Call&) {
+  auto hosts = co_await daemon_.hosts();
+  if (!hosts) co_return error(503, "store", hosts.error());
+  co_return json_reply(200, *hosts);
+}
+
+boost::asio::awaitable<HttpResponse> Api::services(const Call&) {
+  json out = json::array();
+  Now now = daemon_.now();
+  for (const auto& s : daemon_.arbiter().services()) out.push_back(to_json(s, now));
+  co_return json_reply(200, json{{"services", out}});
+}
+
+boost::asio::awaitable<HttpResponse> Api::service(const Call& c) {
+  const ServiceStatus* s = daemon_.arbiter().service(c.param());
+  if (!s) co_return error(404, "not_found", fmt::format("no service named '{}'", c.param()));
+  co_return json_reply(200, to_json(*s, daemon_.now()));
+}
+
+boost::asio::awaitable<HttpResponse> Api::chart(const Call& c) {
+  const Target& t = c.t;
+  unsigned gpu = 0;
+  if (const auto* g = t.param("gpu")) {
+    // [issue 16: MIG] an index or a MIG instance "0/2"
+    auto sel = parse_gpu_selector(*g);
+    if (!sel || !*sel) co_return error(400, "bad_request", fmt::format("gpu: expected a GPU index, got '{}'", *g));
+    gpu = **sel;
+  }
+  Duration window = std::chrono::minutes(15);
+  if (const auto* w = t.param("window")) {
+    auto d = parse_duration(*w);
+    if (!d) co_return error(400, "bad_request", "window: " + d.error());
+    window = *d;
+  }
+  size_t points = 600;
+  if (const auto* p = t.param("points")) {
+    if (p->empty() || p->size() > 5 || p->find_first_not_of("0123456789") != std::string::npos)
+      co_return error(400, "bad_request", fmt::format("points: expected a number, got '{}'", *p));
+    points = std::max<size_t>(2, std::stoul(*p));
+  }
+  const Arbiter& arbiter = daemon_.arbiter();
+  bool known = false;
+  for (const auto& g : arbiter.status().gpus) known |= g.sample.index == gpu;
+  if (!known) co_return error(404, "not_found", fmt::format("no GPU {}", gpu));
+  co_return json_reply(200, to_json(arbiter.history(gpu, daemon_.now().mono, window, points), gpu, daemon_.now()));
+}
+
+boost::asio::awaitable<HttpResponse> Api::request_path(const Call&) {
+  co_return json_reply(200, daemon_.request_path());
+}
+
+boost::asio::awaitable<HttpResponse> Api::metrics(const Call& c) {
+  HttpResponse res{http::status::ok, c.req.version()};
+  res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+  res.set(http::field::cache_control, "no-store");
+  res.body() = render_metrics(daemon_.arbiter(), daemon_.metrics(), daemon_.now(), daemon_.host()) +
+               daemon_.extra_metrics();
+  res.prepare_payload();
+  co_return res;
+}
+
+boost::asio::awaitable<HttpResponse> Api::dashboard(const Call& c) {
+  if (auto asset = serve_asset(c.req)) co_return std::move(*asset);
+  co_return error(404, "not_found", "no such file");
 }
 
 }  // namespace vramd

@@ -8,6 +8,7 @@
 #include "core/arbiter.h"
 #include "supervisor/children.h"
 #include "server/http_server.h"
+#include "server/routes.h"
 #include "server/metrics.h"
 #include "server/target.h"
 #include "store/event_store.h"
@@ -120,26 +121,68 @@ class DaemonControl {
 };
 
 
+// The /v1 API: a table of routes (method, path pattern, handler) and one handler per route.
+// A path that matches with another method gets 405 with Allow; docs/api.md's endpoint list is
+// checked against the table (server/api_routes_test.cc).
 class Api {
  public:
   explicit Api(DaemonControl& daemon) : daemon_(daemon) {}
   boost::asio::awaitable<HttpResponse> handle(HttpRequest req, HttpStream& stream);
 
+  // What a handler is given: the request, its stream, its target and the path's parameters.
+  struct Call {
+    const HttpRequest& req;
+    HttpStream& stream;
+    const Target& t;
+    PathParams params;
+    std::string param() const { return std::string(params.values[0]); }
+  };
+  using Handler = boost::asio::awaitable<HttpResponse> (Api::*)(const Call&);
+  struct Route {
+    unsigned methods;  // Methods
+    std::string_view pattern;
+    Handler handler;
+  };
+  static const std::vector<Route>& routes();
+
  private:
-  boost::asio::awaitable<HttpResponse> unload(const std::string& service, bool force);
-  boost::asio::awaitable<HttpResponse> free_idle();
-  boost::asio::awaitable<HttpResponse> events(const HttpRequest& req, HttpStream& stream);
-  boost::asio::awaitable<HttpResponse> leases(const HttpRequest& req, HttpStream& stream);
-  boost::asio::awaitable<HttpResponse> jobs(const HttpRequest& req);
+  boost::asio::awaitable<HttpResponse> version(const Call& c);
+  boost::asio::awaitable<HttpResponse> status(const Call& c);
+  boost::asio::awaitable<HttpResponse> chart(const Call& c);
+  boost::asio::awaitable<HttpResponse> services(const Call& c);
+  boost::asio::awaitable<HttpResponse> service(const Call& c);
+  boost::asio::awaitable<HttpResponse> unload(const Call& c);
+  boost::asio::awaitable<HttpResponse> start(const Call& c);
+  boost::asio::awaitable<HttpResponse> stop(const Call& c);
+  boost::asio::awaitable<HttpResponse> restart(const Call& c);
+  boost::asio::awaitable<HttpResponse> lifecycle(const Call& c, Command command);
+  boost::asio::awaitable<HttpResponse> logs(const Call& c);
+  boost::asio::awaitable<HttpResponse> crashes(const Call& c);
+  boost::asio::awaitable<HttpResponse> free_idle(const Call& c);
+  boost::asio::awaitable<HttpResponse> doctor(const Call& c);
+  boost::asio::awaitable<HttpResponse> hosts(const Call& c);
+  boost::asio::awaitable<HttpResponse> request_path(const Call& c);
+  boost::asio::awaitable<HttpResponse> events(const Call& c);
+  boost::asio::awaitable<HttpResponse> jobs(const Call& c);
+  boost::asio::awaitable<HttpResponse> job_stats(const Call& c);
+  boost::asio::awaitable<HttpResponse> metrics(const Call& c);
+  boost::asio::awaitable<HttpResponse> dashboard(const Call& c);
+  // GET /v1/history/records and /v1/history/durations (server/api_history.cc).
+  boost::asio::awaitable<HttpResponse> history(const Call& c);
+  // Leases (server/api_leases.cc).
+  boost::asio::awaitable<HttpResponse> list_leases(const Call& c);
+  boost::asio::awaitable<HttpResponse> create_lease(const Call& c);
+  boost::asio::awaitable<HttpResponse> get_lease(const Call& c);
+  boost::asio::awaitable<HttpResponse> release_lease(const Call& c);
+  boost::asio::awaitable<HttpResponse> heartbeat(const Call& c);
+  // Several hosts: a lease this host does not hold, read from (and asked of) the store.
+  enum class LeaseVerb { get, release, heartbeat };
+  boost::asio::awaitable<std::optional<HttpResponse>> lease_elsewhere(uint64_t id, LeaseVerb verb);
+  // The lease as it stands, once written (or the store's error).
+  boost::asio::awaitable<HttpResponse> lease_reply(uint64_t id);
+  std::string store_error() const;
   // A lease as the API shows it: the Arbiter's view and this daemon's host.
   nlohmann::json lease_json(const Lease& l, const Now& now) const;
-  boost::asio::awaitable<HttpResponse> lifecycle(const std::string& service, const std::string& action,
-                                                 const Target& t);
-  boost::asio::awaitable<HttpResponse> logs(const std::string& service, const Target& t);
-  boost::asio::awaitable<HttpResponse> crashes(const std::string& service, const Target& t);
-  boost::asio::awaitable<HttpResponse> doctor(const Target& t);
-  // GET /v1/history/records and /v1/history/durations (server/api_history.cc).
-  boost::asio::awaitable<HttpResponse> history(const Target& t);
 
   DaemonControl& daemon_;
 };

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "server/api.h"
+#include "server/api_reply.h"
 #include "server/history_view.h"
 #include "server/json_view.h"
 
@@ -13,16 +14,13 @@ namespace {
 
 using nlohmann::json;
 
-HttpResponse reply(unsigned status, const json& body) {
-  return json_response(status, body.dump(-1, ' ', false, json::error_handler_t::replace));
-}
-HttpResponse fail(unsigned status, const std::string& code, const std::string& message) {
-  return reply(status, error_json(code, message));
-}
+using api::fail;
+using api::reply;
 
 }  // namespace
 
-boost::asio::awaitable<HttpResponse> Api::history(const Target& t) {
+boost::asio::awaitable<HttpResponse> Api::history(const Call& c) {
+  const Target& t = c.t;
   const bool compare = t.path == "/v1/history/durations";
   DurationQuery q;
   if (const auto* s = t.param("service")) q.service = *s;

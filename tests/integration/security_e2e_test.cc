@@ -312,10 +312,18 @@ TEST(SecurityE2E, MutationsOnlyByPostOrDelete) {
     RawReply r = raw(port, request("GET", target, port));
     EXPECT_EQ(r.status, 405) << target;
     EXPECT_EQ(r.error_code(), "method_not_allowed") << target;
+    EXPECT_EQ(r.headers["allow"], "POST") << target;
   }
   RawReply put = raw(port, request("PUT", "/v1/leases", port));
   EXPECT_EQ(put.status, 405);
   EXPECT_EQ(put.error_code(), "method_not_allowed");
+  EXPECT_EQ(put.headers["allow"], "GET, HEAD, POST");  // the methods of the path's routes
+  RawReply beat = raw(port, request("GET", "/v1/leases/7/heartbeat", port));
+  EXPECT_EQ(beat.status, 405);
+  EXPECT_EQ(beat.headers["allow"], "POST");
+  RawReply patch = raw(port, request("PATCH", "/v1/leases/7", port));
+  EXPECT_EQ(patch.status, 405);
+  EXPECT_EQ(patch.headers["allow"], "GET, HEAD, DELETE");
   RawReply post_status = raw(port, request("POST", "/v1/status", port));
   EXPECT_EQ(post_status.status, 405);
   // HEAD answers the length of the GET's body, without the body (else a keep-alive client
