@@ -206,13 +206,13 @@ void Daemon::stop() {
   if (host_timer_) host_timer_->cancel();
   if (claim_timer_) claim_timer_->cancel();
   for (auto& [name, t] : probe_timers_) t.timer.cancel();
-  for (auto& [id, w] : waiters_) w->timer.cancel();
+  waiters_.stop();
   stream_.close();
   container_watch_.reset();  // joins its thread
   unit_watch_.reset();
   for (auto& [id, t] : lease_waiters_) t->cancel();
-  for (auto& [id, w] : command_waiters_) w->timer.cancel();
-  for (auto& [id, w] : wake_waiters_) w->timer.cancel();
+  command_waiters_.stop();
+  wake_waiters_.stop();
   // Managed children outlive vramd unless on_shutdown = "stop" (they are adopted again).
   for (const auto& st : arbiter_.services()) {
     const ServiceConfig* cfg = arbiter_.config().find_service(st.name);
@@ -239,6 +239,15 @@ void Daemon::feed(const Event& event) {
   if (auto due = arbiter_.next_deadline(); due && *due < tick_at_) tick_timer_.cancel();
 }
 
+namespace {
+template <class... Ts>
+struct ActionCases : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+ActionCases(Ts...) -> ActionCases<Ts...>;
+}  // namespace
+
 void Daemon::apply(std::vector<Action> actions) {
   // The event telling a lease's change comes right before its LeaseChanged (core/actions.h): it
   // is written with the lease, in one transaction.
@@ -246,104 +255,115 @@ void Daemon::apply(std::vector<Action> actions) {
   for (size_t i = 0; i < actions.size(); ++i) {
     Action& a = actions[i];
     metrics_.observe(a);
-    if (auto* e = std::get_if<EmitEvent>(&a)) {
-      spdlog::info("{}: {}", e->event.type, e->event.message);
-      int64_t id = next_stream_id_++;
-      nlohmann::json data = e->event.verdict  ? to_json(*e->event.verdict)
-                            : e->event.change ? to_json(*e->event.change)
-                                              : nlohmann::json(nullptr);
-      // SSE subscribers first (they are on this loop), then the store on its own thread.
-      stream_.publish(id, e->event, data);
-      const auto* next = i + 1 < actions.size() ? std::get_if<LeaseChanged>(&actions[i + 1]) : nullptr;
-      if (next && e->event.type.starts_with("lease.") &&
-          e->event.message.starts_with(fmt::format("lease #{} ", next->lease.id))) {
-        told.push_back(StoredEvent{id, e->event, std::move(data)});
-        continue;
-      }
-      asio::post(store_thread_, [this, ev = e->event, data, id] {
-        store_event(UnstoredEvent{ev, data, id});
-      });
-    } else if (auto* c = std::get_if<CallUnload>(&a)) {
-      asio::co_spawn(io_, call_unload(*c), asio::detached);
-    } else if (auto* cw = std::get_if<CallWake>(&a)) {
-      asio::co_spawn(io_, call_wake(*cw), asio::detached);
-    } else if (auto* wf = std::get_if<WakeFinished>(&a)) {
-      if (auto it = wake_waiters_.find(wf->id); it != wake_waiters_.end()) {
-        it->second->result = *wf;
-        it->second->timer.cancel();
-      }
-    } else if (auto* wp = std::get_if<WakeProgressed>(&a)) {
-      if (auto it = wake_waiters_.find(wp->id); it != wake_waiters_.end() && it->second->progress)
-        it->second->progress(wp->text);
-    } else if (auto* rw = std::get_if<RememberWakeTime>(&a)) {
-      asio::post(store_thread_, [store = peak_store_, t = rw->time, at = clock_().wall] {
-        if (auto r = store->save_wake(t, at); !r) spdlog::warn("{}", r.error());
-      });
-    } else if (auto* rd = std::get_if<RememberDemand>(&a)) {
-      asio::post(store_thread_, [store = peak_store_, d = rd->demand] {
-        if (auto r = store->save_demand(d); !r) spdlog::warn("{}", r.error());
-      });
-    } else if (auto* f = std::get_if<SetFastSampling>(&a)) {
-      fast_sampling_ = f->on;
-      sample_gate_.set_fast(f->on);  // a verification reads the lists on every sample
-      sample_gate_.set_interval(f->on ? Duration(kFastSampleInterval)
-                                      : arbiter_.config().daemon.sample_interval);
-      if (f->on) sample_gate_.wake();  // sample now rather than at the end of the interval
-    } else if (auto* u = std::get_if<UnloadFinished>(&a)) {
-      auto it = waiters_.find(u->request_id);
-      if (it != waiters_.end()) {
-        it->second->result = *u;
-        it->second->timer.cancel();
-      }
-    } else if (auto* l = std::get_if<Lifecycle>(&a)) {
-      run_lifecycle(*l);
-    } else if (auto* lc = std::get_if<LeaseChanged>(&a)) {
-      // A grant lets its holder allocate; an end, its memory go.
-      if (lc->lease.state == LeaseState::granted || !is_active(lc->lease.state))
-        sample_gate_.list_processes();
-      save_lease(lc->lease, std::exchange(told, {}));
-      // A lost lease's holder hears it now, not when a store that cannot be reached takes it.
-      if (lc->lease.state == LeaseState::lost) wake_lease_waiters(lc->lease.id);
-      // A lease for the shared queue, or room given back: claim soon rather than at the round.
-      if (lc->lease.request.cluster || !is_active(lc->lease.state)) claim_soon();
-    } else if (auto* sp = std::get_if<SpawnService>(&a)) {
-      // After this batch: spawning feeds the Arbiter (not from inside apply()).
-      asio::post(io_, [this, name = sp->service] {
-        if (stopping_) return;
-        std::vector<int> ours;  // its port may be held by something vramd runs
-        for (const auto& st : arbiter_.services())
-          if (st.managed && st.managed->pid) ours.push_back(*st.managed->pid);
-        if (const ServiceConfig* cfg = arbiter_.config().find_service(name))
-          runner_->spawn(*cfg, std::move(ours));
-      });
-    } else if (auto* sp = std::get_if<ScheduleProbe>(&a)) {
-      if (auto it = probe_timers_.find(sp->service); it != probe_timers_.end()) {
-        it->second.at = std::chrono::steady_clock::now() + sp->after;
-        it->second.timer.cancel();  // a loop waiting waits again, for the new time
-      }
-    } else if (auto* w = std::get_if<WatchService>(&a)) {
-      watch_service(w->service);
-    } else if (auto* sig = std::get_if<SignalService>(&a)) {
-      runner_->signal(sig->pid, sig->signal);
-    } else if (auto* ch = std::get_if<CheckHealth>(&a)) {
-      check_health(ch->service);
-    } else if (auto* rc = std::get_if<RecordCrash>(&a)) {
-      record_crash(*rc);
-    } else if (auto* rv = std::get_if<RememberVariant>(&a)) {
-      recorder_->remember(rv->variant);
-    } else if (auto* rd = std::get_if<RecordDurations>(&a)) {
-      if (arbiter_.config().daemon.history) recorder_->record(std::move(rd->records));
-    } else if (auto* rp = std::get_if<RememberLoadPeak>(&a)) {
-      asio::post(store_thread_, [store = peak_store_, peak = rp->peak, at = clock_().wall] {
-        if (auto r = store->save(peak, at); !r) spdlog::warn("{}", r.error());
-      });
-    } else if (auto* cf = std::get_if<CommandFinished>(&a)) {
-      auto it = command_waiters_.find(cf->request_id);
-      if (it != command_waiters_.end()) {
-        it->second->result = *cf;
-        it->second->timer.cancel();
-      }
-    }
+    // One case per Action: an Action without its case does not compile.
+    std::visit(ActionCases{
+        [&](EmitEvent& e) {
+          spdlog::info("{}: {}", e.event.type, e.event.message);
+          int64_t id = next_stream_id_++;
+          nlohmann::json data = e.event.verdict  ? to_json(*e.event.verdict)
+                                : e.event.change ? to_json(*e.event.change)
+                                                  : nlohmann::json(nullptr);
+          // SSE subscribers first (they are on this loop), then the store on its own thread.
+          stream_.publish(id, e.event, data);
+          const auto* next = i + 1 < actions.size() ? std::get_if<LeaseChanged>(&actions[i + 1]) : nullptr;
+          if (next && e.event.type.starts_with("lease.") &&
+              e.event.message.starts_with(fmt::format("lease #{} ", next->lease.id))) {
+            told.push_back(StoredEvent{id, e.event, std::move(data)});
+            return;
+          }
+          asio::post(store_thread_, [this, ev = e.event, data, id] {
+            store_event(UnstoredEvent{ev, data, id});
+          });
+        },
+        [&](CallUnload& c) {
+          asio::co_spawn(io_, call_unload(c), asio::detached);
+        },
+        [&](CallWake& cw) {
+          asio::co_spawn(io_, call_wake(cw), asio::detached);
+        },
+        [&](WakeFinished& wf) {
+          wake_waiters_.answer(wf.id, wf);
+        },
+        [&](WakeProgressed& wp) {
+          if (WakeWaiter* w = wake_waiters_.pending(wp.id); w && w->progress) w->progress(wp.text);
+        },
+        [&](RememberWakeTime& rw) {
+          asio::post(store_thread_, [store = peak_store_, t = rw.time, at = clock_().wall] {
+            if (auto r = store->save_wake(t, at); !r) spdlog::warn("{}", r.error());
+          });
+        },
+        [&](RememberDemand& rd) {
+          asio::post(store_thread_, [store = peak_store_, d = rd.demand] {
+            if (auto r = store->save_demand(d); !r) spdlog::warn("{}", r.error());
+          });
+        },
+        [&](SetFastSampling& f) {
+          fast_sampling_ = f.on;
+          sample_gate_.set_fast(f.on);  // a verification reads the lists on every sample
+          sample_gate_.set_interval(f.on ? Duration(kFastSampleInterval)
+                                          : arbiter_.config().daemon.sample_interval);
+          if (f.on) sample_gate_.wake();  // sample now rather than at the end of the interval
+        },
+        [&](UnloadFinished& u) {
+          waiters_.answer(u.request_id, u);
+        },
+        [&](Lifecycle& l) {
+          run_lifecycle(l);
+        },
+        [&](LeaseChanged& lc) {
+          // A grant lets its holder allocate; an end, its memory go.
+          if (lc.lease.state == LeaseState::granted || !is_active(lc.lease.state))
+            sample_gate_.list_processes();
+          save_lease(lc.lease, std::exchange(told, {}));
+          // A lost lease's holder hears it now, not when a store that cannot be reached takes it.
+          if (lc.lease.state == LeaseState::lost) wake_lease_waiters(lc.lease.id);
+          // A lease for the shared queue, or room given back: claim soon rather than at the round.
+          if (lc.lease.request.cluster || !is_active(lc.lease.state)) claim_soon();
+        },
+        [&](SpawnService& sp) {
+          // After this batch: spawning feeds the Arbiter (not from inside apply()).
+          asio::post(io_, [this, name = sp.service] {
+            if (stopping_) return;
+            std::vector<int> ours;  // its port may be held by something vramd runs
+            for (const auto& st : arbiter_.services())
+              if (st.managed && st.managed->pid) ours.push_back(*st.managed->pid);
+            if (const ServiceConfig* cfg = arbiter_.config().find_service(name))
+              runner_->spawn(*cfg, std::move(ours));
+          });
+        },
+        [&](ScheduleProbe& sp) {
+          if (auto it = probe_timers_.find(sp.service); it != probe_timers_.end()) {
+            it->second.at = std::chrono::steady_clock::now() + sp.after;
+            it->second.timer.cancel();  // a loop waiting waits again, for the new time
+          }
+        },
+        [&](WatchService& w) {
+          watch_service(w.service);
+        },
+        [&](SignalService& sig) {
+          runner_->signal(sig.pid, sig.signal);
+        },
+        [&](CheckHealth& ch) {
+          check_health(ch.service);
+        },
+        [&](RecordCrash& rc) {
+          record_crash(rc);
+        },
+        [&](RememberVariant& rv) {
+          recorder_->remember(rv.variant);
+        },
+        [&](RecordDurations& rd) {
+          if (arbiter_.config().daemon.history) recorder_->record(std::move(rd.records));
+        },
+        [&](RememberLoadPeak& rp) {
+          asio::post(store_thread_, [store = peak_store_, peak = rp.peak, at = clock_().wall] {
+            if (auto r = store->save(peak, at); !r) spdlog::warn("{}", r.error());
+          });
+        },
+        [&](CommandFinished& cf) {
+          command_waiters_.answer(cf.request_id, cf);
+        },
+    }, a);
   }
 }
 
@@ -512,29 +532,17 @@ void Daemon::on_sample(SampleTaken sample) {
 
 uint64_t Daemon::request_unload(const std::string& service, bool force) {
   uint64_t id = next_request_++;
-  auto waiter = std::make_unique<Waiter<UnloadFinished>>(io_);
-  waiter->timer.expires_after(kUnloadWaitLimit);
-  waiters_[id] = std::move(waiter);
+  waiters_.add(id, kUnloadWaitLimit);  // a limit from the request: /v1/free waits for several
   feed(UnloadRequested{service, "manual", id, force});
   return id;
 }
 
 asio::awaitable<UnloadFinished> Daemon::wait_unload(uint64_t request_id) {
-  auto it = waiters_.find(request_id);
+  std::optional<UnloadFinished> got = co_await waiters_.wait(request_id);
+  if (got) co_return *got;
   UnloadFinished out;
-  if (it == waiters_.end()) co_return out;
-  Waiter<UnloadFinished>* w = it->second.get();
-  if (!w->result) {
-    boost::system::error_code ec;
-    co_await w->timer.async_wait(asio::redirect_error(use_awaitable, ec));
-  }
-  if (w->result) {
-    out = *w->result;
-  } else {
-    out.refused = true;
-    out.verdict.message = stopping_ ? "vramd is stopping" : "no verdict within 5 minutes";
-  }
-  waiters_.erase(request_id);
+  out.refused = true;
+  out.verdict.message = stopping_ ? "vramd is stopping" : "no verdict within 5 minutes";
   co_return out;
 }
 

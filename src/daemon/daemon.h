@@ -20,6 +20,7 @@
 
 #include "core/arbiter.h"
 #include "core/wake.h"
+#include "daemon/waiters.h"
 #include "daemon/sampler.h"
 #include "gpu/gpu_reader.h"
 #include "host/host_scanner.h"
@@ -202,14 +203,6 @@ class Daemon : public DaemonControl, public ProxyHooks {
   static std::vector<std::string> container_crash_log(const std::string& socket,
                                                       const RecordCrash& crash);
 
-  // Someone awaits the answer to a request: the timer is cancelled when `result` arrives.
-  template <typename T>
-  struct Waiter {
-    explicit Waiter(boost::asio::io_context& io) : timer(io) {}
-    boost::asio::steady_timer timer;
-    std::optional<T> result;
-  };
-
   boost::asio::io_context& io_;
   Arbiter arbiter_;
   std::unique_ptr<GpuReader> reader_;
@@ -249,14 +242,13 @@ class Daemon : public DaemonControl, public ProxyHooks {
   boost::asio::awaitable<Result<bool>> heartbeat_elsewhere(uint64_t id) override;
 
  private:
-  std::map<uint64_t, std::unique_ptr<Waiter<CommandFinished>>> command_waiters_;
+  Waiters<CommandFinished> command_waiters_{io_};
   // Held requests' wakes (WakeRequested): the core's answer, and who hears its progress.
-  struct WakeWaiter : Waiter<WakeFinished> {
-    using Waiter::Waiter;
+  struct WakeWaiter {
     std::string service, model;
     WakeProgress progress;
   };
-  std::map<uint64_t, std::unique_ptr<WakeWaiter>> wake_waiters_;
+  Waiters<WakeFinished, WakeWaiter> wake_waiters_{io_};
   uint64_t next_wake_ = 1;
   MetricsCounters metrics_;
   uint64_t next_command_ = 1;
@@ -289,7 +281,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
     std::chrono::steady_clock::time_point at;
   };
   std::map<std::string, ProbeTimer> probe_timers_;
-  std::map<uint64_t, std::unique_ptr<Waiter<UnloadFinished>>> waiters_;
+  Waiters<UnloadFinished> waiters_{io_};
   uint64_t next_request_ = 1;
   EventStream stream_;
   std::unique_ptr<Proxy> proxy_;       // the request path, when configured

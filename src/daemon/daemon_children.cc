@@ -112,27 +112,16 @@ void Daemon::record_crash(const RecordCrash& crash) {
 
 uint64_t Daemon::service_command(const std::string& service, Command action, bool force) {
   uint64_t id = next_command_++;
-  command_waiters_[id] = std::make_unique<Waiter<CommandFinished>>(io_);
+  command_waiters_.add(id);
   feed(ServiceCommand{service, action, id, force});
   return id;
 }
 
 asio::awaitable<CommandFinished> Daemon::wait_command(uint64_t request_id, Duration max) {
+  std::optional<CommandFinished> got = co_await command_waiters_.wait(request_id, max);
+  if (got) co_return *got;
   CommandFinished out{request_id, false, ""};
-  auto it = command_waiters_.find(request_id);
-  if (it == command_waiters_.end()) co_return out;
-  Waiter<CommandFinished>* w = it->second.get();
-  if (!w->result && max.count() > 0) {
-    w->timer.expires_after(max);
-    boost::system::error_code ec;
-    co_await w->timer.async_wait(asio::redirect_error(use_awaitable, ec));
-  }
-  if (w->result) {
-    out = *w->result;
-  } else {
-    out.message = max.count() > 0 ? fmt::format("not finished within {}", format_duration(max)) : "";
-  }
-  command_waiters_.erase(request_id);
+  out.message = max.count() > 0 ? fmt::format("not finished within {}", format_duration(max)) : "";
   co_return out;
 }
 

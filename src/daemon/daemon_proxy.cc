@@ -110,26 +110,23 @@ bool Daemon::is_ready(const std::string& service, const std::string& model) {
 asio::awaitable<WakeResult> Daemon::ensure_ready(std::string service, std::string model,
                                                  WakeProgress progress) {
   uint64_t id = next_wake_++;
-  auto& w = *wake_waiters_.emplace(id, std::make_unique<WakeWaiter>(io_)).first->second;
+  WakeWaiter& w = wake_waiters_.add(id);  // until the core answers (or vramd stops)
   w.service = service;
   w.model = model;
   w.progress = std::move(progress);
   feed(WakeRequested{id, service, model, can_wake(service)});
-  while (!w.result && !stopping_) {
-    w.timer.expires_after(std::chrono::hours(24));  // cancelled by the answer
-    boost::system::error_code ec;
-    co_await w.timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  }
-  std::optional<WakeFinished> done = std::move(w.result);
-  wake_waiters_.erase(id);
+  std::optional<WakeFinished> done = co_await wake_waiters_.wait(id);
   if (!done) co_return WakeResult::refused("vramd is stopping");
   if (done->outcome == WakeOutcome::ready) co_return WakeResult::ready();
   co_return WakeResult::refused(done->message, done->holder);
 }
 
 void Daemon::abandon_wake(const std::string& service, const std::string& model) {
-  for (const auto& [id, w] : wake_waiters_)
-    if (!w->result && w->service == service && w->model == model) feed(WakeCancelled{id});
+  std::vector<uint64_t> cancelled;  // fed after the walk: feeding may answer (and so change) them
+  wake_waiters_.for_each_pending([&](uint64_t id, const WakeWaiter& w) {
+    if (w.service == service && w.model == model) cancelled.push_back(id);
+  });
+  for (uint64_t id : cancelled) feed(WakeCancelled{id});
 }
 
 asio::awaitable<void> Daemon::call_wake(CallWake call) {
