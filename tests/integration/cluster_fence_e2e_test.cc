@@ -54,11 +54,12 @@ void partition_keeps_one_holder(bool slow_clock) {
                               relay.port(), db, common);
   b.daemon_toml = fmt::format("store = \"{}\"\nhost = \"gpu2\"\n{}", pg->url(db), common);
   if (slow_clock) {
-    std::string lib = libfaketime_path();
+    std::string preload = faketime_preload();
     // Installed by `make test` (Debian: libfaketime): its absence is a broken setup, not a skip.
-    ASSERT_FALSE(lib.empty()) << "libfaketime is not installed (Debian: libfaketime)";
-    // Every clock of gpu1's daemon, monotonic too, runs at 95% of the real rate.
-    a.extra_env = {"LD_PRELOAD=" + lib, "FAKETIME=+0 x0.95", "FAKETIME_NO_CACHE=1"};
+    ASSERT_FALSE(preload.empty()) << "libfaketime is not installed (Debian: libfaketime)";
+    // Every clock of gpu1's daemon, monotonic too, runs at 95% of the real rate. (Its timed waits
+    // on the monotonic clock need the fix preloaded first: without it, the sampler stops.)
+    a.extra_env = {"LD_PRELOAD=" + preload, "FAKETIME=+0 x0.95", "FAKETIME_NO_CACHE=1"};
     // Under AddressSanitizer the preloaded library comes before ASan's runtime, which ASan
     // refuses unless told that this order is meant.
     const char* asan = std::getenv("ASAN_OPTIONS");

@@ -27,6 +27,13 @@ inline std::string libfaketime_path() {
   return "";
 }
 
+// What to LD_PRELOAD for libfaketime with the monotonic clock faked: the clockwait fix first
+// (tests/fakes/faketime_fix), then libfaketime. "" when libfaketime is not installed.
+inline std::string faketime_preload() {
+  std::string lib = libfaketime_path();
+  return lib.empty() ? "" : build_dir() + "/libfaketime-clockwait-fix.so:" + lib;
+}
+
 class TempDir {
  public:
   TempDir() {

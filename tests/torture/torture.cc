@@ -113,10 +113,12 @@ constexpr const char* kPartitionDaemon = "host_timeout = \"3s\"\nlease_heartbeat
 // Several hosts: what each host's card has in use by no one (so each has its own budget; every
 // lease, 1 to 8 GiB, fits each).
 const std::vector<Bytes> kHostBaselines = {400 * MiB, 8 * GiB, 12 * GiB};
-// How soon a restarted daemon must serve: 1 s is the release binary's promise; a sanitizer's
-// runtime alone makes a start several times slower.
+// How soon a restarted daemon must serve: 1 s is the release binary's promise. A sanitizer's
+// build only bounds it (a restart that hangs on something still fails): its 430 MB binary takes
+// 0.9 s to exec before main() (the release binary 0.09 s to serve, measured side by side), and
+// beside another sanitized test under `ctest -j2` a restart took 5.5 to 11 s (2026-12-04).
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr double kServeLimitMs = 5000;
+constexpr double kServeLimitMs = 15000;
 #else
 constexpr double kServeLimitMs = 1000;
 #endif
