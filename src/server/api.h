@@ -180,6 +180,10 @@ class Api {
   boost::asio::awaitable<std::optional<HttpResponse>> lease_elsewhere(uint64_t id, LeaseVerb verb);
   // The lease as it stands, once written (or the store's error).
   boost::asio::awaitable<HttpResponse> lease_reply(uint64_t id);
+  // A lease this daemon no longer holds (it ended before a restart of vramd): its job record,
+  // `ended: true`; 404 when there is none. GET, DELETE and heartbeat answer alike, so that a
+  // release repeated after a lost answer reads how the lease ended instead of "no lease".
+  boost::asio::awaitable<HttpResponse> ended_lease(uint64_t id);
   std::string store_error() const;
   // A lease as the API shows it: the Arbiter's view and this daemon's host.
   nlohmann::json lease_json(const Lease& l, const Now& now) const;

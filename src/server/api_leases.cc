@@ -251,6 +251,16 @@ boost::asio::awaitable<HttpResponse> Api::lease_reply(uint64_t id) {
   co_return reply(200, lease_json(*l, daemon_.now()));
 }
 
+boost::asio::awaitable<HttpResponse> Api::ended_lease(uint64_t id) {
+  auto op = daemon_.job(id);
+  auto job = co_await std::move(op);
+  if (!job) co_return fail(500, "store", job.error());
+  if (!*job) co_return fail(404, "not_found", fmt::format("no lease #{}", id));
+  json j = to_json(**job);
+  j["ended"] = true;
+  co_return reply(200, j);
+}
+
 boost::asio::awaitable<HttpResponse> Api::get_lease(const Call& c) {
   auto id = lease_id(c.param());
   if (!id) co_return fail(404, "not_found", fmt::format("no lease '{}'", c.param()));
@@ -298,18 +308,7 @@ boost::asio::awaitable<HttpResponse> Api::get_lease(const Call& c) {
   }
   auto there_op = lease_elsewhere(*id, LeaseVerb::get);
   if (auto there = co_await std::move(there_op)) co_return std::move(*there);
-  if (!arbiter.lease(*id)) {
-    // Ended before a restart of vramd: its job record says how it ended.
-    auto op = daemon_.job(*id);
-    auto job = co_await std::move(op);
-    if (!job) co_return fail(500, "store", job.error());
-    if (*job) {
-      json j = to_json(**job);
-      j["ended"] = true;
-      co_return reply(200, j);
-    }
-    co_return fail(404, "not_found", fmt::format("no lease #{}", *id));
-  }
+  if (!arbiter.lease(*id)) co_return co_await ended_lease(*id);
   daemon_.lease_heartbeat(*id);
   // Without ?wait this waits only for a write in flight (milliseconds; a restart's restored
   // leases are being written as the first requests come in).
@@ -325,7 +324,7 @@ boost::asio::awaitable<HttpResponse> Api::release_lease(const Call& c) {
   if (!id) co_return fail(404, "not_found", fmt::format("no lease '{}'", c.param()));
   auto there_op = lease_elsewhere(*id, LeaseVerb::release);
   if (auto there = co_await std::move(there_op)) co_return std::move(*there);
-  if (!daemon_.arbiter().lease(*id)) co_return fail(404, "not_found", fmt::format("no lease #{}", *id));
+  if (!daemon_.arbiter().lease(*id)) co_return co_await ended_lease(*id);
   std::optional<int> exit_status;
   if (!c.req.body().empty()) {
     json body = json::parse(c.req.body(), nullptr, false);
@@ -348,7 +347,7 @@ boost::asio::awaitable<HttpResponse> Api::heartbeat(const Call& c) {
   if (!id) co_return fail(404, "not_found", fmt::format("no lease '{}'", c.param()));
   auto there_op = lease_elsewhere(*id, LeaseVerb::heartbeat);
   if (auto there = co_await std::move(there_op)) co_return std::move(*there);
-  if (!daemon_.arbiter().lease(*id)) co_return fail(404, "not_found", fmt::format("no lease #{}", *id));
+  if (!daemon_.arbiter().lease(*id)) co_return co_await ended_lease(*id);
   daemon_.lease_heartbeat(*id);
   co_return co_await lease_reply(*id);
 }

@@ -379,6 +379,17 @@ void api_lease(World& w, const Host& h, const std::string& url, const std::strin
     auto r = call(url, "DELETE", target);
     if (r && (r->status == 200 || r->status == 409 || r->status == 404)) {
       if (r->status == 404) w.violation(fmt::format("{} (#{}): unknown when released", label, *id));
+      // A release repeated after its answer was lost (a kill, or a slow restart past the
+      // client's timeout) finds the lease ended before the restart: its record must say it
+      // was released, not that it ended some other way while its holder held it.
+      if (r->status == 200) {
+        json l = body_of(*r);
+        if (!l.is_object()) l = json::object();
+        std::string state = l.value("state", "");
+        if (l.value("ended", false) && state != "released" &&
+            !(w.opt.partitions > 0 && state == "lost"))
+          w.violation(fmt::format("{} (#{}): ended as {} while held: {}", label, *id, state, l.dump()));
+      }
       return;
     }
     std::this_thread::sleep_for(50ms);  // down: release again once it is back
