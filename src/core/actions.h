@@ -37,6 +37,9 @@ struct EventRecord {
   std::string message;
   std::optional<UnloadVerdict> verdict;  // for "unload.*" verdicts: the figures
   std::optional<ServiceChange> change;   // for "service.changed": the old and new values
+  // For "lease.*": the lease it tells of. The shell writes such an event in one transaction with
+  // the LeaseChanged of that lease that follows it (Daemon::apply pairs them by this id).
+  std::optional<uint64_t> lease;
 };
 struct EmitEvent {
   EventRecord event;
@@ -184,6 +187,14 @@ inline EmitEvent make_event(const Now& now, std::string type, std::optional<unsi
                             std::string subject, std::string message) {
   return EmitEvent{
       EventRecord{now.wall, std::move(type), gpu, std::move(subject), std::move(message)}};
+}
+
+// An event about lease `lease` (EventRecord::lease).
+inline EmitEvent lease_event(const Now& now, std::string type, uint64_t lease,
+                             std::optional<unsigned> gpu, std::string subject, std::string message) {
+  EmitEvent e = make_event(now, std::move(type), gpu, std::move(subject), std::move(message));
+  e.event.lease = lease;
+  return e;
 }
 
 }  // namespace vramd

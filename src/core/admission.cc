@@ -176,7 +176,7 @@ void Admission::queue(uint64_t id, LeaseRequest request, const Now& now,
     queue_.insert(queue_key(l));
     ++queued_for_[l.request.gpu];
   }
-  actions.emplace_back(make_event(now, "lease.queued", l.request.gpu, l.owner_name(),
+  actions.emplace_back(lease_event(now, "lease.queued", l.id, l.request.gpu, l.owner_name(),
                                fmt::format("lease #{} ({}) asks for {} on {}", l.id, l.owner_name(),
                                            format_size(l.request.vram), gpu_text(l.request.gpu))));
   actions.emplace_back(LeaseChanged{l});
@@ -272,7 +272,7 @@ void Admission::end_as(uint64_t id, LeaseState state, const std::string& why, co
   if (state != LeaseState::released && state != LeaseState::cancelled)
     message += fmt::format(" ({})", why);
   actions.emplace_back(
-      make_event(now, fmt::format("lease.{}", to_string(state)), l.gpu, l.owner_name(), message));
+      lease_event(now, fmt::format("lease.{}", to_string(state)), l.id, l.gpu, l.owner_name(), message));
   actions.emplace_back(LeaseChanged{l});
   ended_.push_back(std::move(l));
   if (ended_.size() > kEndedKept) ended_.pop_front();
@@ -329,7 +329,7 @@ void Admission::update_holdings(const World& world, const Now& now, std::vector<
     l.peak_vram = std::max(l.peak_vram, held);
     if (!l.overuse_reported && held > l.request.vram + kOveruseTolerance) {
       l.overuse_reported = true;
-      actions.emplace_back(make_event(now, "lease.overuse", l.gpu, l.owner_name(),
+      actions.emplace_back(lease_event(now, "lease.overuse", l.id, l.gpu, l.owner_name(),
                                       fmt::format("job {} uses {}, leased {}", l.owner_name(),
                                                   format_size(held), format_size(l.request.vram))));
     }
@@ -495,8 +495,8 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
       if (!group.empty()) groups_granted.insert(group);
       granted.push_back(id);
       granted_.insert(id);
-      actions.emplace_back(make_event(
-          now, "lease.granted", l.gpu, l.owner_name(),
+      actions.emplace_back(lease_event(
+          now, "lease.granted", l.id, l.gpu, l.owner_name(),
           fmt::format("lease #{} ({}) granted {} on GPU {} after {}", l.id, l.owner_name(),
                       format_size(l.request.vram), *fit, format_age(now.mono - l.requested_at))));
       actions.emplace_back(LeaseChanged{l});
@@ -703,16 +703,16 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
     if (started.services.empty()) continue;  // the store's mark is lifted by the next round
     const Lease* l = find(ev.lease);
     std::string owner = l ? l->owner_name() : fmt::format("#{}", ev.lease);
-    actions.emplace_back(make_event(
-        now, "lease.evicting", ev.gpu, owner,
+    actions.emplace_back(lease_event(
+        now, "lease.evicting", ev.lease, ev.gpu, owner,
         fmt::format("unloading {} on GPU {} to make room for lease #{} of the shared queue",
                     fmt::join(started.services, ", "), ev.gpu, ev.lease)));
     cluster_evicting_[ev.lease] = std::move(started);
   }
   for (uint64_t id : e.unmarked) {
     const Lease* l = find(id);
-    actions.emplace_back(make_event(
-        now, "lease.eviction_failed", std::nullopt, l ? l->owner_name() : fmt::format("#{}", id),
+    actions.emplace_back(lease_event(
+        now, "lease.eviction_failed", id, std::nullopt, l ? l->owner_name() : fmt::format("#{}", id),
         fmt::format("unloading for lease #{} of the shared queue freed too little (see the "
                     "unload's verdict): back to the queue for every host",
                     id)));
@@ -739,8 +739,8 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
       l = &leases_.emplace(copy.id, std::move(copy)).first->second;
     }
     granted_.insert(l->id);
-    actions.emplace_back(make_event(
-        now, "lease.granted", l->gpu, l->owner_name(),
+    actions.emplace_back(lease_event(
+        now, "lease.granted", l->id, l->gpu, l->owner_name(),
         fmt::format("lease #{} ({}) granted {} on GPU {} after {} (claimed from the shared queue)",
                     l->id, l->owner_name(), format_size(l->request.vram), l->gpu.value_or(0),
                     format_age(now.mono - l->requested_at))));
@@ -753,8 +753,8 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
     cluster_queue_.erase(queue_key(l));
     l.elsewhere = m.host;
     if (m.kept_there) {
-      actions.emplace_back(make_event(
-          now, "lease.moved", std::nullopt, l.owner_name(),
+      actions.emplace_back(lease_event(
+          now, "lease.moved", l.id, std::nullopt, l.owner_name(),
           fmt::format("lease #{} ({}) is kept queued by host {} now (it took this host's queue "
                       "while this one was cut off)",
                       l.id, l.owner_name(), m.host)));
@@ -766,8 +766,8 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
     l.gpu = m.gpu;
     l.granted_at = now.mono;
     l.reason = LeaseReason{};
-    actions.emplace_back(make_event(
-        now, "lease.claimed", l.gpu, l.owner_name(),
+    actions.emplace_back(lease_event(
+        now, "lease.claimed", l.id, l.gpu, l.owner_name(),
         fmt::format("lease #{} ({}) was granted on host {}", l.id, l.owner_name(), m.host)));
     ended_.push_back(std::move(l));
     if (ended_.size() > kEndedKept) ended_.pop_front();
@@ -781,8 +781,8 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
     l.state = LeaseState::lost;
     l.ended_at = now.mono;
     l.end_reason = "re-queued by another host while this one was taken for lost";
-    actions.emplace_back(make_event(
-        now, "lease.dropped", l.gpu, l.owner_name(),
+    actions.emplace_back(lease_event(
+        now, "lease.dropped", l.id, l.gpu, l.owner_name(),
         fmt::format("lease #{} ({}) dropped here: {}", l.id, l.owner_name(), l.end_reason)));
     ended_.push_back(std::move(l));
     if (ended_.size() > kEndedKept) ended_.pop_front();
@@ -801,7 +801,7 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
   }
   // A lease queued again in the store and kept here from now on (its heartbeats, its timeout).
   auto keep_requeued = [&](const Lease& r, const std::string& why) {
-    actions.emplace_back(make_event(now, "lease.requeued", std::nullopt, r.owner_name(),
+    actions.emplace_back(lease_event(now, "lease.requeued", r.id, std::nullopt, r.owner_name(),
                                     fmt::format("lease #{} ({}) re-queued: {}", r.id,
                                                 r.owner_name(), why)));
     if (leases_.count(r.id)) return;
@@ -818,7 +818,7 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
     for (const Lease& r : h.requeued) keep_requeued(r, fmt::format("host {} was lost", h.host));
     for (const Lease& r : h.ended)
       actions.emplace_back(
-          make_event(now, "lease.host_lost", std::nullopt, r.owner_name(),
+          lease_event(now, "lease.host_lost", r.id, std::nullopt, r.owner_name(),
                      fmt::format("lease #{} ({}) ended: {}", r.id, r.owner_name(), r.end_reason)));
   }
   // Leases this host fenced, back in the store's queue: kept here, as a lost host's are kept by

@@ -390,6 +390,7 @@ void expect_each_change_told_right_before(const std::vector<Action>& actions) {
     ASSERT_NE(e, nullptr) << "lease #" << lc->lease.id << " changed to "
                           << to_string(lc->lease.state) << " with no event right before";
     EXPECT_EQ(e->event.type, fmt::format("lease.{}", to_string(lc->lease.state)));
+    EXPECT_EQ(e->event.lease, std::optional<uint64_t>(lc->lease.id)) << e->event.message;
     EXPECT_TRUE(e->event.message.starts_with(fmt::format("lease #{} ", lc->lease.id)))
         << e->event.message;
   }

@@ -52,6 +52,10 @@ std::optional<std::string> service_moved(const Event& event) {
 std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
   std::vector<Action> actions;
   Intents intents;
+  if (std::holds_alternative<ShuttingDown>(event)) {  // nothing is admitted, woken or started
+    supervision_.on_shutdown(now, actions);
+    return actions;
+  }
   services_.set_ram_room(sleep_ram_room());
   const World w = world();
   auto command = [&](const std::string& service, Command action, uint64_t request_id, bool force) {
@@ -105,7 +109,8 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
           [&](const WakeRequested& e) { wakes_.on_requested(e, w, now, actions, intents); },
           [&](const WakeCancelled& e) { wakes_.on_cancelled(e, w, now, actions, intents); },
           [&](const WakeCallDone& e) { wakes_.on_call_done(e, w, now, actions, intents); },
-          [&](const StoreContact& e) { admission_.on_store_contact(e); }},
+          [&](const StoreContact& e) { admission_.on_store_contact(e); },
+          [&](const ShuttingDown&) {}},  // answered above
       event);
   // What may have changed a service's answers: its probe is not left backed off.
   const bool pending = decisions_pending(admission_, config_);

@@ -151,7 +151,7 @@ const std::vector<std::string> kHostKeys = {"ram_reserve"};
 const std::vector<std::string> kCrashRuleKeys = {"signature", "title", "pattern", "requires",
                                                  "explanation", "suggestion"};
 const std::vector<std::string> kRestartPolicies = {"on-failure", "always", "never"};
-const std::vector<std::string> kShutdownActions = {"leave", "stop"};
+const std::vector<std::string> kShutdownActions = {"leave", "stop"};  // OnShutdown, in order
 const std::vector<std::string> kDaemonKeys = {
     "listen",     "state_dir",     "sample_interval", "token",
     "token_file", "docker_socket", "probe_interval",  "quiet_probe_interval", "events_retention",
@@ -719,7 +719,8 @@ class ConfigParser {
       } else if (k == "restart") {
         if (auto e = enum_value(node, field, "restart policy", kRestartPolicies)) svc.restart = *e;
       } else if (k == "on_shutdown") {
-        if (auto e = enum_value(node, field, "action", kShutdownActions)) svc.on_shutdown = *e;
+        if (auto e = enum_value(node, field, "action", kShutdownActions))
+          svc.on_shutdown = *e == "stop" ? OnShutdown::stop : OnShutdown::leave;
       } else if (k == "reclaim_port") {
         if (auto b = bool_value(node, field)) svc.reclaim_port = *b;
       } else if (k == "env_file" || k == "user") {

@@ -48,6 +48,10 @@ struct ProxyConfig {
 };
 // ---- proxy: end ----
 
+// What becomes of a service vramd runs when vramd stops: left running (adopted again at the
+// next start) or stopped with it (SIGTERM to its process group).
+enum class OnShutdown { leave, stop };
+
 struct ServiceConfig {
   std::string name;  // the key in [services.NAME]: [A-Za-z0-9_-]+
   std::string kind;  // adapter: one of known_service_kinds()
@@ -76,7 +80,7 @@ struct ServiceConfig {
   int max_restarts = 5;                // more than this within restart_window -> failed
   Duration restart_window = std::chrono::minutes(10);
   bool reclaim_port = false;  // end a stray process of the same user on the port before a start
-  std::string on_shutdown = "leave";  // leave | stop (managed children when vramd stops)
+  OnShutdown on_shutdown = OnShutdown::leave;  // what becomes of it when vramd stops
   std::optional<Bytes> vram_estimate;
 
   // How vramd talks to the service's API (docs/adapters.md).

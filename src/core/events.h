@@ -163,10 +163,13 @@ struct WakeCallDone {
 struct StoreContact {
   MonoTime sent{};
 };
+// vramd is stopping (SIGTERM, or `vramd serve` ends): the core answers with what becomes of the
+// services it runs (on_shutdown) and decides nothing more.
+struct ShuttingDown {};
 using Event = std::variant<SampleTaken, ProbeDone, UnloadRequested, UnloadCallDone, LifecycleDone,
                            Tick, LeaseRequested, LeaseReleased, LeaseHeartbeat, HolderExited,
                            ServiceCommand, ChildStarted, ChildExited, HealthChecked,
                            RequestsInFlight, ServiceDiscovered, ContainerChanged, ClusterSynced,
-                           WakeRequested, WakeCancelled, WakeCallDone, StoreContact>;
+                           WakeRequested, WakeCancelled, WakeCallDone, StoreContact, ShuttingDown>;
 
 }  // namespace vramd

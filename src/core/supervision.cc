@@ -334,6 +334,18 @@ void Supervision::start_for_lease(const StartForLeaseIntent& i, const World& wor
   command(i.service, Command::start, 0, /*force=*/true, world, now, actions, intents);
 }
 
+void Supervision::on_shutdown(const Now& now, std::vector<Action>& actions) const {
+  for (const auto& [name, m] : managed_) {
+    const ServiceConfig* cfg = config_.find_service(name);
+    if (!cfg || cfg->on_shutdown != OnShutdown::stop || !m.pid) continue;
+    actions.emplace_back(make_event(now, "service.stopping", std::nullopt, name,
+                                    fmt::format("stopping {} (pid {}) with vramd (on_shutdown = "
+                                                "\"stop\")",
+                                                name, *m.pid)));
+    actions.emplace_back(SignalService{name, *m.pid, SIGTERM});
+  }
+}
+
 void Supervision::stop_child(const std::string& service, ManagedState& m, const World& world,
                              const Now& now, std::vector<Action>& actions) {
   m.state = ManagedPhase::stopping;

@@ -58,6 +58,10 @@ class Supervision {
   void on_container_changed(const ContainerChanged& e, const World& world, const Now& now,
                             std::vector<Action>& actions);
 
+  // vramd stops: the services it runs whose on_shutdown is `stop` get SIGTERM (their process
+  // group; vramd does not wait for them); the others are left running, to be adopted again.
+  void on_shutdown(const Now& now, std::vector<Action>& actions) const;
+
   // nullptr unless vramd runs this service, or it is a container whose state the engine told.
   const ManagedState* find(const std::string& service) const;
   // (service, root pid) of every child: the ledger names their processes' memory.

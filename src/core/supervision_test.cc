@@ -124,6 +124,29 @@ TEST(ArbiterSupervisor, StartThenHealthyIsRunningAndAnswersTheRequest) {
   EXPECT_EQ(w.m("comfy").pid, 500);
 }
 
+// Shutdown is the core's to answer (issue 27): SIGTERM to the services whose on_shutdown is
+// `stop`, nothing to those left running, and nothing else decided (no spawn, no admission).
+TEST(ArbiterSupervisor, ShuttingDownSignalsOnlyTheServicesToStopWithVramd) {
+  ServiceConfig stops = managed("stops");
+  stops.on_shutdown = OnShutdown::stop;
+  ServiceConfig down = managed("down");  // configured to stop too, but not running
+  down.on_shutdown = OnShutdown::stop;
+  World w({stops, managed("stays"), down});
+  start_healthy(w, "stops", 501);
+  start_healthy(w, "stays", 502);
+  w.signals.clear();
+  w.events.clear();
+  auto actions = w.feed(ShuttingDown{});
+  EXPECT_EQ(w.signals, (std::vector<std::pair<std::string, int>>{{"stops", SIGTERM}}));
+  const EventRecord* e = w.event("service.stopping");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->subject, "stops");
+  EXPECT_NE(e->message.find("pid 501"), std::string::npos) << e->message;
+  for (const Action& a : actions)
+    EXPECT_TRUE(std::holds_alternative<SignalService>(a) || std::holds_alternative<EmitEvent>(a))
+        << "index " << a.index();
+}
+
 TEST(ArbiterSupervisor, StartTimeoutEndsItAsACrashAndBacksOff) {
   World w({managed("comfy")});
   w.feed(ServiceCommand{"comfy", Command::start, 1});

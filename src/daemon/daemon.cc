@@ -36,9 +36,7 @@ constexpr auto kUnloadWaitLimit = std::chrono::minutes(5);
 // A sample (NVML, /proc) not back in this long (or 4 intervals, if longer) is reported stalled.
 constexpr auto kSampleStallAfter = std::chrono::seconds(5);
 // Events kept while the store fails, to be written once it works again.
-constexpr size_t kMaxUnstoredEvents = 1000;
 // How soon a lease the store failed to write is written again.
-constexpr auto kLeaseRewriteAfter = std::chrono::seconds(1);
 
 }  // namespace
 
@@ -58,7 +56,8 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
                                                           systemd_tools(arbiter_.config()))),
       sample_gate_(arbiter_.scan_request(), arbiter_.config().daemon.sample_interval),
       tick_timer_(io),
-      stream_(io),
+      sink_(io, store_thread_,
+            {[this] { return clock_(); }, [this](EmitEvent e) { apply({std::move(e)}); }}),
       stall_timer_(io) {
   runner_->set_sink({[this](ChildStarted e) { feed(e); }, [this](ChildExited e) { feed(e); }});
 }
@@ -83,7 +82,6 @@ Status Daemon::start() {
   if (ec)
     return make_error(fmt::format("cannot create state_dir {}: {}", cfg.daemon.state_dir, ec.message()));
   if (auto s = open_store(); !s) return s;
-  if (auto max = store_->max_id(); max) next_stream_id_ = *max + 1;
   if (auto peaks = peak_store_->all(); peaks) {
     arbiter_.restore_load_peaks(*peaks);
   } else {
@@ -182,11 +180,23 @@ Status Daemon::open_store() {
   if (!stores) return make_error(stores.error());
   store_ = stores->events;
   lease_store_ = stores->leases;
+  lease_writer_ = std::make_unique<LeaseWriter>(
+      io_, store_thread_, lease_store_,
+      LeaseWriter::Hooks{
+          clock_, [this](uint64_t id) { return arbiter_.lease(id); },
+          [this](const Status& written) {
+            if (written)
+              sink_.works("store");
+            else
+              sink_.failed("store", written.error());
+          },
+          // On the store thread: the event writes' view of the store's health follows.
+          [this](bool ok) { sink_.store_thread_saw(ok); }});
   crash_store_ = stores->crashes;
   peak_store_ = stores->peaks;
   duration_store_ = stores->durations;
   host_store_ = stores->hosts;
-  stream_.set_host(host_);
+  sink_.open(store_, host_);
   if (host_store_) {
     // Leases move between hosts: each host gives ids no other host gives.
     auto slot = host_store_->slot();
@@ -207,18 +217,15 @@ void Daemon::stop() {
   if (claim_timer_) claim_timer_->cancel();
   for (auto& [name, t] : probe_timers_) t.timer.cancel();
   waiters_.stop();
-  stream_.close();
+  sink_.stop();
   container_watch_.reset();  // joins its thread
   unit_watch_.reset();
-  for (auto& [id, t] : lease_waiters_) t->cancel();
+  if (lease_writer_) lease_writer_->stop();
   command_waiters_.stop();
   wake_waiters_.stop();
-  // Managed children outlive vramd unless on_shutdown = "stop" (they are adopted again).
-  for (const auto& st : arbiter_.services()) {
-    const ServiceConfig* cfg = arbiter_.config().find_service(st.name);
-    if (cfg && cfg->on_shutdown == "stop" && st.managed && st.managed->pid)
-      ::kill(-*st.managed->pid, SIGTERM);
-  }
+  // Managed children outlive vramd unless on_shutdown = "stop" (they are adopted again): the
+  // core says which to signal.
+  apply(arbiter_.handle(ShuttingDown{}, clock_()));
   runner_->close();
   http_.close();
   if (proxy_) proxy_->close();
@@ -259,21 +266,13 @@ void Daemon::apply(std::vector<Action> actions) {
     std::visit(ActionCases{
         [&](EmitEvent& e) {
           spdlog::info("{}: {}", e.event.type, e.event.message);
-          int64_t id = next_stream_id_++;
-          nlohmann::json data = e.event.verdict  ? to_json(*e.event.verdict)
-                                : e.event.change ? to_json(*e.event.change)
-                                                  : nlohmann::json(nullptr);
-          // SSE subscribers first (they are on this loop), then the store on its own thread.
-          stream_.publish(id, e.event, data);
+          StoredEvent published = sink_.publish(e.event);
+          // A lease's event is written with its change, in one transaction; any other alone.
           const auto* next = i + 1 < actions.size() ? std::get_if<LeaseChanged>(&actions[i + 1]) : nullptr;
-          if (next && e.event.type.starts_with("lease.") &&
-              e.event.message.starts_with(fmt::format("lease #{} ", next->lease.id))) {
-            told.push_back(StoredEvent{id, e.event, std::move(data)});
-            return;
-          }
-          asio::post(store_thread_, [this, ev = e.event, data, id] {
-            store_event(UnstoredEvent{ev, data, id});
-          });
+          if (next && e.event.lease == next->lease.id)
+            told.push_back(std::move(published));
+          else
+            sink_.store(std::move(published));
         },
         [&](CallUnload& c) {
           asio::co_spawn(io_, call_unload(c), asio::detached);
@@ -314,9 +313,9 @@ void Daemon::apply(std::vector<Action> actions) {
           // A grant lets its holder allocate; an end, its memory go.
           if (lc.lease.state == LeaseState::granted || !is_active(lc.lease.state))
             sample_gate_.list_processes();
-          save_lease(lc.lease, std::exchange(told, {}));
+          lease_writer_->save(lc.lease, std::exchange(told, {}));
           // A lost lease's holder hears it now, not when a store that cannot be reached takes it.
-          if (lc.lease.state == LeaseState::lost) wake_lease_waiters(lc.lease.id);
+          if (lc.lease.state == LeaseState::lost) lease_writer_->wake(lc.lease.id);
           // A lease for the shared queue, or room given back: claim soon rather than at the round.
           if (lc.lease.request.cluster || !is_active(lc.lease.state)) claim_soon();
         },
@@ -367,46 +366,13 @@ void Daemon::apply(std::vector<Action> actions) {
   }
 }
 
-void Daemon::store_event(std::optional<UnstoredEvent> e) {
-  if (e)
-    unstored_events_.push_back(std::move(*e));
-  else if (unstored_events_.empty())
-    return;
-  std::string error;
-  while (!unstored_events_.empty()) {
-    const UnstoredEvent& next = unstored_events_.front();
-    auto r = store_->append(next.event, next.data, next.id);
-    if (!r) {
-      error = r.error();
-      break;
-    }
-    unstored_events_.pop_front();
-  }
-  if (unstored_events_.size() > kMaxUnstoredEvents) {
-    spdlog::warn("the store has not taken {} events: the oldest is dropped",
-                 unstored_events_.size());
-    unstored_events_.pop_front();
-  }
-  bool ok = error.empty();
-  if (!ok) spdlog::warn("{}", error);
-  // Only a change is posted back: a working store costs the loop nothing.
-  if (ok != std::exchange(store_ok_, ok))
-    asio::post(io_, [this, error] {
-      if (stopping_) return;
-      if (error.empty())
-        backend_works("store");
-      else
-        backend_failed("store", error);
-    });
-}
-
 void Daemon::run_lifecycle(const Lifecycle& lc) {
   // A call still out after kSampleStallAfter (a hung Docker socket: its timeout is a minute) is
   // shown as a failing backend until it returns.
   auto stalled = std::make_shared<asio::steady_timer>(io_, kSampleStallAfter);
   stalled->async_wait([this, lc](const boost::system::error_code& ec) {
     if (!ec && !stopping_)
-      backend_failed("lifecycle",
+      sink_.failed("lifecycle",
                      fmt::format("{} {} ({}) has not answered in {}", to_string(lc.action),
                                  lc.target, to_string(lc.via), format_duration(kSampleStallAfter)));
   });
@@ -415,7 +381,7 @@ void Daemon::run_lifecycle(const Lifecycle& lc) {
     asio::post(io_, [this, done, stalled] {
       stalled->cancel();
       if (stopping_) return;
-      backend_works("lifecycle");
+      sink_.works("lifecycle");
       feed(done);
     });
   });
@@ -514,15 +480,15 @@ void Daemon::arm_stall_timer() {
 void Daemon::on_sample(SampleTaken sample) {
   if (stopping_) return;
   arm_stall_timer();
-  backend_works("sampler");
+  sink_.works("sampler");
   if (!sample.gpus.nvml_calls.empty()) metrics_.nvml_calls = std::move(sample.gpus.nvml_calls);
   if (!sample.host.error.empty()) {
     // Without the process table every GPU process would read as unowned and every service as
     // empty: such a sample would mislead the core (a verification, an idle TTL), so it is not
     // fed. The GPUs are read again on the next sample.
-    backend_failed("host", sample.host.error);
+    sink_.failed("host", sample.host.error);
   } else {
-    backend_works("host");
+    sink_.works("host");
     feed(Event{std::move(sample)});
   }
   ++samples_;
@@ -558,108 +524,7 @@ asio::awaitable<Result<std::vector<StoredEvent>>> Daemon::events(int64_t after_i
 }
 
 asio::awaitable<void> Daemon::stream_events(HttpStream& stream, int64_t after_id) {
-  co_await stream_.serve(stream, after_id, [this](int64_t after) { return events(after, std::nullopt, 1000); });
-}
-
-void Daemon::save_lease(const Lease& lease, std::vector<StoredEvent> told) {
-  ++lease_writes_pending_[lease.id];
-  lease_latest_.insert_or_assign(lease.id, lease);
-  std::vector<StoredEvent> events;
-  if (!told.empty() || lease_events_unwritten_.count(lease.id)) {
-    auto& unwritten = lease_events_unwritten_[lease.id];
-    for (auto& e : told) unwritten.push_back(std::move(e));
-    events = unwritten;
-  }
-  asio::post(store_thread_, [this, store = lease_store_, lease, now = clock_(),
-                             events = std::move(events)] {
-    Status r = store->save(lease, now, events);
-    if (!r) spdlog::error("{}", r.error());
-    store_ok_ = r.ok();
-    std::vector<int64_t> told;
-    told.reserve(events.size());
-    for (const auto& e : events) told.push_back(e.id);
-    asio::post(io_, [this, lease, r, told = std::move(told)] { lease_saved(lease, r, told); });
-  });
-}
-
-void Daemon::lease_saved(const Lease& lease, const Status& written,
-                         const std::vector<int64_t>& told) {
-  uint64_t id = lease.id;
-  if (written && !told.empty()) {
-    if (auto it = lease_events_unwritten_.find(id); it != lease_events_unwritten_.end()) {
-      std::erase_if(it->second, [&](const StoredEvent& e) {
-        return std::find(told.begin(), told.end(), e.id) != told.end();
-      });
-      if (it->second.empty()) lease_events_unwritten_.erase(it);
-    }
-  }
-  if (!written) {
-    backend_failed("store", written.error());
-    // The write stays pending (no client hears of this change) until it lands: the newest
-    // state of the lease is written again soon, unless a newer write is already queued (it
-    // carries this change, and retries in its turn).
-    if (lease_writes_pending_[id] > 1) {
-      --lease_writes_pending_[id];
-    } else if (!stopping_) {
-      auto timer = std::make_shared<asio::steady_timer>(io_, kLeaseRewriteAfter);
-      timer->async_wait([this, timer, id](const boost::system::error_code&) {
-        if (stopping_) return;
-        --lease_writes_pending_[id];
-        save_lease(Lease(lease_latest_.at(id)));
-      });
-    }
-    return;
-  }
-  backend_works("store");
-  if (--lease_writes_pending_[id] <= 0) {
-    lease_writes_pending_.erase(id);
-    lease_latest_.erase(id);
-  }
-  wake_lease_waiters(id);
-}
-
-std::vector<BackendFault> Daemon::faults() const {
-  std::vector<BackendFault> out;
-  for (const auto& [name, f] : faults_) out.push_back(f);
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.since < b.since; });
-  return out;
-}
-
-void Daemon::backend_failed(const std::string& backend, const std::string& error) {
-  auto it = faults_.find(backend);
-  if (it != faults_.end() && it->second.error == error) return;
-  Now now = clock_();
-  if (it == faults_.end())
-    faults_[backend] = BackendFault{backend, error, now.wall};
-  else
-    it->second.error = error;
-  spdlog::error("{}: {}", backend, error);
-  if (backend == "store" && it == faults_.end()) retry_store_soon();
-  // An event like the core's, so the dashboard, SSE and `vramd events` see it (stored when the
-  // store works again, if it is the store that fails).
-  apply({make_event(now, "backend.failed", std::nullopt, backend,
-                    fmt::format("{}: {}", backend, error))});
-}
-
-void Daemon::retry_store_soon() {
-  // Events that could not be written are tried again while the store fails, so that it is seen
-  // to work again (and they are written) even when nothing new happens.
-  auto timer = std::make_shared<asio::steady_timer>(io_, kLeaseRewriteAfter);
-  timer->async_wait([this, timer](const boost::system::error_code&) {
-    if (stopping_ || !faults_.count("store")) return;
-    asio::post(store_thread_, [this] { store_event(std::nullopt); });
-    retry_store_soon();
-  });
-}
-
-void Daemon::backend_works(const std::string& backend) {
-  auto it = faults_.find(backend);
-  if (it == faults_.end()) return;
-  Now now = clock_();
-  Duration down = std::chrono::duration_cast<Duration>(now.wall - it->second.since);
-  faults_.erase(it);
-  apply({make_event(now, "backend.recovered", std::nullopt, backend,
-                    fmt::format("{} works again after {}", backend, format_duration(down)))});
+  co_await sink_.stream().serve(stream, after_id, [this](int64_t after) { return events(after, std::nullopt, 1000); });
 }
 
 Duration Daemon::stall_limit() const {
@@ -667,13 +532,8 @@ Duration Daemon::stall_limit() const {
 }
 
 void Daemon::sample_stalled() {
-  backend_failed("sampler", fmt::format("a GPU or host read has not returned in {}",
+  sink_.failed("sampler", fmt::format("a GPU or host read has not returned in {}",
                                         format_duration(stall_limit())));
-}
-
-void Daemon::wake_lease_waiters(uint64_t id) {
-  auto [from, to] = lease_waiters_.equal_range(id);
-  for (auto it = from; it != to; ++it) it->second->cancel();
 }
 
 Status Daemon::restore_leases() {
@@ -739,27 +599,7 @@ void Daemon::release_lease(uint64_t id, std::optional<int> exit_status) {
 }
 
 asio::awaitable<void> Daemon::wait_lease(uint64_t id, Duration max, bool until_ended) {
-  auto deadline = std::chrono::steady_clock::now() + max;
-  asio::steady_timer timer(io_);
-  for (;;) {
-    const Lease* l = arbiter_.lease(id);
-    // A lost lease is this host's word alone, told at once: its write may wait for a store
-    // that cannot be reached (the reason it was lost).
-    bool written = !lease_writes_pending_.count(id) || (l && l->state == LeaseState::lost);
-    bool settled = !l || (until_ended ? !is_active(l->state) : l->state != LeaseState::queued);
-    if (written && (settled || std::chrono::steady_clock::now() >= deadline || stopping_)) break;
-    // Waiting only for the write: it takes milliseconds, the deadline does not apply.
-    bool write_only = settled || std::chrono::steady_clock::now() >= deadline;
-    timer.expires_at(write_only ? std::chrono::steady_clock::now() + std::chrono::seconds(5)
-                                : deadline);
-    auto it = lease_waiters_.emplace(id, &timer);
-    boost::system::error_code ec;
-    co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
-    lease_waiters_.erase(it);
-    // The store did not answer in 5 s: say what we know (a lease still queued too: its write
-    // may wait as long as the store is down).
-    if (!ec && write_only) break;
-  }
+  co_await lease_writer_->wait(id, max, until_ended);
 }
 
 asio::awaitable<Result<std::optional<JobRecord>>> Daemon::job(uint64_t id) {

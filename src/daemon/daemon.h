@@ -20,6 +20,8 @@
 
 #include "core/arbiter.h"
 #include "core/wake.h"
+#include "daemon/event_sink.h"
+#include "daemon/lease_writer.h"
 #include "daemon/waiters.h"
 #include "daemon/sampler.h"
 #include "gpu/gpu_reader.h"
@@ -106,8 +108,8 @@ class Daemon : public DaemonControl, public ProxyHooks {
   void lease_heartbeat(uint64_t id) override;
   void release_lease(uint64_t id, std::optional<int> exit_status) override;
   boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max, bool until_ended = false) override;
-  bool lease_written(uint64_t id) const override { return !lease_writes_pending_.count(id); }
-  std::vector<BackendFault> faults() const override;
+  bool lease_written(uint64_t id) const override { return lease_writer_->written(id); }
+  std::vector<BackendFault> faults() const override { return sink_.faults(); }
   boost::asio::awaitable<Result<std::optional<JobRecord>>> job(uint64_t id) override;
   boost::asio::awaitable<Result<std::vector<DurationRecord>>> durations(DurationQuery q) override;
   boost::asio::awaitable<Result<std::vector<ServiceVariant>>> variants(std::string service) override;
@@ -164,14 +166,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   void feed(const Event& event);
   void apply(std::vector<Action> actions);
   void run_lifecycle(const Lifecycle& lc);
-  // Writes `lease` with `told` (the events telling this change) in one store transaction.
-  void save_lease(const Lease& lease, std::vector<StoredEvent> told = {});
-  void lease_saved(const Lease& lease, const Status& written, const std::vector<int64_t>& told);
-  // A backend failed (an event when it starts failing or its error changes) or works again.
-  void backend_failed(const std::string& backend, const std::string& error);
-  void backend_works(const std::string& backend);
   void sample_stalled();
-  void wake_lease_waiters(uint64_t id);
   Status restore_leases();
   void check_lease_holders();
   // The request path (daemon_proxy.cc).
@@ -254,12 +249,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   uint64_t next_command_ = 1;
   MonoTime last_rotation_{};
   MonoTime tick_at_{};  // when the tick loop wakes next
-  std::map<uint64_t, int> lease_writes_pending_;                  // lease id -> writes in flight
-  std::map<uint64_t, Lease> lease_latest_;  // the newest state of each lease with writes pending
-  // Events telling a lease's changes whose write has not landed yet: each write of the lease
-  // carries all of them, so a failed write's events go with the next one, still atomically.
-  std::map<uint64_t, std::vector<StoredEvent>> lease_events_unwritten_;
-  std::multimap<uint64_t, boost::asio::steady_timer*> lease_waiters_;  // woken on changes
+  std::unique_ptr<LeaseWriter> lease_writer_;  // each lease change to the store (open_store)
   bool holder_check_running_ = false;
   Api api_;
   HttpServer http_;
@@ -283,31 +273,17 @@ class Daemon : public DaemonControl, public ProxyHooks {
   std::map<std::string, ProbeTimer> probe_timers_;
   Waiters<UnloadFinished> waiters_{io_};
   uint64_t next_request_ = 1;
-  EventStream stream_;
+  // Events to the stream and the store; the shell's own faults (backend.failed/recovered).
+  EventSink sink_;
   std::unique_ptr<Proxy> proxy_;       // the request path, when configured
   std::map<std::string, int> in_flight_;  // requests through the proxy, per service
   std::set<std::string> in_flight_dirty_;  // counts not yet sent to the core (in_flight_changed)
   bool in_flight_flush_posted_ = false;
   std::map<int, int> discover_tries_;     // GPU pid -> discovery passes that looked at it
-  int64_t next_stream_id_ = 1;
   bool fast_sampling_ = false;
   bool stopping_ = false;
   uint64_t samples_ = 0;
-  std::map<std::string, BackendFault> faults_;  // backend -> its current failure
   boost::asio::steady_timer stall_timer_;       // fires when a sample takes too long
-  // Touched only on the store thread: whether its last write worked, and the events it could
-  // not write (written first, in order, once the store takes writes again; the oldest dropped
-  // past kMaxUnstoredEvents).
-  bool store_ok_ = true;
-  struct UnstoredEvent {
-    EventRecord event;
-    nlohmann::json data;
-    int64_t id;
-  };
-  std::deque<UnstoredEvent> unstored_events_;
-  // Writes `e` after the events not yet written (none: just tries those again).
-  void store_event(std::optional<UnstoredEvent> e);
-  void retry_store_soon();
 };
 
 }  // namespace vramd

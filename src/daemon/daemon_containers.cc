@@ -28,9 +28,9 @@ std::function<void(bool, const std::string&)> Daemon::post_backend_health(std::s
     asio::post(io_, [this, backend, ok, why] {
       if (stopping_) return;
       if (ok)
-        backend_works(backend);
+        sink_.works(backend);
       else
-        backend_failed(backend, why);
+        sink_.failed(backend, why);
     });
   };
 }

@@ -81,8 +81,8 @@ asio::awaitable<void> Daemon::claim_loop() {
     std::vector<uint64_t> queued = arbiter_.cluster_queued(kSyncedQueued);
     std::vector<uint64_t> granted, pending, fenced = arbiter_.cluster_fenced();
     for (uint64_t id : arbiter_.cluster_granted())
-      if (!lease_writes_pending_.count(id)) granted.push_back(id);  // the store may not know yet
-    for (const auto& [id, n] : lease_writes_pending_) pending.push_back(id);
+      if (lease_writer_->written(id)) granted.push_back(id);  // the store may not know yet
+    pending = lease_writer_->unwritten();
     auto op = run_on(store_thread_, [store = host_store_, ctx = std::move(ctx),
                                      queued = std::move(queued), granted = std::move(granted),
                                      pending = std::move(pending), fenced = std::move(fenced), now,
@@ -92,12 +92,12 @@ asio::awaitable<void> Daemon::claim_loop() {
     Result<ClusterSynced> r = co_await std::move(op);
     if (stopping_) break;
     if (r) {
-      backend_works("cluster");
+      sink_.works("cluster");
       // A round that claimed some may have left more it can take: the next one at once.
       if (!r->claimed.empty()) claim_wanted_ = true;
       cluster_synced(std::move(*r));
     } else {
-      backend_failed("cluster", r.error());
+      sink_.failed("cluster", r.error());
       ClusterSynced failed;
       failed.ok = false;
       feed(failed);  // lifts the claim's pause
@@ -118,7 +118,7 @@ void Daemon::cluster_synced(ClusterSynced synced) {
   feed(synced);
   // A heartbeat heard by another host's API counts as one heard here, now.
   for (uint64_t id : heard) feed(LeaseHeartbeat{id});
-  for (uint64_t id : changed) wake_lease_waiters(id);
+  for (uint64_t id : changed) lease_writer_->wake(id);
 }
 
 asio::awaitable<Result<std::optional<nlohmann::json>>> Daemon::lease_elsewhere(uint64_t id) {
@@ -183,9 +183,9 @@ asio::awaitable<void> Daemon::host_loop() {
     // there (self-fencing).
     if (r) feed(StoreContact{sent});
     if (r && lost)
-      backend_works("hosts");
+      sink_.works("hosts");
     else
-      backend_failed("hosts", r ? lost.error() : r.error());
+      sink_.failed("hosts", r ? lost.error() : r.error());
     if (lost && !lost->empty()) {
       ClusterSynced synced;
       synced.answers_claim = false;
