@@ -215,7 +215,7 @@ void Daemon::stop() {
   stall_timer_.cancel();
   if (host_timer_) host_timer_->cancel();
   if (claim_timer_) claim_timer_->cancel();
-  for (auto& [name, t] : probe_timers_) t.timer.cancel();
+  probes_.stop();
   waiters_.stop();
   sink_.stop();
   container_watch_.reset();  // joins its thread
@@ -331,10 +331,7 @@ void Daemon::apply(std::vector<Action> actions) {
           });
         },
         [&](ScheduleProbe& sp) {
-          if (auto it = probe_timers_.find(sp.service); it != probe_timers_.end()) {
-            it->second.at = std::chrono::steady_clock::now() + sp.after;
-            it->second.timer.cancel();  // a loop waiting waits again, for the new time
-          }
+          probes_.schedule(sp.service, sp.after);
         },
         [&](WatchService& w) {
           watch_service(w.service);
@@ -402,24 +399,14 @@ asio::awaitable<void> Daemon::call_unload(CallUnload call) {
 }
 
 asio::awaitable<void> Daemon::probe_loop(std::string service) {
-  ProbeTimer& pt = probe_timers_.try_emplace(service, io_).first->second;
   Adapter& adapter = *adapters_.at(service);
-  const auto interval = arbiter_.config().daemon.probe_interval;
-  while (!stopping_) {
-    // Each service has its own loop, so a hung server delays only its own probes.
-    ServiceProbe probe = co_await adapter.probe();
-    if (stopping_) break;
-    // The core answers with ScheduleProbe (its pace, core/probe_pacing.h); the interval is the
-    // fallback. A later ScheduleProbe moves `at` and cancels the wait.
-    pt.at = std::chrono::steady_clock::now() + interval;
-    probe.can_wake = adapter.can_wake();  // llama.cpp's is known once its router is detected
-    feed(ProbeDone{service, std::move(probe)});
-    while (!stopping_ && std::chrono::steady_clock::now() < pt.at) {
-      pt.timer.expires_at(pt.at);
-      boost::system::error_code ec;
-      co_await pt.timer.async_wait(asio::redirect_error(use_awaitable, ec));
-    }
-  }
+  co_await probes_.run(
+      service, [&adapter] { return adapter.probe(); },
+      [this, service, &adapter](ServiceProbe probe) {
+        probe.can_wake = adapter.can_wake();  // llama.cpp's is known once its router is detected
+        feed(ProbeDone{service, std::move(probe)});
+      },
+      arbiter_.config().daemon.probe_interval);
 }
 
 asio::awaitable<void> Daemon::tick_loop() {

@@ -22,6 +22,7 @@
 #include "core/wake.h"
 #include "daemon/event_sink.h"
 #include "daemon/lease_writer.h"
+#include "daemon/probe_scheduler.h"
 #include "daemon/waiters.h"
 #include "daemon/sampler.h"
 #include "gpu/gpu_reader.h"
@@ -264,13 +265,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   boost::asio::thread_pool store_thread_{1};
   SampleGate sample_gate_;  // when the sampler thread samples next, and with what request
   boost::asio::steady_timer tick_timer_;
-  // Each service's probe loop: its timer and when it probes next (ScheduleProbe moves that).
-  struct ProbeTimer {
-    explicit ProbeTimer(boost::asio::io_context& io) : timer(io) {}
-    boost::asio::steady_timer timer;
-    std::chrono::steady_clock::time_point at;
-  };
-  std::map<std::string, ProbeTimer> probe_timers_;
+  ProbeScheduler probes_{io_};  // each service's probe loop (ScheduleProbe moves its next probe)
   Waiters<UnloadFinished> waiters_{io_};
   uint64_t next_request_ = 1;
   // Events to the stream and the store; the shell's own faults (backend.failed/recovered).
