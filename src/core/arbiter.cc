@@ -2,18 +2,10 @@
 
 #include <fmt/format.h>
 
+#include "core/overloaded.h"
 #include "core/wake.h"
 
 namespace vramd {
-
-namespace {
-template <class... Ts>
-struct overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-overloaded(Ts...) -> overloaded<Ts...>;
-}  // namespace
 
 Arbiter::Arbiter(Config config)
     : config_(std::move(config)),
@@ -35,7 +27,7 @@ bool decisions_pending(const Admission& admission, const Config& config) {
 // The service an event tells of a change to (its process, container, unload, requests).
 std::optional<std::string> service_moved(const Event& event) {
   return std::visit(
-      overloaded{[](const UnloadCallDone& e) -> std::optional<std::string> { return e.service; },
+      Overloaded{[](const UnloadCallDone& e) -> std::optional<std::string> { return e.service; },
                  [](const LifecycleDone& e) -> std::optional<std::string> { return e.service; },
                  [](const ContainerChanged& e) -> std::optional<std::string> { return e.service; },
                  [](const ChildStarted& e) -> std::optional<std::string> { return e.service; },
@@ -67,7 +59,7 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
     supervision_.command(service, action, request_id, force, w, now, actions, intents);
   };
   std::visit(
-      overloaded{
+      Overloaded{
           [&](const SampleTaken& e) { on_sample(e, now, actions, intents); },
           [&](const ProbeDone& e) {
             services_.on_probe(e, now, decisions_pending(admission_, config_), actions);
@@ -186,7 +178,7 @@ void Arbiter::route(Intents& intents, const Now& now, std::vector<Action>& actio
   for (size_t i = 0; i < intents.size(); ++i) {
     Intent intent = intents[i];  // a copy: handling it may grow `intents`
     std::visit(
-        overloaded{[&](const UnloadIntent& u) {
+        Overloaded{[&](const UnloadIntent& u) {
                      if (!services_.find(u.service) || services_.unloading(u.service)) return;
                      services_.start_unload(u.service, u.reason, 0, now, actions);
                    },

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/overloaded.h"
 #include "daemon/sampler.h"
 #include "daemon/sd_notify.h"
 #include "store/postgres_store.h"
@@ -246,14 +247,6 @@ void Daemon::feed(const Event& event) {
   if (auto due = arbiter_.next_deadline(); due && *due < tick_at_) tick_timer_.cancel();
 }
 
-namespace {
-template <class... Ts>
-struct ActionCases : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-ActionCases(Ts...) -> ActionCases<Ts...>;
-}  // namespace
 
 void Daemon::apply(std::vector<Action> actions) {
   // The event telling a lease's change comes right before its LeaseChanged (core/actions.h): it
@@ -263,7 +256,7 @@ void Daemon::apply(std::vector<Action> actions) {
     Action& a = actions[i];
     metrics_.observe(a);
     // One case per Action: an Action without its case does not compile.
-    std::visit(ActionCases{
+    std::visit(Overloaded{
         [&](EmitEvent& e) {
           spdlog::info("{}: {}", e.event.type, e.event.message);
           StoredEvent published = sink_.publish(e.event);
