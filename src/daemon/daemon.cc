@@ -393,13 +393,16 @@ asio::awaitable<void> Daemon::call_unload(CallUnload call) {
 
 asio::awaitable<void> Daemon::probe_loop(std::string service) {
   Adapter& adapter = *adapters_.at(service);
-  co_await probes_.run(
-      service, [&adapter] { return adapter.probe(); },
-      [this, service, &adapter](ServiceProbe probe) {
-        probe.can_wake = adapter.can_wake();  // llama.cpp's is known once its router is detected
-        feed(ProbeDone{service, std::move(probe)});
-      },
-      arbiter_.config().daemon.probe_interval);
+  ProbeScheduler::Probe probe = [&adapter] { return adapter.probe(); };
+  ProbeScheduler::Answered answered = [this, service, &adapter](ServiceProbe p) {
+    p.can_wake = adapter.can_wake();  // llama.cpp's is known once its router is detected
+    feed(ProbeDone{service, std::move(p)});
+  };
+  // Named, then awaited: GCC 12 destroys temporaries of a co_await's full expression twice
+  // (ASan: "free on address which was not malloc()-ed"), as elsewhere in the daemon.
+  auto loop = probes_.run(service, std::move(probe), std::move(answered),
+                          arbiter_.config().daemon.probe_interval);
+  co_await std::move(loop);
 }
 
 asio::awaitable<void> Daemon::tick_loop() {

@@ -26,7 +26,8 @@ class ProbeScheduler {
 
   explicit ProbeScheduler(boost::asio::io_context& io) : io_(io) {}
 
-  // Runs `service`'s loop until stop(): probe, `answered` (on the loop), wait.
+  // Runs `service`'s loop until stop(): probe, `answered` (on the loop), wait. Call it, then
+  // co_await what it returns: GCC 12 mishandles temporaries inside a co_await expression.
   boost::asio::awaitable<void> run(std::string service, Probe probe, Answered answered,
                                    Duration interval);
   // `service`'s next probe is due `after` from now (a loop waiting waits again, for the new

@@ -37,7 +37,9 @@ void start(asio::io_context& io, ProbeScheduler& s, const std::string& name, Loo
     if (then) then();
   };
   asio::co_spawn(io, [&s, name, probe, answered, interval, &loop]() -> asio::awaitable<void> {
-    co_await s.run(name, probe, answered, interval);
+    // Named, then awaited (GCC 12 and temporaries in a co_await: see Daemon::probe_loop).
+    auto run = s.run(name, ProbeScheduler::Probe(probe), ProbeScheduler::Answered(answered), interval);
+    co_await std::move(run);
     loop.ended = true;
   }, asio::detached);
 }
