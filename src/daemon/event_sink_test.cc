@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/asio/post.hpp>
 #include <fmt/format.h>
 
 #include <atomic>
@@ -145,9 +146,16 @@ TEST(EventSink, PastTheLimitTheOldestUnstoredEventIsDropped) {
     e.message = fmt::format("{}", i);
     f.sink->store(f.sink->publish(e));
   }
-  f.run_until([&] { return !f.sink->faults().empty(); });
+  // Every write tried (the store thread takes them in order) before the store works again.
+  std::atomic<bool> tried{false};
+  asio::post(f.store_thread, [&] { tried = true; });
+  f.run_until([&] { return tried && !f.sink->faults().empty(); });
   f.store->failing = false;
-  f.run_until([&] { return f.sink->faults().empty(); });
+  auto last_type = [&] {
+    auto l = f.store->list(41, std::nullopt, 5000);
+    return l.ok() && !l->empty() ? l->back().event.type : std::string();
+  };
+  f.run_until([&] { return f.sink->faults().empty() && last_type() == "backend.recovered"; });
   auto list = f.store->list(41, std::nullopt, 5000);
   ASSERT_TRUE(list.ok()) << list.error();
   ASSERT_FALSE(list->empty());
