@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <regex>
 #include <set>
 #include <thread>
@@ -66,6 +67,25 @@ TEST(ClusterFaultE2E, PostgresRestartedUnderLoadOnThreeHostsLosesNoAcknowledgedL
   std::set<uint64_t> refused_ids;            // answered 503 (not written: released)
   std::atomic<bool> restarted{false}, stop{false};
   std::atomic<int> acked{0}, refused{0};
+  // Asks `asked` for a lease: the answer when acknowledged (kept in `told`), nullopt when refused.
+  auto submit = [&](DaemonFixture& asked, const json& body) -> std::optional<json> {
+    auto l = post_lease(asked, body, "?wait=3s");
+    if (!l) {
+      ++refused;  // not acknowledged (the store was down): nothing is promised
+      // ... and nothing is kept: a 503 names the lease it released.
+      std::smatch m;
+      static const std::regex named_id(R"(^503: .*lease #(\d+) could not be written)");
+      if (std::regex_search(l.error(), m, named_id)) {
+        std::lock_guard lock(mu);
+        refused_ids.insert(std::stoull(m[1]));
+      }
+      return std::nullopt;
+    }
+    ++acked;
+    std::lock_guard lock(mu);
+    told[(*l)["id"].get<uint64_t>()] = {(*l)["state"], (*l).value("host", ""), false};
+    return *l;
+  };
   std::vector<std::thread> clients;
   for (int t = 0; t < 12; ++t) {
     clients.emplace_back([&, t] {
@@ -73,25 +93,12 @@ TEST(ClusterFaultE2E, PostgresRestartedUnderLoadOnThreeHostsLosesNoAcknowledgedL
         DaemonFixture& asked = c[static_cast<size_t>((t + n) % 3)];
         json body = {{"vram", "256MiB"}, {"label", fmt::format("c{}-{}", t, n)}};
         if (n % 3 == 0) body["host"] = fmt::format("gpu{}", (t + n + 1) % 3 + 1);  // named: another
-        auto l = post_lease(asked, body, "?wait=3s");
+        auto l = submit(asked, body);
         if (!l) {
-          ++refused;  // not acknowledged (the store was down): nothing is promised
-          // ... and nothing is kept: a 503 names the lease it released.
-          std::smatch m;
-          static const std::regex named_id(R"(^503: .*lease #(\d+) could not be written)");
-          if (std::regex_search(l.error(), m, named_id)) {
-            std::lock_guard lock(mu);
-            refused_ids.insert(std::stoull(m[1]));
-          }
           std::this_thread::sleep_for(50ms);
           continue;
         }
         uint64_t id = (*l)["id"];
-        ++acked;
-        {
-          std::lock_guard lock(mu);
-          told[id] = {(*l)["state"], (*l).value("host", ""), false};
-        }
         json now = *l;
         for (int polls = 0; now.value("state", "") == "queued" && polls < 10 && !stop; ++polls) {
           json j = lease_at(asked, id, "1s");
@@ -119,7 +126,13 @@ TEST(ClusterFaultE2E, PostgresRestartedUnderLoadOnThreeHostsLosesNoAcknowledgedL
   // Longer than a lease's write may wait (about 5 s): some submissions are refused. Twice that,
   // so that on a loaded machine (ctest -j2 beside other daemons) a client still posts into it.
   ASSERT_TRUE(c.pg->stop());
+  // The clients above mostly wait on queued leases; one more asks each host at once, so that a
+  // submission lands in the outage however the load has spread them.
+  std::vector<std::thread> during;
+  for (size_t i = 0; i < 3; ++i)
+    during.emplace_back([&, i] { submit(c[i], {{"vram", "256MiB"}, {"label", fmt::format("down-{}", i)}}); });
   std::this_thread::sleep_for(10s);
+  for (auto& t : during) t.join();
   ASSERT_TRUE(c.pg->start());
   restarted = true;
   // Every host claims again, without a restart: leases named for it are granted there.
