@@ -83,22 +83,22 @@ Status Daemon::start() {
   if (ec)
     return make_error(fmt::format("cannot create state_dir {}: {}", cfg.daemon.state_dir, ec.message()));
   if (auto s = open_store(); !s) return s;
-  if (auto peaks = peak_store_->all(); peaks) {
+  if (auto peaks = stores_.peaks->all(); peaks) {
     arbiter_.restore_load_peaks(*peaks);
   } else {
     spdlog::warn("{}: wakes and starts are sized without past loads", peaks.error());
   }
-  if (auto times = peak_store_->wake_times(); times) {
+  if (auto times = stores_.peaks->wake_times(); times) {
     arbiter_.restore_wake_times(*times);
   } else {
     spdlog::warn("{}: wake times start from each kind's first guess", times.error());
   }
-  if (auto demand = peak_store_->demand(); demand) {
+  if (auto demand = stores_.peaks->demand(); demand) {
     arbiter_.restore_demand(*demand);
   } else {
     spdlog::warn("{}: prewarm learns when services are asked from now on", demand.error());
   }
-  if (auto variants = duration_store_->variants(""); variants) {
+  if (auto variants = stores_.durations->variants(""); variants) {
     // Each service's latest: what it ran with when vramd last saw it.
     std::map<std::string, ServiceVariant> latest;
     for (auto& v : *variants) {
@@ -116,7 +116,7 @@ Status Daemon::start() {
                  variants.error());
   }
   recorder_ = std::make_unique<DurationRecorder>(
-      io_, store_thread_, duration_store_, cfg.daemon.history_retention,
+      io_, store_thread_, stores_.durations, cfg.daemon.history_retention,
       [this] {
         std::map<std::string, DurationRecorder::Running> out;
         for (const auto& svc : arbiter_.config().services)
@@ -132,9 +132,9 @@ Status Daemon::start() {
   // On a shared store a heartbeat first: the shared leases restored below are held only while
   // the store took one recently (self-fencing, Admission::check_fence), and their last one was
   // the previous process's.
-  if (host_store_) {
+  if (stores_.hosts) {
     MonoTime sent = clock_().mono;
-    if (auto beat = host_store_->beat(""); beat) feed(StoreContact{sent});
+    if (auto beat = stores_.hosts->beat(""); beat) feed(StoreContact{sent});
   }
   if (auto s = restore_leases(); !s) return s;
   for (const auto& svc : cfg.services) {
@@ -179,10 +179,9 @@ Status Daemon::open_store() {
   }
   auto stores = open_configured_stores(cfg.daemon, host_);
   if (!stores) return make_error(stores.error());
-  store_ = stores->events;
-  lease_store_ = stores->leases;
+  stores_ = std::move(*stores);
   lease_writer_ = std::make_unique<LeaseWriter>(
-      io_, store_thread_, lease_store_,
+      io_, store_thread_, stores_.leases,
       LeaseWriter::Hooks{
           clock_, [this](uint64_t id) { return arbiter_.lease(id); },
           [this](const Status& written) {
@@ -193,14 +192,10 @@ Status Daemon::open_store() {
           },
           // On the store thread: the event writes' view of the store's health follows.
           [this](bool ok) { sink_.store_thread_saw(ok); }});
-  crash_store_ = stores->crashes;
-  peak_store_ = stores->peaks;
-  duration_store_ = stores->durations;
-  host_store_ = stores->hosts;
-  sink_.open(store_, host_);
-  if (host_store_) {
+  sink_.open(stores_.events, host_);
+  if (stores_.hosts) {
     // Leases move between hosts: each host gives ids no other host gives.
-    auto slot = host_store_->slot();
+    auto slot = stores_.hosts->slot();
     if (!slot) return make_error(slot.error());
     arbiter_.set_lease_id_space(kLeaseIdStride, *slot);
   }
@@ -214,8 +209,7 @@ void Daemon::stop() {
   sample_gate_.close();
   tick_timer_.cancel();
   stall_timer_.cancel();
-  if (host_timer_) host_timer_->cancel();
-  if (claim_timer_) claim_timer_->cancel();
+  if (cluster_) cluster_->stop();
   probes_.stop();
   waiters_.stop();
   sink_.stop();
@@ -280,12 +274,12 @@ void Daemon::apply(std::vector<Action> actions) {
           if (WakeWaiter* w = wake_waiters_.pending(wp.id); w && w->progress) w->progress(wp.text);
         },
         [&](RememberWakeTime& rw) {
-          asio::post(store_thread_, [store = peak_store_, t = rw.time, at = clock_().wall] {
+          asio::post(store_thread_, [store = stores_.peaks, t = rw.time, at = clock_().wall] {
             if (auto r = store->save_wake(t, at); !r) spdlog::warn("{}", r.error());
           });
         },
         [&](RememberDemand& rd) {
-          asio::post(store_thread_, [store = peak_store_, d = rd.demand] {
+          asio::post(store_thread_, [store = stores_.peaks, d = rd.demand] {
             if (auto r = store->save_demand(d); !r) spdlog::warn("{}", r.error());
           });
         },
@@ -345,7 +339,7 @@ void Daemon::apply(std::vector<Action> actions) {
           if (arbiter_.config().daemon.history) recorder_->record(std::move(rd.records));
         },
         [&](RememberLoadPeak& rp) {
-          asio::post(store_thread_, [store = peak_store_, peak = rp.peak, at = clock_().wall] {
+          asio::post(store_thread_, [store = stores_.peaks, peak = rp.peak, at = clock_().wall] {
             if (auto r = store->save(peak, at); !r) spdlog::warn("{}", r.error());
           });
         },
@@ -500,7 +494,7 @@ asio::awaitable<Result<std::vector<StoredEvent>>> Daemon::events(int64_t after_i
                                                                  size_t limit) {
   // Named, not a temporary in the co_await expression: GCC 12 may destroy such temporaries twice,
   // which here released the store's shared_ptr once too often.
-  auto op = run_on(store_thread_, [store = store_, after_id, since, limit] {
+  auto op = run_on(store_thread_, [store = stores_.events, after_id, since, limit] {
     return store->list(after_id, since, limit);
   });
   co_return co_await std::move(op);
@@ -520,9 +514,9 @@ void Daemon::sample_stalled() {
 }
 
 Status Daemon::restore_leases() {
-  auto max = lease_store_->max_id();
+  auto max = stores_.leases->max_id();
   if (!max) return make_error(max.error());
-  auto kept = lease_store_->active(clock_());
+  auto kept = stores_.leases->active(clock_());
   if (!kept) return make_error(kept.error());
   std::vector<uint64_t> alive;
   for (const auto& l : *kept)
@@ -560,7 +554,7 @@ Result<uint64_t> Daemon::request_lease(LeaseRequest request) {
   // Several hosts (core/cluster.h): on a shared store a client's lease goes to the one queue,
   // for any host or the one it names; a lease for a service is this host's.
   if (request.host == "any") request.host.clear();
-  if (!host_store_ && !request.host.empty() && request.host != host_)
+  if (!stores_.hosts && !request.host.empty() && request.host != host_)
     return make_error(fmt::format(
         "host: this daemon's store is SQLite, which knows only this host ('{}'); a lease for host "
         "'{}' needs a store the hosts share ([daemon] store = \"postgresql://...\")",
@@ -568,7 +562,7 @@ Result<uint64_t> Daemon::request_lease(LeaseRequest request) {
   if (!request.service.empty() && !request.host.empty() && request.host != host_)
     return make_error(fmt::format("host: service {} is this host's ('{}'), not '{}'",
                                   request.service, host_, request.host));
-  request.cluster = host_store_ && request.service.empty();
+  request.cluster = stores_.hosts && request.service.empty();
   if (!request.cluster) request.host.clear();
   uint64_t id = arbiter_.next_lease_id();  // one counter for client and start leases
   feed(LeaseRequested{id, std::move(request)});
@@ -586,24 +580,24 @@ asio::awaitable<void> Daemon::wait_lease(uint64_t id, Duration max, bool until_e
 }
 
 asio::awaitable<Result<std::optional<JobRecord>>> Daemon::job(uint64_t id) {
-  auto op = run_on(store_thread_, [store = lease_store_, id] { return store->job(id); });
+  auto op = run_on(store_thread_, [store = stores_.leases, id] { return store->job(id); });
   co_return co_await std::move(op);
 }
 
 asio::awaitable<Result<std::vector<DurationRecord>>> Daemon::durations(DurationQuery q) {
-  auto op = run_on(store_thread_, [store = duration_store_, q = std::move(q)] { return store->list(q); });
+  auto op = run_on(store_thread_, [store = stores_.durations, q = std::move(q)] { return store->list(q); });
   co_return co_await std::move(op);
 }
 
 asio::awaitable<Result<std::vector<ServiceVariant>>> Daemon::variants(std::string service) {
-  auto op = run_on(store_thread_, [store = duration_store_, service = std::move(service)] {
+  auto op = run_on(store_thread_, [store = stores_.durations, service = std::move(service)] {
     return store->variants(service);
   });
   co_return co_await std::move(op);
 }
 
 asio::awaitable<Result<std::vector<JobRecord>>> Daemon::jobs(std::string label, size_t limit) {
-  auto op = run_on(store_thread_, [store = lease_store_, label = std::move(label), limit] {
+  auto op = run_on(store_thread_, [store = stores_.leases, label = std::move(label), limit] {
     return store->jobs(label, limit);
   });
   co_return co_await std::move(op);

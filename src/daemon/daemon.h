@@ -20,9 +20,11 @@
 
 #include "core/arbiter.h"
 #include "core/wake.h"
+#include "daemon/cluster_link.h"
 #include "daemon/event_sink.h"
 #include "daemon/lease_writer.h"
 #include "daemon/probe_scheduler.h"
+#include "daemon/run_on.h"
 #include "daemon/waiters.h"
 #include "daemon/sampler.h"
 #include "gpu/gpu_reader.h"
@@ -127,10 +129,8 @@ class Daemon : public DaemonControl, public ProxyHooks {
                                            std::optional<uint64_t> after) override;
 
  private:
-  // Runs `fn` (blocking: SQLite, files) on `pool` and gives its result back to the loop. The
-  // caller names the returned awaitable before co_await: GCC 12 may destroy temporaries inside
-  // a co_await expression twice.
-  // The same on the sampler thread, between two samples (SampleGate::run).
+  // Runs `fn` on the sampler thread, between two samples (SampleGate::run), and gives its result
+  // back to the loop (as run_on, daemon/run_on.h, does for a pool).
   template <typename Fn>
   boost::asio::awaitable<std::invoke_result_t<Fn&>> run_on_sampler(Fn fn) {
     using R = std::invoke_result_t<Fn&>;
@@ -144,14 +144,6 @@ class Daemon : public DaemonControl, public ProxyHooks {
     };
     auto op = boost::asio::async_initiate<const boost::asio::use_awaitable_t<>, void(R)>(
         std::move(init), boost::asio::use_awaitable);
-    co_return co_await std::move(op);
-  }
-  template <typename Fn>
-  static boost::asio::awaitable<std::invoke_result_t<Fn&>> run_on(boost::asio::thread_pool& pool, Fn fn) {
-    auto run = [fn = std::move(fn)]() mutable -> boost::asio::awaitable<std::invoke_result_t<Fn&>> {
-      co_return fn();
-    };
-    auto op = boost::asio::co_spawn(pool, std::move(run), boost::asio::use_awaitable);
     co_return co_await std::move(op);
   }
 
@@ -205,33 +197,22 @@ class Daemon : public DaemonControl, public ProxyHooks {
   std::unique_ptr<HostScanner> scanner_;
   std::function<Now()> clock_;
   std::map<std::string, std::unique_ptr<Adapter>> adapters_;
-  std::shared_ptr<EventStore> store_;
-  std::shared_ptr<LeaseStore> lease_store_;
-  std::shared_ptr<CrashStore> crash_store_;
-  std::shared_ptr<PeakStore> peak_store_;
-  std::shared_ptr<DurationStore> duration_store_;
+  Stores stores_;  // events, leases, crashes, peaks, durations; hosts with PostgreSQL (open_store)
   std::unique_ptr<DurationRecorder> recorder_;  // the durations history (docs/history.md)
   // Several hosts (issue 17): this daemon's host name, and the hosts table (PostgreSQL only).
   std::string host_;
-  std::shared_ptr<HostStore> host_store_;
   Status open_store();
-  std::unique_ptr<boost::asio::steady_timer> host_timer_;
   nlohmann::json status_snapshot() const;  // /v1/status's JSON, with host and faults
   nlohmann::json host_snapshot() const;    // that, with services and leases (the hosts table)
+  // One queue across hosts (core/cluster.h): heartbeats and claim rounds (PostgreSQL only).
+  std::unique_ptr<ClusterLink> cluster_;
   void start_host_beats();
-  boost::asio::awaitable<void> host_loop();
-  // One queue across hosts (core/cluster.h): claim rounds on the store thread, every
-  // kClaimEvery and soon after a change here (claim_soon).
-  std::unique_ptr<boost::asio::steady_timer> claim_timer_;
-  bool claim_wanted_ = false;
-  boost::asio::awaitable<void> claim_loop();
-  void claim_soon();
-  void cluster_synced(ClusterSynced synced);
+  void claim_soon();  // a claim round soon, after a change here
 
  public:
   std::string host() const override { return host_; }
   boost::asio::awaitable<Result<nlohmann::json>> hosts() override;
-  bool shared_queue() const override { return host_store_ != nullptr; }
+  bool shared_queue() const override { return stores_.hosts != nullptr; }
   boost::asio::awaitable<Result<std::optional<nlohmann::json>>> lease_elsewhere(uint64_t id) override;
   boost::asio::awaitable<Result<bool>> release_elsewhere(uint64_t id, std::string why) override;
   boost::asio::awaitable<Result<OtherLeases>> leases_elsewhere(std::string only) override;

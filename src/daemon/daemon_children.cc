@@ -97,7 +97,7 @@ void Daemon::record_crash(const RecordCrash& crash) {
     rec.evidence = d.evidence;
     rec.log_tail = std::move(in.log_tail);
     rec.gpu_holders = crash.gpu_holders;
-    asio::post(store_thread_, [this, store = crash_store_, rec] {
+    asio::post(store_thread_, [this, store = stores_.crashes, rec] {
       if (auto r = store->add(rec); !r) spdlog::warn("{}", r.error());
       asio::post(io_, [this, rec] {
         if (stopping_) return;
@@ -126,7 +126,7 @@ asio::awaitable<CommandFinished> Daemon::wait_command(uint64_t request_id, Durat
 }
 
 asio::awaitable<Result<std::vector<CrashRecord>>> Daemon::crashes(std::string service, size_t limit) {
-  auto op = run_on(store_thread_, [store = crash_store_, service = std::move(service), limit] {
+  auto op = run_on(store_thread_, [store = stores_.crashes, service = std::move(service), limit] {
     return store->list(service, limit);
   });
   co_return co_await std::move(op);
