@@ -59,6 +59,12 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
       tick_timer_(io),
       sink_(io, store_thread_,
             {[this] { return clock_(); }, [this](EmitEvent e) { apply({std::move(e)}); }}),
+      requests_(io, {[this](const Event& e) { feed(e); },
+                     [this](const std::string& service, const std::string& model) {
+                       return arbiter_.ready_for(service, model, can_wake(service));
+                     },
+                     [this](const std::string& service) { return can_wake(service); },
+                     [this] { return models(); }}),
       stall_timer_(io) {
   runner_->set_sink({[this](ChildStarted e) { feed(e); }, [this](ChildExited e) { feed(e); }});
 }
@@ -145,17 +151,7 @@ Status Daemon::start() {
   if (auto s = http_.secure(cfg.daemon.token, cfg.daemon.token_file); !s) return s;
   if (auto s = http_.listen_tcp(cfg.daemon.listen); !s) return s;
   if (auto s = http_.listen_unix(socket_path()); !s) return s;
-  if (wants_proxy(cfg)) {
-    ProxyOptions options = proxy_options(cfg);
-    if (cfg.daemon.history) options.request_log = recorder_->log();
-    if (!cfg.proxy.api_keys_file.empty()) {
-      auto keys = read_api_keys_file(cfg.proxy.api_keys_file);
-      if (!keys) return make_error(keys.error());
-      options.api_keys.insert(options.api_keys.end(), keys->begin(), keys->end());
-    }
-    proxy_ = std::make_unique<Proxy>(io_, std::move(options), *this);
-    if (auto s = proxy_->start(); !s) return s;
-  }
+  if (auto s = requests_.start(cfg, cfg.daemon.history ? recorder_->log() : nullptr); !s) return s;
   start_host_beats();
   arm_stall_timer();
   asio::post(sampler_, [this] { sampler_thread(); });
@@ -217,13 +213,13 @@ void Daemon::stop() {
   unit_watch_.reset();
   if (lease_writer_) lease_writer_->stop();
   command_waiters_.stop();
-  wake_waiters_.stop();
+  requests_.stop();
   // Managed children outlive vramd unless on_shutdown = "stop" (they are adopted again): the
   // core says which to signal.
   apply(arbiter_.handle(ShuttingDown{}, clock_()));
   runner_->close();
   http_.close();
-  if (proxy_) proxy_->close();
+  requests_.close();
   if (recorder_) recorder_->stop();  // the last requests' samples, written before the store closes
 }
 
@@ -268,10 +264,10 @@ void Daemon::apply(std::vector<Action> actions) {
           asio::co_spawn(io_, call_wake(cw), asio::detached);
         },
         [&](WakeFinished& wf) {
-          wake_waiters_.answer(wf.id, wf);
+          requests_.wake_finished(wf);
         },
         [&](WakeProgressed& wp) {
-          if (WakeWaiter* w = wake_waiters_.pending(wp.id); w && w->progress) w->progress(wp.text);
+          requests_.wake_progressed(wp);
         },
         [&](RememberWakeTime& rw) {
           asio::post(store_thread_, [store = stores_.peaks, t = rw.time, at = clock_().wall] {

@@ -24,6 +24,7 @@
 #include "daemon/event_sink.h"
 #include "daemon/lease_writer.h"
 #include "daemon/probe_scheduler.h"
+#include "daemon/request_path.h"
 #include "daemon/run_on.h"
 #include "daemon/waiters.h"
 #include "daemon/sampler.h"
@@ -64,11 +65,7 @@ struct DaemonWorld {
   std::function<Now()> clock;                   // nullptr: the system's clocks (read_clocks)
 };
 
-// The request path's options from the config (docs/proxy.md), and whether any proxy is asked for.
-ProxyOptions proxy_options(const Config& config);
-bool wants_proxy(const Config& config);
-
-class Daemon : public DaemonControl, public ProxyHooks {
+class Daemon : public DaemonControl {
  public:
   Daemon(boost::asio::io_context& io, Config config, DaemonWorld world);
   ~Daemon() override;
@@ -80,22 +77,11 @@ class Daemon : public DaemonControl, public ProxyHooks {
 
   int tcp_port() const { return http_.tcp_port(); }
   // The request path's ports (0 when not open).
-  int front_door_port() const { return proxy_ ? proxy_->front_door_port() : 0; }
-  int service_proxy_port(const std::string& s) const { return proxy_ ? proxy_->service_port(s) : 0; }
+  int front_door_port() const { return requests_.front_door_port(); }
+  int service_proxy_port(const std::string& s) const { return requests_.service_port(s); }
 
-  std::string extra_metrics() const override {
-    return proxy_ ? proxy_->metrics().render() : std::string();
-  }
-  nlohmann::json request_path() const override;  // daemon_proxy.cc
-
-  // ProxyHooks (daemon_proxy.cc)
-  void request_started(const std::string& service) override;
-  void request_ended(const std::string& service) override;
-  bool is_ready(const std::string& service, const std::string& model) override;
-  boost::asio::awaitable<WakeResult> ensure_ready(std::string service, std::string model,
-                                                  WakeProgress progress) override;
-  void abandon_wake(const std::string& service, const std::string& model) override;
-  std::vector<ModelEntry> models() override;
+  std::string extra_metrics() const override { return requests_.metrics_text(); }
+  nlohmann::json request_path() const override { return requests_.describe(arbiter_.config()); }
   std::string socket_path() const;
   uint64_t samples_taken() const { return samples_; }
 
@@ -164,7 +150,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   void check_lease_holders();
   // The request path (daemon_proxy.cc).
   bool can_wake(const std::string& service) const;
-  void in_flight_changed(const std::string& service, int now_in_flight);
+  std::vector<ModelEntry> models() const;  // the models each proxied service serves
   boost::asio::awaitable<void> call_wake(CallWake call);
   // Discovery at run time (daemon_discover.cc).
   boost::asio::awaitable<void> discover_loop();
@@ -220,13 +206,6 @@ class Daemon : public DaemonControl, public ProxyHooks {
 
  private:
   Waiters<CommandFinished> command_waiters_{io_};
-  // Held requests' wakes (WakeRequested): the core's answer, and who hears its progress.
-  struct WakeWaiter {
-    std::string service, model;
-    WakeProgress progress;
-  };
-  Waiters<WakeFinished, WakeWaiter> wake_waiters_{io_};
-  uint64_t next_wake_ = 1;
   MetricsCounters metrics_;
   uint64_t next_command_ = 1;
   MonoTime last_rotation_{};
@@ -251,10 +230,7 @@ class Daemon : public DaemonControl, public ProxyHooks {
   uint64_t next_request_ = 1;
   // Events to the stream and the store; the shell's own faults (backend.failed/recovered).
   EventSink sink_;
-  std::unique_ptr<Proxy> proxy_;       // the request path, when configured
-  std::map<std::string, int> in_flight_;  // requests through the proxy, per service
-  std::set<std::string> in_flight_dirty_;  // counts not yet sent to the core (in_flight_changed)
-  bool in_flight_flush_posted_ = false;
+  RequestPath requests_;  // the proxy, requests in flight, held requests' wakes (daemon_proxy.cc)
   std::map<int, int> discover_tries_;     // GPU pid -> discovery passes that looked at it
   bool fast_sampling_ = false;
   bool stopping_ = false;
