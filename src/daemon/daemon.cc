@@ -30,22 +30,17 @@ namespace asio = boost::asio;
 using asio::use_awaitable;
 
 namespace {
-constexpr auto kFastSampleInterval = std::chrono::milliseconds(250);
 // With nothing due, the loop still wakes this often (log rotation of services vramd runs).
 constexpr auto kIdleWake = std::chrono::seconds(10);
 constexpr auto kUnloadWaitLimit = std::chrono::minutes(5);
-// A sample (NVML, /proc) not back in this long (or 4 intervals, if longer) is reported stalled.
-constexpr auto kSampleStallAfter = std::chrono::seconds(5);
-// Events kept while the store fails, to be written once it works again.
-// How soon a lease the store failed to write is written again.
+// A lifecycle call not back in this long is reported while it hangs.
+constexpr auto kLifecycleStallAfter = SampleLoop::kStallAfter;
 
 }  // namespace
 
 Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
     : io_(io),
       arbiter_(std::move(config)),
-      reader_(std::move(world.reader)),
-      scanner_(std::move(world.scanner)),
       clock_(world.clock ? std::move(world.clock) : std::function<Now()>(read_clocks)),
       api_(*this),
       http_(io, [this](HttpRequest req, HttpStream& s) { return api_.handle(std::move(req), s); }),
@@ -55,7 +50,6 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
       lifecycle_(world.lifecycle ? std::move(world.lifecycle)
                                  : make_lifecycle_backend(arbiter_.config().daemon.docker_socket,
                                                           systemd_tools(arbiter_.config()))),
-      sample_gate_(arbiter_.scan_request(), arbiter_.config().daemon.sample_interval),
       tick_timer_(io),
       sink_(io, store_thread_,
             {[this] { return clock_(); }, [this](EmitEvent e) { apply({std::move(e)}); }}),
@@ -65,13 +59,15 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
                      },
                      [this](const std::string& service) { return can_wake(service); },
                      [this] { return models(); }}),
-      stall_timer_(io) {
+      sampling_(io, std::move(world.reader), std::move(world.scanner), arbiter_.config().gpu,
+                arbiter_.config().daemon.sample_interval, arbiter_.scan_request(),
+                {[this](SampleTaken s) { on_sample(std::move(s)); },
+                 [this](std::string why) { sink_.failed("sampler", why); }}) {
   runner_->set_sink({[this](ChildStarted e) { feed(e); }, [this](ChildExited e) { feed(e); }});
 }
 
 Daemon::~Daemon() {
   stop();
-  sampler_.join();
   worker_.join();
   store_thread_.join();
 }
@@ -153,8 +149,7 @@ Status Daemon::start() {
   if (auto s = http_.listen_unix(socket_path()); !s) return s;
   if (auto s = requests_.start(cfg, cfg.daemon.history ? recorder_->log() : nullptr); !s) return s;
   start_host_beats();
-  arm_stall_timer();
-  asio::post(sampler_, [this] { sampler_thread(); });
+  sampling_.start();
   asio::co_spawn(io_, tick_loop(), asio::detached);
   for (const auto& svc : cfg.services) asio::co_spawn(io_, probe_loop(svc.name), asio::detached);
   if (cfg.daemon.discovers(!cfg.services.empty())) asio::co_spawn(io_, discover_loop(), asio::detached);
@@ -202,9 +197,8 @@ void Daemon::stop() {
   if (stopping_) return;
   stopping_ = true;
   sd_notify("STOPPING=1");
-  sample_gate_.close();
+  sampling_.stop();
   tick_timer_.cancel();
-  stall_timer_.cancel();
   if (cluster_) cluster_->stop();
   probes_.stop();
   waiters_.stop();
@@ -231,7 +225,7 @@ void Daemon::feed(const Event& event) {
       std::holds_alternative<ContainerChanged>(event) ||
       std::holds_alternative<LifecycleDone>(event) || std::holds_alternative<UnloadCallDone>(event) ||
       std::holds_alternative<WakeCallDone>(event))
-    sample_gate_.list_processes();
+    sampling_.list_processes();
   apply(arbiter_.handle(event, clock_()));
   // A deadline sooner than the tick loop's wake-up: wake it to wait for that one instead.
   if (auto due = arbiter_.next_deadline(); due && *due < tick_at_) tick_timer_.cancel();
@@ -280,11 +274,7 @@ void Daemon::apply(std::vector<Action> actions) {
           });
         },
         [&](SetFastSampling& f) {
-          fast_sampling_ = f.on;
-          sample_gate_.set_fast(f.on);  // a verification reads the lists on every sample
-          sample_gate_.set_interval(f.on ? Duration(kFastSampleInterval)
-                                          : arbiter_.config().daemon.sample_interval);
-          if (f.on) sample_gate_.wake();  // sample now rather than at the end of the interval
+          sampling_.set_fast(f.on);
         },
         [&](UnloadFinished& u) {
           waiters_.answer(u.request_id, u);
@@ -295,7 +285,7 @@ void Daemon::apply(std::vector<Action> actions) {
         [&](LeaseChanged& lc) {
           // A grant lets its holder allocate; an end, its memory go.
           if (lc.lease.state == LeaseState::granted || !is_active(lc.lease.state))
-            sample_gate_.list_processes();
+            sampling_.list_processes();
           lease_writer_->save(lc.lease, std::exchange(told, {}));
           // A lost lease's holder hears it now, not when a store that cannot be reached takes it.
           if (lc.lease.state == LeaseState::lost) lease_writer_->wake(lc.lease.id);
@@ -347,14 +337,14 @@ void Daemon::apply(std::vector<Action> actions) {
 }
 
 void Daemon::run_lifecycle(const Lifecycle& lc) {
-  // A call still out after kSampleStallAfter (a hung Docker socket: its timeout is a minute) is
+  // A call still out after kLifecycleStallAfter (a hung Docker socket: its timeout is a minute) is
   // shown as a failing backend until it returns.
-  auto stalled = std::make_shared<asio::steady_timer>(io_, kSampleStallAfter);
+  auto stalled = std::make_shared<asio::steady_timer>(io_, kLifecycleStallAfter);
   stalled->async_wait([this, lc](const boost::system::error_code& ec) {
     if (!ec && !stopping_)
       sink_.failed("lifecycle",
                      fmt::format("{} {} ({}) has not answered in {}", to_string(lc.action),
-                                 lc.target, to_string(lc.via), format_duration(kSampleStallAfter)));
+                                 lc.target, to_string(lc.via), format_duration(kLifecycleStallAfter)));
   });
   asio::post(worker_, [this, lc, stalled, backend = lifecycle_.get()] {
     LifecycleDone done = backend->run(lc);
@@ -378,7 +368,7 @@ asio::awaitable<void> Daemon::call_unload(CallUnload call) {
   // Verification counts samples taken after the call returned: take the first one now rather
   // than up to 250 ms later (bench/RESULTS.md, unload_verdict and lease_load). A sample in
   // flight was taken before the call returned: the wake asks for one more once it is handled.
-  sample_gate_.wake();
+  sampling_.wake();
 }
 
 asio::awaitable<void> Daemon::probe_loop(std::string service) {
@@ -427,32 +417,9 @@ asio::awaitable<void> Daemon::watchdog_loop(std::chrono::microseconds interval) 
   }
 }
 
-void Daemon::sampler_thread() {
-  // Blocking reads, off the event loop; the Arbiter is only touched back on the loop. The
-  // process lists' schedule is this thread's alone.
-  const GpuConfig& gpu = arbiter_.config().gpu;
-  ProcessListSchedule lists({gpu.process_scan_threshold, gpu.process_scan_interval});
-  while (std::optional<SampleGate::Order> order = sample_gate_.next()) {
-    SampleTaken sample =
-        take_sample(*reader_, *scanner_, order->request, &lists, mono_now(), order->list_all);
-    sample_gate_.taken();
-    asio::post(io_, [this, sample = std::move(sample)]() mutable { on_sample(std::move(sample)); });
-  }
-}
-
-void Daemon::arm_stall_timer() {
-  // A read that hangs (NVML, a stuck /proc) is reported while it hangs, not once it returns.
-  const Duration interval = arbiter_.config().daemon.sample_interval;
-  stall_timer_.expires_after((fast_sampling_ ? Duration(kFastSampleInterval) : interval) +
-                             stall_limit());
-  stall_timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec && !stopping_) sample_stalled();
-  });
-}
-
+// Each sample, on the loop (SampleLoop's hook): the next waits until this returns.
 void Daemon::on_sample(SampleTaken sample) {
   if (stopping_) return;
-  arm_stall_timer();
   sink_.works("sampler");
   if (!sample.gpus.nvml_calls.empty()) metrics_.nvml_calls = std::move(sample.gpus.nvml_calls);
   if (!sample.host.error.empty()) {
@@ -464,9 +431,7 @@ void Daemon::on_sample(SampleTaken sample) {
     sink_.works("host");
     feed(Event{std::move(sample)});
   }
-  ++samples_;
   check_lease_holders();
-  sample_gate_.handled();
 }
 
 uint64_t Daemon::request_unload(const std::string& service, bool force) {
@@ -498,15 +463,6 @@ asio::awaitable<Result<std::vector<StoredEvent>>> Daemon::events(int64_t after_i
 
 asio::awaitable<void> Daemon::stream_events(HttpStream& stream, int64_t after_id) {
   co_await sink_.stream().serve(stream, after_id, [this](int64_t after) { return events(after, std::nullopt, 1000); });
-}
-
-Duration Daemon::stall_limit() const {
-  return std::max<Duration>(kSampleStallAfter, 4 * arbiter_.config().daemon.sample_interval);
-}
-
-void Daemon::sample_stalled() {
-  sink_.failed("sampler", fmt::format("a GPU or host read has not returned in {}",
-                                        format_duration(stall_limit())));
 }
 
 Status Daemon::restore_leases() {

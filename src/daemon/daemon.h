@@ -27,6 +27,7 @@
 #include "daemon/request_path.h"
 #include "daemon/run_on.h"
 #include "daemon/waiters.h"
+#include "daemon/sample_loop.h"
 #include "daemon/sampler.h"
 #include "gpu/gpu_reader.h"
 #include "host/host_scanner.h"
@@ -83,7 +84,7 @@ class Daemon : public DaemonControl {
   std::string extra_metrics() const override { return requests_.metrics_text(); }
   nlohmann::json request_path() const override { return requests_.describe(arbiter_.config()); }
   std::string socket_path() const;
-  uint64_t samples_taken() const { return samples_; }
+  uint64_t samples_taken() const { return sampling_.samples(); }
 
   // DaemonControl
   const Arbiter& arbiter() const override { return arbiter_; }
@@ -115,29 +116,9 @@ class Daemon : public DaemonControl {
                                            std::optional<uint64_t> after) override;
 
  private:
-  // Runs `fn` on the sampler thread, between two samples (SampleGate::run), and gives its result
-  // back to the loop (as run_on, daemon/run_on.h, does for a pool).
-  template <typename Fn>
-  boost::asio::awaitable<std::invoke_result_t<Fn&>> run_on_sampler(Fn fn) {
-    using R = std::invoke_result_t<Fn&>;
-    auto init = [this, fn = std::move(fn)](auto handler) mutable {
-      // std::function copies what it holds: the (move-only) handler is shared.
-      auto h = std::make_shared<decltype(handler)>(std::move(handler));
-      sample_gate_.run([this, fn = std::move(fn), h]() mutable {
-        auto r = std::make_shared<R>(fn());
-        boost::asio::post(io_, [h, r] { (*h)(std::move(*r)); });
-      });
-    };
-    auto op = boost::asio::async_initiate<const boost::asio::use_awaitable_t<>, void(R)>(
-        std::move(init), boost::asio::use_awaitable);
-    co_return co_await std::move(op);
-  }
 
   // The sampler thread's loop (SampleGate), and the event loop's handling of each sample.
-  void sampler_thread();
   void on_sample(SampleTaken sample);
-  void arm_stall_timer();  // sample_stalled() unless a sample comes within its time
-  Duration stall_limit() const;  // how late a sample may be before the sampler reads as stalled
   boost::asio::awaitable<void> probe_loop(std::string service);
   boost::asio::awaitable<void> tick_loop();
   boost::asio::awaitable<void> watchdog_loop(std::chrono::microseconds interval);
@@ -145,7 +126,6 @@ class Daemon : public DaemonControl {
   void feed(const Event& event);
   void apply(std::vector<Action> actions);
   void run_lifecycle(const Lifecycle& lc);
-  void sample_stalled();
   Status restore_leases();
   void check_lease_holders();
   // The request path (daemon_proxy.cc).
@@ -179,8 +159,6 @@ class Daemon : public DaemonControl {
 
   boost::asio::io_context& io_;
   Arbiter arbiter_;
-  std::unique_ptr<GpuReader> reader_;
-  std::unique_ptr<HostScanner> scanner_;
   std::function<Now()> clock_;
   std::map<std::string, std::unique_ptr<Adapter>> adapters_;
   Stores stores_;  // events, leases, crashes, peaks, durations; hosts with PostgreSQL (open_store)
@@ -214,16 +192,12 @@ class Daemon : public DaemonControl {
   bool holder_check_running_ = false;
   Api api_;
   HttpServer http_;
-  // GPU reads and host scans on a thread of their own: a hung NVML call must not hold up
-  // restarts and lifecycle calls, nor a hung Docker socket the samples.
-  boost::asio::thread_pool sampler_{1};
   boost::asio::thread_pool worker_{1};  // restarts, lifecycle calls, holder checks
   std::unique_ptr<ProcessRunner> runner_;
   std::unique_ptr<LifecycleBackend> lifecycle_;
   std::unique_ptr<ContainerWatch> container_watch_;  // when any service is a container
   std::unique_ptr<UnitWatch> unit_watch_;            // when any service is a unit
   boost::asio::thread_pool store_thread_{1};
-  SampleGate sample_gate_;  // when the sampler thread samples next, and with what request
   boost::asio::steady_timer tick_timer_;
   ProbeScheduler probes_{io_};  // each service's probe loop (ScheduleProbe moves its next probe)
   Waiters<UnloadFinished> waiters_{io_};
@@ -232,10 +206,10 @@ class Daemon : public DaemonControl {
   EventSink sink_;
   RequestPath requests_;  // the proxy, requests in flight, held requests' wakes (daemon_proxy.cc)
   std::map<int, int> discover_tries_;     // GPU pid -> discovery passes that looked at it
-  bool fast_sampling_ = false;
   bool stopping_ = false;
-  uint64_t samples_ = 0;
-  boost::asio::steady_timer stall_timer_;       // fires when a sample takes too long
+  // GPU reads and host scans on a thread of their own: a hung NVML call must not hold up
+  // restarts and lifecycle calls, nor a hung Docker socket the samples.
+  SampleLoop sampling_;
 };
 
 }  // namespace vramd

@@ -76,14 +76,14 @@ asio::awaitable<void> Daemon::discover_once() {
   auto scan = [this, in]() mutable {
     HostScanRequest request;
     for (const auto& [pid, held] : in.gpu_procs) request.pids.push_back(pid);
-    for (auto& p : scanner_->scan(request).processes) in.processes[p.pid] = std::move(p);
+    for (auto& p : sampling_.scanner().scan(request).processes) in.processes[p.pid] = std::move(p);
     in.ports_of = listening_ports_of("/proc", chain_pids(in));
     // vramd's own ports (its API, its proxies: a service proxy answers as its service) are never
     // a server to discover, whatever runs below it (the demo's batch job is its child).
     in.ports_of.erase(static_cast<int>(::getpid()));
     return in;
   };
-  auto scanned = run_on_sampler(std::move(scan));
+  auto scanned = sampling_.run(std::move(scan));
   in = co_await std::move(scanned);
   if (stopping_) co_return;
 
@@ -132,7 +132,7 @@ void Daemon::watch_service(const std::string& name) {
   }
   adapters_[name] = std::move(*adapter);
   // Its port (or pid file) is read from the next sample.
-  sample_gate_.set_request(arbiter_.scan_request());
+  sampling_.set_request(arbiter_.scan_request());
   asio::co_spawn(io_, probe_loop(name), asio::detached);
 }
 
