@@ -18,8 +18,6 @@
 #include "core/overloaded.h"
 #include "daemon/sampler.h"
 #include "daemon/sd_notify.h"
-#include "store/postgres_store.h"
-#include "store/stores.h"
 #include "host/docker.h"
 #include "host/proc_table.h"
 #include "server/json_view.h"
@@ -33,8 +31,6 @@ namespace {
 // With nothing due, the loop still wakes this often (log rotation of services vramd runs).
 constexpr auto kIdleWake = std::chrono::seconds(10);
 constexpr auto kUnloadWaitLimit = std::chrono::minutes(5);
-// A lifecycle call not back in this long is reported while it hangs.
-constexpr auto kLifecycleStallAfter = SampleLoop::kStallAfter;
 
 }  // namespace
 
@@ -158,38 +154,6 @@ Status Daemon::start() {
   start_unit_watch();
   sd_notify("READY=1\nSTATUS=sampling GPUs; API on " + cfg.daemon.listen);  // Type=notify
   if (auto interval = sd_watchdog_interval()) asio::co_spawn(io_, watchdog_loop(*interval), asio::detached);
-  return Ok{};
-}
-
-Status Daemon::open_store() {
-  const auto& cfg = arbiter_.config();
-  host_ = cfg.daemon.host;
-  if (host_.empty()) {
-    char name[256] = {};
-    host_ = ::gethostname(name, sizeof name - 1) == 0 && name[0] ? name : "localhost";
-  }
-  auto stores = open_configured_stores(cfg.daemon, host_);
-  if (!stores) return make_error(stores.error());
-  stores_ = std::move(*stores);
-  lease_writer_ = std::make_unique<LeaseWriter>(
-      io_, store_thread_, stores_.leases,
-      LeaseWriter::Hooks{
-          clock_, [this](uint64_t id) { return arbiter_.lease(id); },
-          [this](const Status& written) {
-            if (written)
-              sink_.works("store");
-            else
-              sink_.failed("store", written.error());
-          },
-          // On the store thread: the event writes' view of the store's health follows.
-          [this](bool ok) { sink_.store_thread_saw(ok); }});
-  sink_.open(stores_.events, host_);
-  if (stores_.hosts) {
-    // Leases move between hosts: each host gives ids no other host gives.
-    auto slot = stores_.hosts->slot();
-    if (!slot) return make_error(slot.error());
-    arbiter_.set_lease_id_space(kLeaseIdStride, *slot);
-  }
   return Ok{};
 }
 
@@ -336,27 +300,6 @@ void Daemon::apply(std::vector<Action> actions) {
   }
 }
 
-void Daemon::run_lifecycle(const Lifecycle& lc) {
-  // A call still out after kLifecycleStallAfter (a hung Docker socket: its timeout is a minute) is
-  // shown as a failing backend until it returns.
-  auto stalled = std::make_shared<asio::steady_timer>(io_, kLifecycleStallAfter);
-  stalled->async_wait([this, lc](const boost::system::error_code& ec) {
-    if (!ec && !stopping_)
-      sink_.failed("lifecycle",
-                     fmt::format("{} {} ({}) has not answered in {}", to_string(lc.action),
-                                 lc.target, to_string(lc.via), format_duration(kLifecycleStallAfter)));
-  });
-  asio::post(worker_, [this, lc, stalled, backend = lifecycle_.get()] {
-    LifecycleDone done = backend->run(lc);
-    asio::post(io_, [this, done, stalled] {
-      stalled->cancel();
-      if (stopping_) return;
-      sink_.works("lifecycle");
-      feed(done);
-    });
-  });
-}
-
 asio::awaitable<void> Daemon::call_unload(CallUnload call) {
   auto it = adapters_.find(call.service);
   UnloadCallDone done{call.service, call.unload_id, {UnloadCall::Result::failed, "no adapter"}, {}};
@@ -448,111 +391,6 @@ asio::awaitable<UnloadFinished> Daemon::wait_unload(uint64_t request_id) {
   out.refused = true;
   out.verdict.message = stopping_ ? "vramd is stopping" : "no verdict within 5 minutes";
   co_return out;
-}
-
-asio::awaitable<Result<std::vector<StoredEvent>>> Daemon::events(int64_t after_id,
-                                                                 std::optional<TimePoint> since,
-                                                                 size_t limit) {
-  // Named, not a temporary in the co_await expression: GCC 12 may destroy such temporaries twice,
-  // which here released the store's shared_ptr once too often.
-  auto op = run_on(store_thread_, [store = stores_.events, after_id, since, limit] {
-    return store->list(after_id, since, limit);
-  });
-  co_return co_await std::move(op);
-}
-
-asio::awaitable<void> Daemon::stream_events(HttpStream& stream, int64_t after_id) {
-  co_await sink_.stream().serve(stream, after_id, [this](int64_t after) { return events(after, std::nullopt, 1000); });
-}
-
-Status Daemon::restore_leases() {
-  auto max = stores_.leases->max_id();
-  if (!max) return make_error(max.error());
-  auto kept = stores_.leases->active(clock_());
-  if (!kept) return make_error(kept.error());
-  std::vector<uint64_t> alive;
-  for (const auto& l : *kept)
-    if (l.request.pid && process_alive("/proc", *l.request.pid, l.request.pid_start_ticks))
-      alive.push_back(l.id);
-  if (!kept->empty()) spdlog::info("restoring {} leases from the store", kept->size());
-  apply(arbiter_.restore_leases(std::move(*kept), alive, clock_(), *max + 1));
-  return Ok{};
-}
-
-void Daemon::check_lease_holders() {
-  auto holders = arbiter_.lease_holders();
-  if (holders.empty() || holder_check_running_) return;
-  holder_check_running_ = true;
-  // /proc reads on the worker; a holder whose pid is gone (or reused) ends its lease.
-  asio::post(worker_, [this, holders] {
-    std::vector<uint64_t> gone;
-    for (const auto& [id, pid, ticks] : holders)
-      if (!process_alive("/proc", pid, ticks)) gone.push_back(id);
-    asio::post(io_, [this, gone] {
-      holder_check_running_ = false;
-      if (stopping_) return;
-      for (uint64_t id : gone) feed(HolderExited{id});
-    });
-  });
-}
-
-Result<uint64_t> Daemon::request_lease(LeaseRequest request) {
-  if (request.pid) {
-    auto p = read_process("/proc", *request.pid);
-    if (!p) return make_error(fmt::format("no process with pid {}", *request.pid));
-    request.pid_start_ticks = p->start_ticks;
-    if (request.holder.empty()) request.holder = p->comm;
-  }
-  // Several hosts (core/cluster.h): on a shared store a client's lease goes to the one queue,
-  // for any host or the one it names; a lease for a service is this host's.
-  if (request.host == "any") request.host.clear();
-  if (!stores_.hosts && !request.host.empty() && request.host != host_)
-    return make_error(fmt::format(
-        "host: this daemon's store is SQLite, which knows only this host ('{}'); a lease for host "
-        "'{}' needs a store the hosts share ([daemon] store = \"postgresql://...\")",
-        host_, request.host));
-  if (!request.service.empty() && !request.host.empty() && request.host != host_)
-    return make_error(fmt::format("host: service {} is this host's ('{}'), not '{}'",
-                                  request.service, host_, request.host));
-  request.cluster = stores_.hosts && request.service.empty();
-  if (!request.cluster) request.host.clear();
-  uint64_t id = arbiter_.next_lease_id();  // one counter for client and start leases
-  feed(LeaseRequested{id, std::move(request)});
-  return id;
-}
-
-void Daemon::lease_heartbeat(uint64_t id) { feed(LeaseHeartbeat{id}); }
-
-void Daemon::release_lease(uint64_t id, std::optional<int> exit_status) {
-  feed(LeaseReleased{id, exit_status});
-}
-
-asio::awaitable<void> Daemon::wait_lease(uint64_t id, Duration max, bool until_ended) {
-  co_await lease_writer_->wait(id, max, until_ended);
-}
-
-asio::awaitable<Result<std::optional<JobRecord>>> Daemon::job(uint64_t id) {
-  auto op = run_on(store_thread_, [store = stores_.leases, id] { return store->job(id); });
-  co_return co_await std::move(op);
-}
-
-asio::awaitable<Result<std::vector<DurationRecord>>> Daemon::durations(DurationQuery q) {
-  auto op = run_on(store_thread_, [store = stores_.durations, q = std::move(q)] { return store->list(q); });
-  co_return co_await std::move(op);
-}
-
-asio::awaitable<Result<std::vector<ServiceVariant>>> Daemon::variants(std::string service) {
-  auto op = run_on(store_thread_, [store = stores_.durations, service = std::move(service)] {
-    return store->variants(service);
-  });
-  co_return co_await std::move(op);
-}
-
-asio::awaitable<Result<std::vector<JobRecord>>> Daemon::jobs(std::string label, size_t limit) {
-  auto op = run_on(store_thread_, [store = stores_.leases, label = std::move(label), limit] {
-    return store->jobs(label, limit);
-  });
-  co_return co_await std::move(op);
 }
 
 }  // namespace vramd

@@ -137,4 +137,25 @@ asio::awaitable<LogPage> Daemon::read_log(std::string path, size_t lines, std::o
   co_return co_await std::move(op);
 }
 
+void Daemon::run_lifecycle(const Lifecycle& lc) {
+  // A call still out after 5 s, as a sample (a hung Docker socket: its timeout is a minute) is
+  // shown as a failing backend until it returns.
+  auto stalled = std::make_shared<asio::steady_timer>(io_, SampleLoop::kStallAfter);
+  stalled->async_wait([this, lc](const boost::system::error_code& ec) {
+    if (!ec && !stopping_)
+      sink_.failed("lifecycle",
+                     fmt::format("{} {} ({}) has not answered in {}", to_string(lc.action),
+                                 lc.target, to_string(lc.via), format_duration(SampleLoop::kStallAfter)));
+  });
+  asio::post(worker_, [this, lc, stalled, backend = lifecycle_.get()] {
+    LifecycleDone done = backend->run(lc);
+    asio::post(io_, [this, done, stalled] {
+      stalled->cancel();
+      if (stopping_) return;
+      sink_.works("lifecycle");
+      feed(done);
+    });
+  });
+}
+
 }  // namespace vramd
