@@ -46,7 +46,14 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
       lifecycle_(world.lifecycle ? std::move(world.lifecycle)
                                  : make_lifecycle_backend(arbiter_.config().daemon.docker_socket,
                                                           systemd_tools(arbiter_.config()))),
-      tick_timer_(io),
+      ticks_(io, kIdleWake,
+             {[this] { return arbiter_.next_deadline(); }, [this] { feed(Tick{}); },
+              [this] {  // the logs of the services vramd runs
+                const auto& services = arbiter_.config().services;
+                if (std::any_of(services.begin(), services.end(),
+                                [](const ServiceConfig& s) { return !s.start.empty(); }))
+                  runner_->rotate_logs(services);
+              }}),
       sink_(io, store_thread_,
             {[this] { return clock_(); }, [this](EmitEvent e) { apply({std::move(e)}); }}),
       requests_(io, {[this](const Event& e) { feed(e); },
@@ -146,7 +153,7 @@ Status Daemon::start() {
   if (auto s = requests_.start(cfg, cfg.daemon.history ? recorder_->log() : nullptr); !s) return s;
   start_host_beats();
   sampling_.start();
-  asio::co_spawn(io_, tick_loop(), asio::detached);
+  asio::co_spawn(io_, ticks_.run(), asio::detached);
   for (const auto& svc : cfg.services) asio::co_spawn(io_, probe_loop(svc.name), asio::detached);
   if (cfg.daemon.discovers(!cfg.services.empty())) asio::co_spawn(io_, discover_loop(), asio::detached);
   runner_->adopt(cfg.services);
@@ -162,7 +169,7 @@ void Daemon::stop() {
   stopping_ = true;
   sd_notify("STOPPING=1");
   sampling_.stop();
-  tick_timer_.cancel();
+  ticks_.stop();
   if (cluster_) cluster_->stop();
   probes_.stop();
   waiters_.stop();
@@ -192,7 +199,7 @@ void Daemon::feed(const Event& event) {
     sampling_.list_processes();
   apply(arbiter_.handle(event, clock_()));
   // A deadline sooner than the tick loop's wake-up: wake it to wait for that one instead.
-  if (auto due = arbiter_.next_deadline(); due && *due < tick_at_) tick_timer_.cancel();
+  ticks_.deadline_changed();
 }
 
 
@@ -328,27 +335,6 @@ asio::awaitable<void> Daemon::probe_loop(std::string service) {
   co_await std::move(loop);
 }
 
-asio::awaitable<void> Daemon::tick_loop() {
-  // Sleeps until the Arbiter's next deadline (feed() wakes it when a sooner one appears), so
-  // nothing polls while nothing is due.
-  bool managed = false;
-  for (const auto& svc : arbiter_.config().services) managed |= !svc.start.empty();
-  while (!stopping_) {
-    std::optional<MonoTime> due = arbiter_.next_deadline();
-    tick_at_ = due ? std::min(*due, mono_now() + kIdleWake) : mono_now() + kIdleWake;
-    tick_timer_.expires_at(tick_at_);
-    boost::system::error_code ec;
-    co_await tick_timer_.async_wait(asio::redirect_error(use_awaitable, ec));
-    if (stopping_) break;
-    if (managed && mono_now() - last_rotation_ >= kIdleWake) {
-      last_rotation_ = mono_now();
-      runner_->rotate_logs(arbiter_.config().services);
-    }
-    if (ec) continue;  // woken for a sooner deadline: wait for that one
-    if (due = arbiter_.next_deadline(); due && mono_now() >= *due) feed(Tick{});
-  }
-}
-
 asio::awaitable<void> Daemon::watchdog_loop(std::chrono::microseconds interval) {
   // Pinged from the event loop itself: a loop that hangs stops the pings and systemd restarts it.
   asio::steady_timer timer(io_);
@@ -378,7 +364,7 @@ void Daemon::on_sample(SampleTaken sample) {
 }
 
 uint64_t Daemon::request_unload(const std::string& service, bool force) {
-  uint64_t id = next_request_++;
+  uint64_t id = waiters_.next_id();
   waiters_.add(id, kUnloadWaitLimit);  // a limit from the request: /v1/free waits for several
   feed(UnloadRequested{service, "manual", id, force});
   return id;

@@ -29,6 +29,7 @@
 #include "daemon/waiters.h"
 #include "daemon/sample_loop.h"
 #include "daemon/sampler.h"
+#include "daemon/tick_loop.h"
 #include "gpu/gpu_reader.h"
 #include "host/host_scanner.h"
 #include "proxy/hooks.h"
@@ -120,7 +121,6 @@ class Daemon : public DaemonControl {
   // The sampler thread's loop (SampleGate), and the event loop's handling of each sample.
   void on_sample(SampleTaken sample);
   boost::asio::awaitable<void> probe_loop(std::string service);
-  boost::asio::awaitable<void> tick_loop();
   boost::asio::awaitable<void> watchdog_loop(std::chrono::microseconds interval);
   boost::asio::awaitable<void> call_unload(CallUnload call);
   void feed(const Event& event);
@@ -185,9 +185,6 @@ class Daemon : public DaemonControl {
  private:
   Waiters<CommandFinished> command_waiters_{io_};
   MetricsCounters metrics_;
-  uint64_t next_command_ = 1;
-  MonoTime last_rotation_{};
-  MonoTime tick_at_{};  // when the tick loop wakes next
   std::unique_ptr<LeaseWriter> lease_writer_;  // each lease change to the store (open_store)
   bool holder_check_running_ = false;
   Api api_;
@@ -198,10 +195,9 @@ class Daemon : public DaemonControl {
   std::unique_ptr<ContainerWatch> container_watch_;  // when any service is a container
   std::unique_ptr<UnitWatch> unit_watch_;            // when any service is a unit
   boost::asio::thread_pool store_thread_{1};
-  boost::asio::steady_timer tick_timer_;
+  TickLoop ticks_;  // the core's next deadline; log rotation when idle
   ProbeScheduler probes_{io_};  // each service's probe loop (ScheduleProbe moves its next probe)
   Waiters<UnloadFinished> waiters_{io_};
-  uint64_t next_request_ = 1;
   // Events to the stream and the store; the shell's own faults (backend.failed/recovered).
   EventSink sink_;
   RequestPath requests_;  // the proxy, requests in flight, held requests' wakes (daemon_proxy.cc)

@@ -111,7 +111,7 @@ void Daemon::record_crash(const RecordCrash& crash) {
 }
 
 uint64_t Daemon::service_command(const std::string& service, Command action, bool force) {
-  uint64_t id = next_command_++;
+  uint64_t id = command_waiters_.next_id();
   command_waiters_.add(id);
   feed(ServiceCommand{service, action, id, force});
   return id;

@@ -117,7 +117,7 @@ bool RequestPath::is_ready(const std::string& service, const std::string& model)
 asio::awaitable<WakeResult> RequestPath::ensure_ready(std::string service, std::string model,
                                                       WakeProgress progress) {
   if (stopping_) co_return WakeResult::refused("vramd is stopping");
-  uint64_t id = next_wake_++;
+  uint64_t id = wakes_.next_id();
   Waiting& w = wakes_.add(id);  // until the core answers (or vramd stops)
   w.service = service;
   w.model = model;

@@ -84,7 +84,6 @@ class RequestPath : public ProxyHooks {
     WakeProgress progress;
   };
   Waiters<WakeFinished, Waiting> wakes_{io_};
-  uint64_t next_wake_ = 1;
 };
 
 }  // namespace vramd

@@ -30,6 +30,9 @@ class Waiters {
 
   explicit Waiters(boost::asio::io_context& io) : io_(io) {}
 
+  // A new request's id: 1, 2, 3, ... (unique among these waiters' requests).
+  uint64_t next_id() { return next_id_++; }
+
   // Someone will wait for `id`'s answer, for at most `limit` from now (a wait may set its own).
   Extra& add(uint64_t id, std::optional<Clock::duration> limit = std::nullopt) {
     auto& e = entries_[id];
@@ -96,6 +99,7 @@ class Waiters {
   };
   boost::asio::io_context& io_;
   std::map<uint64_t, std::unique_ptr<Entry>> entries_;
+  uint64_t next_id_ = 1;
   bool stopped_ = false;
 };
 

@@ -23,6 +23,21 @@ void start_wait(asio::io_context& io, W& w, uint64_t id, std::optional<std::chro
                  asio::detached);
 }
 
+TEST(Waiters, EachRequestGetsAnIdOfItsOwnFromOne) {
+  asio::io_context io;
+  Waiters<std::string> a(io), b(io);
+  EXPECT_EQ(a.next_id(), 1u);
+  EXPECT_EQ(a.next_id(), 2u);
+  EXPECT_EQ(b.next_id(), 1u);  // each set of waiters counts its own
+  uint64_t id = a.next_id();
+  a.add(id);
+  a.answer(id, "three");
+  std::optional<std::optional<std::string>> got;
+  start_wait(io, a, id, std::nullopt, got);
+  io.run();
+  EXPECT_EQ(got, std::optional<std::string>("three"));
+}
+
 TEST(Waiters, AnAnswerBeforeOrDuringTheWaitIsReturnedOnce) {
   asio::io_context io;
   Waiters<std::string> w(io);
