@@ -40,19 +40,21 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
       clock_(world.clock ? std::move(world.clock) : std::function<Now()>(read_clocks)),
       api_(*this),
       http_(io, [this](HttpRequest req, HttpStream& s) { return api_.handle(std::move(req), s); }),
-      runner_(world.runner
-                  ? std::move(world.runner)
-                  : make_local_process_runner(io, worker_, arbiter_.config().daemon.state_dir)),
-      lifecycle_(world.lifecycle ? std::move(world.lifecycle)
-                                 : make_lifecycle_backend(arbiter_.config().daemon.docker_socket,
-                                                          systemd_tools(arbiter_.config()))),
+      runtime_(io, arbiter_.config(), std::move(world.runner), std::move(world.lifecycle),
+               {[this](const Event& e) { feed(e); },
+                [this](const std::string& backend, bool ok, const std::string& why) {
+                  if (ok)
+                    sink_.works(backend);
+                  else
+                    sink_.failed(backend, why);
+                }}),
       ticks_(io, kIdleWake,
              {[this] { return arbiter_.next_deadline(); }, [this] { feed(Tick{}); },
               [this] {  // the logs of the services vramd runs
                 const auto& services = arbiter_.config().services;
                 if (std::any_of(services.begin(), services.end(),
                                 [](const ServiceConfig& s) { return !s.start.empty(); }))
-                  runner_->rotate_logs(services);
+                  runtime_.runner().rotate_logs(services);
               }}),
       sink_(io, store_thread_,
             {[this] { return clock_(); }, [this](EmitEvent e) { apply({std::move(e)}); }}),
@@ -66,12 +68,11 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
                 arbiter_.config().daemon.sample_interval, arbiter_.scan_request(),
                 {[this](SampleTaken s) { on_sample(std::move(s)); },
                  [this](std::string why) { sink_.failed("sampler", why); }}) {
-  runner_->set_sink({[this](ChildStarted e) { feed(e); }, [this](ChildExited e) { feed(e); }});
 }
 
 Daemon::~Daemon() {
   stop();
-  worker_.join();
+  runtime_.join();
   store_thread_.join();
 }
 
@@ -156,9 +157,7 @@ Status Daemon::start() {
   asio::co_spawn(io_, ticks_.run(), asio::detached);
   for (const auto& svc : cfg.services) asio::co_spawn(io_, probe_loop(svc.name), asio::detached);
   if (cfg.daemon.discovers(!cfg.services.empty())) asio::co_spawn(io_, discover_loop(), asio::detached);
-  runner_->adopt(cfg.services);
-  start_container_watch();
-  start_unit_watch();
+  runtime_.start();
   sd_notify("READY=1\nSTATUS=sampling GPUs; API on " + cfg.daemon.listen);  // Type=notify
   if (auto interval = sd_watchdog_interval()) asio::co_spawn(io_, watchdog_loop(*interval), asio::detached);
   return Ok{};
@@ -174,15 +173,14 @@ void Daemon::stop() {
   probes_.stop();
   waiters_.stop();
   sink_.stop();
-  container_watch_.reset();  // joins its thread
-  unit_watch_.reset();
+  runtime_.stop_watches();  // joins their threads
   if (lease_writer_) lease_writer_->stop();
   command_waiters_.stop();
   requests_.stop();
   // Managed children outlive vramd unless on_shutdown = "stop" (they are adopted again): the
   // core says which to signal.
   apply(arbiter_.handle(ShuttingDown{}, clock_()));
-  runner_->close();
+  runtime_.close();
   http_.close();
   requests_.close();
   if (recorder_) recorder_->stop();  // the last requests' samples, written before the store closes
@@ -251,7 +249,7 @@ void Daemon::apply(std::vector<Action> actions) {
           waiters_.answer(u.request_id, u);
         },
         [&](Lifecycle& l) {
-          run_lifecycle(l);
+          runtime_.run_lifecycle(l, SampleLoop::kStallAfter);
         },
         [&](LeaseChanged& lc) {
           // A grant lets its holder allocate; an end, its memory go.
@@ -271,7 +269,7 @@ void Daemon::apply(std::vector<Action> actions) {
             for (const auto& st : arbiter_.services())
               if (st.managed && st.managed->pid) ours.push_back(*st.managed->pid);
             if (const ServiceConfig* cfg = arbiter_.config().find_service(name))
-              runner_->spawn(*cfg, std::move(ours));
+              runtime_.runner().spawn(*cfg, std::move(ours));
           });
         },
         [&](ScheduleProbe& sp) {
@@ -281,7 +279,7 @@ void Daemon::apply(std::vector<Action> actions) {
           watch_service(w.service);
         },
         [&](SignalService& sig) {
-          runner_->signal(sig.pid, sig.signal);
+          runtime_.runner().signal(sig.pid, sig.signal);
         },
         [&](CheckHealth& ch) {
           check_health(ch.service);

@@ -29,6 +29,7 @@
 #include "daemon/waiters.h"
 #include "daemon/sample_loop.h"
 #include "daemon/sampler.h"
+#include "daemon/service_runtime.h"
 #include "daemon/tick_loop.h"
 #include "gpu/gpu_reader.h"
 #include "host/host_scanner.h"
@@ -54,11 +55,6 @@ namespace vramd {
 
 // The Daemon's world, handed in at construction: what it reads and what it acts through. Tests
 // (and fault injection) hand in their own; nullptr parts get the real ones.
-// How the daemon reaches systemd ([daemon] systemctl, journalctl, systemd_user).
-inline SystemdTools systemd_tools(const Config& c) {
-  return SystemdTools{c.daemon.systemctl, c.daemon.journalctl, c.daemon.systemd_user};
-}
-
 struct DaemonWorld {
   std::unique_ptr<GpuReader> reader;
   std::unique_ptr<HostScanner> scanner;
@@ -125,7 +121,6 @@ class Daemon : public DaemonControl {
   boost::asio::awaitable<void> call_unload(CallUnload call);
   void feed(const Event& event);
   void apply(std::vector<Action> actions);
-  void run_lifecycle(const Lifecycle& lc);
   Status restore_leases();
   void check_lease_holders();
   // The request path (daemon_proxy.cc).
@@ -139,23 +134,15 @@ class Daemon : public DaemonControl {
   // Supervision (daemon_children.cc).
   void check_health(const std::string& service);
   void record_crash(const RecordCrash& crash);
-  // Containers (daemon_containers.cc): the engine's events on a thread of their own.
-  void start_container_watch();
-  void start_unit_watch();
-  // Callbacks for a watch's own thread: post to the loop, then feed / report the backend.
-  std::function<void(ContainerChanged)> post_watch_change();
-  std::function<void(bool, const std::string&)> post_backend_health(std::string backend);
   // A unit's journal: the last `lines` (after: the realtime µs of the last line already read).
   boost::asio::awaitable<Result<LogPage>> read_unit_log(std::string unit, size_t lines,
-                                                        std::optional<uint64_t> after) override;
-  // A unit's output up to its exit (from the journal), or one line saying why not.
-  static std::vector<std::string> unit_crash_log(const SystemdTools& tools,
-                                                 const RecordCrash& crash);
+                                                        std::optional<uint64_t> after) override {
+    return runtime_.read_unit_log(std::move(unit), lines, after);
+  }
   boost::asio::awaitable<Result<LogPage>> read_container_log(std::string container, size_t lines,
-                                                             std::optional<uint64_t> after) override;
-  // A container's output before its exit (from the engine), or one line saying why not.
-  static std::vector<std::string> container_crash_log(const std::string& socket,
-                                                      const RecordCrash& crash);
+                                                             std::optional<uint64_t> after) override {
+    return runtime_.read_container_log(std::move(container), lines, after);
+  }
 
   boost::asio::io_context& io_;
   Arbiter arbiter_;
@@ -189,11 +176,9 @@ class Daemon : public DaemonControl {
   bool holder_check_running_ = false;
   Api api_;
   HttpServer http_;
-  boost::asio::thread_pool worker_{1};  // restarts, lifecycle calls, holder checks
-  std::unique_ptr<ProcessRunner> runner_;
-  std::unique_ptr<LifecycleBackend> lifecycle_;
-  std::unique_ptr<ContainerWatch> container_watch_;  // when any service is a container
-  std::unique_ptr<UnitWatch> unit_watch_;            // when any service is a unit
+  // Children, containers and units, their logs and crash diagnoses; its worker thread also
+  // checks lease holders.
+  ServiceRuntime runtime_;
   boost::asio::thread_pool store_thread_{1};
   TickLoop ticks_;  // the core's next deadline; log rotation when idle
   ProbeScheduler probes_{io_};  // each service's probe loop (ScheduleProbe moves its next probe)

@@ -1,6 +1,6 @@
 // The daemon's side of supervision: health checks, crash records and service commands. Part of
 // class Daemon (daemon.h); the decisions are the core's (core/supervision.h), running the
-// processes is the ProcessRunner's (supervisor/process_runner.h).
+// processes, containers and units is the ServiceRuntime's (daemon/service_runtime.h).
 // GCC 12 needs <utility> before Boost's awaitable.hpp.
 #include <utility>
 
@@ -29,18 +29,9 @@ namespace vramd {
 namespace asio = boost::asio;
 using asio::use_awaitable;
 
-namespace {
-constexpr size_t kCrashLogLines = 200;
-}  // namespace
-
 std::string Daemon::log_path(const std::string& service) const {
-  return runner_->log_path(service);
+  return runtime_.log_path(service);
 }
-
-
-
-
-
 
 void Daemon::check_health(const std::string& service) {
   auto it = adapters_.find(service);
@@ -54,7 +45,6 @@ void Daemon::check_health(const std::string& service) {
 }
 
 void Daemon::record_crash(const RecordCrash& crash) {
-  std::string log = log_path(crash.service);
   std::vector<CrashRule> rules;
   for (const auto& r : arbiter_.config().crash_rules)
     rules.push_back({r.signature, r.title, r.pattern, r.requires_pattern, r.explanation, r.suggestion});
@@ -64,39 +54,7 @@ void Daemon::record_crash(const RecordCrash& crash) {
     version = st->version;
     args_fp = st->args_fp;
   }
-  asio::post(worker_, [this, crash, log, rules, version, args_fp,
-                       socket = arbiter_.config().daemon.docker_socket,
-                       tools = systemd_tools(arbiter_.config())] {
-    CrashInput in;
-    // Only what this run printed: an older run's error must not be blamed for this crash.
-    bool ours = crash.container.empty() && crash.unit.empty();
-    std::vector<std::string> run = !crash.container.empty() ? container_crash_log(socket, crash)
-                                   : !crash.unit.empty()    ? unit_crash_log(tools, crash)
-                                                            : boot_lines(log, 1'000'000);
-    if (run.empty() && ours) run = log_tail(log, kCrashLogLines);
-    in.boot_log.assign(run.begin(), run.begin() + static_cast<long>(std::min<size_t>(run.size(), 2000)));
-    in.log_tail.assign(run.end() - static_cast<long>(std::min(run.size(), kCrashLogLines)), run.end());
-    in.exit_code = crash.exit_code;
-    in.signal = crash.signal;
-    in.oom_killed = crash.oom || (crash.signal == SIGKILL && killed_by_oom_killer(crash.pid));
-    in.gpu_holders = crash.gpu_holders;
-    CrashDiagnosis d = diagnose_crash(in, rules);
-    CrashRecord rec;
-    rec.service = crash.service;
-    rec.at = crash.at;
-    rec.pid = crash.pid;
-    rec.exit_code = crash.exit_code;
-    rec.signal = crash.signal;
-    rec.reason = crash.reason;
-    rec.version = version;
-    rec.args_fp = args_fp;
-    rec.signature = d.signature;
-    rec.title = d.title;
-    rec.explanation = d.explanation;
-    rec.suggestion = d.suggestion;
-    rec.evidence = d.evidence;
-    rec.log_tail = std::move(in.log_tail);
-    rec.gpu_holders = crash.gpu_holders;
+  runtime_.diagnose(crash, std::move(rules), version, args_fp, [this](CrashRecord rec) {
     asio::post(store_thread_, [this, store = stores_.crashes, rec] {
       if (auto r = store->add(rec); !r) spdlog::warn("{}", r.error());
       asio::post(io_, [this, rec] {
@@ -133,29 +91,8 @@ asio::awaitable<Result<std::vector<CrashRecord>>> Daemon::crashes(std::string se
 }
 
 asio::awaitable<LogPage> Daemon::read_log(std::string path, size_t lines, std::optional<uint64_t> after) {
-  auto op = run_on(worker_, [path = std::move(path), lines, after] { return read_log_page(path, lines, after); });
+  auto op = runtime_.read_log(std::move(path), lines, after);
   co_return co_await std::move(op);
-}
-
-void Daemon::run_lifecycle(const Lifecycle& lc) {
-  // A call still out after 5 s, as a sample (a hung Docker socket: its timeout is a minute) is
-  // shown as a failing backend until it returns.
-  auto stalled = std::make_shared<asio::steady_timer>(io_, SampleLoop::kStallAfter);
-  stalled->async_wait([this, lc](const boost::system::error_code& ec) {
-    if (!ec && !stopping_)
-      sink_.failed("lifecycle",
-                     fmt::format("{} {} ({}) has not answered in {}", to_string(lc.action),
-                                 lc.target, to_string(lc.via), format_duration(SampleLoop::kStallAfter)));
-  });
-  asio::post(worker_, [this, lc, stalled, backend = lifecycle_.get()] {
-    LifecycleDone done = backend->run(lc);
-    asio::post(io_, [this, done, stalled] {
-      stalled->cancel();
-      if (stopping_) return;
-      sink_.works("lifecycle");
-      feed(done);
-    });
-  });
 }
 
 }  // namespace vramd

@@ -84,7 +84,7 @@ void Daemon::check_lease_holders() {
   if (holders.empty() || holder_check_running_) return;
   holder_check_running_ = true;
   // /proc reads on the worker; a holder whose pid is gone (or reused) ends its lease.
-  asio::post(worker_, [this, holders] {
+  asio::post(runtime_.worker(), [this, holders] {
     std::vector<uint64_t> gone;
     for (const auto& [id, pid, ticks] : holders)
       if (!process_alive("/proc", pid, ticks)) gone.push_back(id);
