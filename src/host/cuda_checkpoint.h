@@ -68,8 +68,9 @@ class CudaCheckpoint {
   // state it had to be left.
   Status suspend(int pid, Duration lock_timeout) const;
   // checkpointed (or locked) -> running: `--action restore` then `--action unlock` (or one
-  // `--toggle`). Already running: nothing to do. A restore that fails leaves it checkpointed
-  // (its memory still in host RAM, so a later resume may succeed).
+  // `--toggle`). Already running: nothing to do. A restore that fails leaves it checkpointed,
+  // its memory still in host RAM; a later resume may succeed, though a 580 driver is reported
+  // to refuse every restore after one that ran out of memory (NVIDIA/cuda-checkpoint#44).
   Status resume(int pid) const;
 
  private:
