@@ -161,7 +161,8 @@ const std::vector<std::string> kDaemonKeys = {
     "history",    "history_retention"};
 const std::vector<std::string> kGpuKeys = {"backend",        "baseline",
                                            "residual_tolerance", "reserve",
-                                           "process_scan_threshold", "process_scan_interval"};
+                                           "process_scan_threshold", "process_scan_interval",
+                                           "cuda_checkpoint"};
 const std::vector<std::string> kBackends = {"auto", "nvml", "nvidia-smi"};
 const std::vector<std::string> kServiceKeys = {
     "kind",  "url", "match", "unload_after_idle", "min_idle", "on_ineffective_unload", "group",        "pinned",
@@ -608,6 +609,8 @@ class ConfigParser {
           else
             out.process_scan_interval = *d;
         }
+      } else if (k == "cuda_checkpoint") {
+        if (auto s = string_value(node, field, /*allow_empty=*/false)) out.cuda_checkpoint = *s;
       } else {
         unknown_key(key, "[gpu]", kGpuKeys);
       }

@@ -163,6 +163,9 @@ struct GpuConfig {
   // at least every process_scan_interval (core/process_scan.h).
   Bytes process_scan_threshold = 32 * MiB;
   Duration process_scan_interval = std::chrono::seconds(10);
+  // NVIDIA's cuda-checkpoint, which suspends a process's GPU memory into host RAM (host/
+  // cuda_checkpoint.h): a path, or a name looked up in PATH. Without it, suspend is not offered.
+  std::string cuda_checkpoint = "cuda-checkpoint";
 };
 
 // [host]: the host's RAM as vramd shares it (docs/config.md).

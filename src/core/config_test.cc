@@ -184,7 +184,8 @@ TEST(Config, UnknownTopLevelTableSuggests) {
 TEST(Config, UnknownKeyWithoutSuggestionListsKnownKeys) {
   EXPECT_EQ(error_of("[gpu]\nfoo = 1\n"),
             "vramd.toml:2:1: unknown key 'foo' in [gpu]; known keys: backend, baseline, "
-            "residual_tolerance, reserve, process_scan_threshold and process_scan_interval");
+            "residual_tolerance, reserve, process_scan_threshold, process_scan_interval and "
+            "cuda_checkpoint");
 }
 
 TEST(Config, ProcessScanKeys) {
@@ -203,6 +204,22 @@ TEST(Config, ProcessScanKeys) {
   EXPECT_EQ(error_of("[gpu]\nprocess_scan_threshold = 5\n"),
             "vramd.toml:2:26: gpu.process_scan_threshold: expected a size like \"16GiB\" or "
             "\"512MiB\", got 5");
+}
+
+TEST(Config, CudaCheckpointKey) {
+  auto c = parse_config("[gpu]\ncuda_checkpoint = \"/opt/nvidia/cuda-checkpoint\"\n", "vramd.toml");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->gpu.cuda_checkpoint, "/opt/nvidia/cuda-checkpoint");
+  auto d = parse_config("", "vramd.toml");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->gpu.cuda_checkpoint, "cuda-checkpoint");  // looked up in PATH
+  EXPECT_EQ(error_of("[gpu]\ncuda_checkpoint = \"\"\n"),
+            "vramd.toml:2:19: gpu.cuda_checkpoint: must not be empty");
+  EXPECT_EQ(error_of("[gpu]\ncuda_checkpoint = true\n"),
+            "vramd.toml:2:19: gpu.cuda_checkpoint: expected a string, got true");
+  EXPECT_EQ(error_of("[gpu]\ncuda_checkpiont = \"x\"\n"),
+            "vramd.toml:2:1: unknown key 'cuda_checkpiont' in [gpu]; did you mean "
+            "'cuda_checkpoint'?");
 }
 
 TEST(Config, LeaseKeys) {
