@@ -60,7 +60,7 @@ test-asan: deps
 # the process runner, the proxy, the Docker client. Its own build directory; a race or a
 # lock-order inversion fails the test (halt_on_error; the daemon's children inherit TSAN_OPTIONS).
 TSAN_BUILD ?= build-tsan
-TSAN_TESTS ?= FaultE2E|StoreFault|LeaseWriter|EventSink|DaemonE2E|HistoryE2E|RequestLog|DiscoverE2E|LeaseE2E|SupervisorE2E|UnloadE2E|Proxy|Docker|FakeGpuState|torture_short
+TSAN_TESTS ?= FaultE2E|StoreFault|LeaseWriter|EventSink|SampleLoop|ServiceRuntime|ClusterLink|DaemonE2E|HistoryE2E|RequestLog|DiscoverE2E|LeaseE2E|SupervisorE2E|UnloadE2E|Proxy|Docker|FakeGpuState|torture_short
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -G Ninja -DVRAMD_TSAN=ON -DVRAMD_BENCH=OFF \
 	  -DVRAMD_WERROR=$(if $(filter 1,$(WERROR)),ON,OFF) $(CMAKE_FLAGS)

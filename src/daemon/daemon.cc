@@ -67,7 +67,7 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
       sampling_(io, std::move(world.reader), std::move(world.scanner), arbiter_.config().gpu,
                 arbiter_.config().daemon.sample_interval, arbiter_.scan_request(),
                 {[this](SampleTaken s) { on_sample(std::move(s)); },
-                 [this](std::string why) { sink_.failed("sampler", why); }}) {
+                 [this](const std::string& why) { sink_.failed("sampler", why); }}) {
 }
 
 Daemon::~Daemon() {

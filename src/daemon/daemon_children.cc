@@ -54,7 +54,7 @@ void Daemon::record_crash(const RecordCrash& crash) {
     version = st->version;
     args_fp = st->args_fp;
   }
-  runtime_.diagnose(crash, std::move(rules), version, args_fp, [this](CrashRecord rec) {
+  runtime_.diagnose(crash, std::move(rules), version, args_fp, [this](const CrashRecord& rec) {
     asio::post(store_thread_, [this, store = stores_.crashes, rec] {
       if (auto r = store->add(rec); !r) spdlog::warn("{}", r.error());
       asio::post(io_, [this, rec] {

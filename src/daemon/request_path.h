@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/actions.h"
 #include "core/config.h"
 #include "core/events.h"
 #include "daemon/waiters.h"
