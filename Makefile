@@ -22,7 +22,7 @@ DEB_PACKAGES := g++ cmake ninja-build pkg-config libboost1.74-dev nlohmann-json3
 # came with another nodejs package (NodeSource's provides it) counts.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build test test-asan test-tsan fuzz tidy demo bench clean format format-check install dist dist-check
+.PHONY: all deps build test test-asan test-tsan fuzz tidy demo bench clean config-doc format format-check install dist dist-check
 
 all: build
 
@@ -112,6 +112,10 @@ dist-check: dist
 
 bench: build
 	bench/run.sh $(BUILD)
+
+# docs/config.md's key tables, rendered from the parser's rows (src/core/config.cc).
+config-doc: build
+	VRAMD_WRITE_CONFIG_DOC=1 $(BUILD)/vramd_tests --gtest_filter='ConfigDoc.TheReferenceIsRenderedFromTheKeyRows'
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
