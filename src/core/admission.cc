@@ -545,7 +545,7 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
     }
     for (const auto& svc : evict) {
       evicting_for_[svc] = id;
-      intents.push_back(UnloadIntent{svc, "eviction", id});
+      intents.push_back(UnloadIntent{svc, UnloadReason::eviction, id});
       note_evicted(l, svc);
     }
 
@@ -697,7 +697,7 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
           !evictable(*st, *cfg, now.mono))
         continue;  // busy since, or being unloaded already: never evicted
       evicting_for_[svc] = ev.lease;
-      intents.push_back(UnloadIntent{svc, "eviction", ev.lease});
+      intents.push_back(UnloadIntent{svc, UnloadReason::eviction, ev.lease});
       started.services.push_back(svc);
     }
     if (started.services.empty()) continue;  // the store's mark is lifted by the next round

@@ -257,7 +257,7 @@ TEST(ArbiterLeases, EvictsTheCheapestIdleSetNeverBusyOrPinned) {
   EXPECT_EQ(w.state(id), LeaseState::granted) << w.lease(id).reason.text;
   for (const auto& e : w.all<EmitEvent>()) {
     if (e.event.type.starts_with("unload.") && e.event.verdict) {
-      EXPECT_EQ(e.event.verdict->reason, "eviction");
+      EXPECT_EQ(e.event.verdict->reason, UnloadReason::eviction);
     }
   }
 }

@@ -190,7 +190,7 @@ TEST(ArbiterIntents, AnIneffectiveUnloadOfAServiceVramdRunsRestartsItThroughSupe
   Config c = test_config();
   c.services[1].kind = "comfyui";
   c.services[1].url = "http://127.0.0.1:8190";
-  c.services[1].on_ineffective_unload = "restart";
+  c.services[1].on_ineffective_unload = IneffectiveUnload::restart;
   Arbiter arbiter(c);
   MonoTime t{Duration(5'000'000)};
   arbiter.handle(ServiceCommand{"whisper", Command::start, 1}, t);
@@ -214,7 +214,7 @@ TEST(ArbiterIntents, AnIneffectiveUnloadOfAServiceVramdRunsRestartsItThroughSupe
     return arbiter.handle(s, at);
   };
   sample(t + 2s);
-  arbiter.handle(UnloadRequested{"whisper", "manual", 9}, t + 2s);
+  arbiter.handle(UnloadRequested{"whisper", UnloadReason::manual, 9}, t + 2s);
   arbiter.handle(UnloadCallDone{"whisper", 1, {UnloadCall::Result::requested, "ok"}, 10ms}, t + 2s);
   std::vector<Action> after;
   for (int i = 1; i <= 40; ++i) {
@@ -228,7 +228,7 @@ TEST(ArbiterIntents, AnIneffectiveUnloadOfAServiceVramdRunsRestartsItThroughSupe
     if (auto* u = std::get_if<UnloadFinished>(&a)) {
       verdict = true;
       EXPECT_EQ(u->verdict.outcome, UnloadOutcome::ineffective);
-      EXPECT_EQ(u->verdict.escalation, "restart");
+      EXPECT_EQ(u->verdict.escalation, Escalation::restart);
     }
     if (auto* s = std::get_if<SignalService>(&a))
       sigterm |= s->service == "whisper" && s->pid == 42;

@@ -725,9 +725,9 @@ const std::vector<Key<ServiceConfig>> kServiceKeys = {
     {"on_ineffective_unload",
         +[](ConfigParser& p, const toml::node& n, const std::string& f, Svc& svc) {
           if (auto s = p.enum_value(n, f, "action", kIneffectiveActions))
-            svc.on_ineffective_unload = *s;
+            svc.on_ineffective_unload = *parse_ineffective_unload(*s);
         },
-        shown<&Svc::on_ineffective_unload>,
+        +[](const Svc& svc) { return toml_text(std::string(to_string(svc.on_ineffective_unload))); },
         R"(`"restart"`, `"stop"` or `"report"`)", R"()",
         R"(What to do when an unload frees nothing or too little: restart the service (if vramd starts it), stop it, or only record it.)"},
     {"group", nonempty<&Svc::group>, shown<&Svc::group>,
@@ -770,9 +770,10 @@ const std::vector<Key<ServiceConfig>> kServiceKeys = {
         R"(How often a running service vramd started is health-checked (every second while starting).)"},
     {"restart",
         +[](ConfigParser& p, const toml::node& n, const std::string& f, Svc& svc) {
-          if (auto e = p.enum_value(n, f, "restart policy", kRestartPolicies)) svc.restart = *e;
+          if (auto e = p.enum_value(n, f, "restart policy", kRestartPolicies))
+            svc.restart = *parse_restart_policy(*e);
         },
-        shown<&Svc::restart>,
+        +[](const Svc& svc) { return toml_text(std::string(to_string(svc.restart))); },
         R"(`"on-failure"`, `"always"` or `"never"`)", R"()",
         R"(Whether vramd starts the service again when it exits (a failure: non-zero status, a signal, or ended by vramd for failing health checks or the start timeout).)"},
     {"max_restarts", (whole<&Svc::max_restarts, 0>), shown<&Svc::max_restarts>,

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/policies.h"
 #include "core/result.h"
 #include "core/units.h"
 
@@ -59,7 +60,7 @@ struct ServiceConfig {
                      // only for kind "process"
   MatchRule match;
   std::optional<Duration> unload_after_idle;
-  std::string on_ineffective_unload = "report";  // restart | stop | report
+  IneffectiveUnload on_ineffective_unload = IneffectiveUnload::report;
   std::string group;                             // exclusive group
   bool pinned = false;
   // Woken before it is asked, when its GPU has room nobody wants and it is likely asked soon
@@ -76,7 +77,7 @@ struct ServiceConfig {
   Duration stop_timeout = std::chrono::seconds(20);   // SIGTERM, then SIGKILL after this
   Duration health_interval = std::chrono::seconds(5);
   int health_failures = 5;
-  std::string restart = "on-failure";  // on-failure | always | never
+  RestartPolicy restart = RestartPolicy::on_failure;
   int max_restarts = 5;                // more than this within restart_window -> failed
   Duration restart_window = std::chrono::minutes(10);
   bool reclaim_port = false;  // end a stray process of the same user on the port before a start

@@ -55,7 +55,7 @@ TEST(Config, DesignExampleParses) {
   EXPECT_EQ(s.match.cmdline, "main\\.py.*--port 8188");
   EXPECT_TRUE(s.match.container.empty());
   EXPECT_EQ(s.unload_after_idle, std::chrono::minutes(5));
-  EXPECT_EQ(s.on_ineffective_unload, "restart");
+  EXPECT_EQ(s.on_ineffective_unload, IneffectiveUnload::restart);
   EXPECT_EQ(s.group, "gpu-heavy");
   EXPECT_FALSE(s.pinned);
   EXPECT_EQ(s.start, (std::vector<std::string>{"python3", "main.py", "--listen", "127.0.0.1",
@@ -136,7 +136,7 @@ match = { pid_file = "/run/x.pid" }
   EXPECT_EQ(o.env.at("OLLAMA_KEEP_ALIVE"), "-1");
   EXPECT_EQ(o.env.at("CUDA_VISIBLE_DEVICES"), "0");
   EXPECT_EQ(o.vram_estimate, Bytes{16'000'000'000});
-  EXPECT_EQ(o.on_ineffective_unload, "report");
+  EXPECT_EQ(o.on_ineffective_unload, IneffectiveUnload::report);
   EXPECT_EQ(c->services[1].url, "");
   EXPECT_EQ(c->services[1].match.unit, "whisper.service");
   EXPECT_EQ(c->services[2].match.pid_file, "/run/x.pid");

@@ -23,6 +23,21 @@ std::optional<RecordKind> record_kind_from(std::string_view s) {
   return std::nullopt;
 }
 
+const char* to_string(PromptOutcome o) {
+  switch (o) {
+    case PromptOutcome::success: return "success";
+    case PromptOutcome::error: return "error";
+    case PromptOutcome::interrupted: return "interrupted";
+  }
+  return "error";
+}
+
+std::optional<PromptOutcome> prompt_outcome_from(std::string_view s) {
+  for (PromptOutcome o : {PromptOutcome::success, PromptOutcome::error, PromptOutcome::interrupted})
+    if (s == to_string(o)) return o;
+  return std::nullopt;
+}
+
 const char* to_string(CompareBy b) { return b == CompareBy::version ? "version" : "args"; }
 
 std::optional<CompareBy> compare_by_from(std::string_view s) {
@@ -57,7 +72,7 @@ double percentile(std::vector<double>& v, double p) {
 namespace {
 
 bool succeeded(const DurationRecord& r) {
-  if (r.kind == RecordKind::prompt) return r.outcome == "success";
+  if (r.kind == RecordKind::prompt) return r.outcome == PromptOutcome::success;
   return r.status >= 200 && r.status < 300;
 }
 

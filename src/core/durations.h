@@ -24,6 +24,12 @@ enum class RecordKind {
 const char* to_string(RecordKind k);
 std::optional<RecordKind> record_kind_from(std::string_view s);
 
+// How a ComfyUI prompt ended: the first execution_success, execution_error or
+// execution_interrupted message of its /history entry.
+enum class PromptOutcome { success, error, interrupted };
+const char* to_string(PromptOutcome o);
+std::optional<PromptOutcome> prompt_outcome_from(std::string_view s);
+
 struct DurationRecord {
   RecordKind kind = RecordKind::request;
   std::string service;
@@ -31,7 +37,7 @@ struct DurationRecord {
   std::string key;       // prompt: ComfyUI's prompt id (a prompt is kept once); request: ""
   std::string model;     // request: the model asked; prompt: its main checkpoint or UNet
   std::string workflow;  // prompt: the workflow's fingerprint (services/comfyui_history.h)
-  std::string outcome;   // prompt: success | error | interrupted; request: ""
+  std::optional<PromptOutcome> outcome;  // prompt: how it ended; request: none
   int status = 0;        // request: the HTTP status answered
   std::optional<double> wait_s;        // prompt: queued to started; request: held (queue, wake)
   std::optional<double> first_byte_s;  // request: to the response's head

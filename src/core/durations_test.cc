@@ -21,7 +21,7 @@ DurationRecord prompt(const std::string& workflow, const std::string& version, d
   r.model = "flux1-dev-Q8_0.gguf";
   r.version = version;
   r.args_fp = version == "0.28.0" ? "bbbbbbbbbbbb" : "aaaaaaaaaaaa";
-  r.outcome = outcome;
+  r.outcome = prompt_outcome_from(outcome);
   r.seconds = seconds;
   r.at = TimePoint(std::chrono::minutes(minute));
   return r;

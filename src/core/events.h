@@ -30,7 +30,7 @@ struct ProbeDone {
 // Someone asks to free a service's memory. request_id (non-zero) is echoed in UnloadFinished.
 struct UnloadRequested {
   std::string service;
-  std::string reason = "manual";  // "manual" | "eviction"
+  UnloadReason reason = UnloadReason::manual;
   uint64_t request_id = 0;
   bool force = false;  // ignore the backoff and a busy probe
 };
@@ -60,17 +60,14 @@ struct ContainerChanged {
   bool died = false;  // it exited (a die event; a unit's run ended)
   std::optional<int> exit_code;
   bool oom = false;  // the kernel killed it for memory (an oom event, State.OOMKilled, oom-kill)
-  // HostConfig.RestartPolicy.Name: "no" (or ""), "always", "unless-stopped", "on-failure".
-  // A unit: its Restart= ("no", "always", "on-success", "on-failure", "on-abnormal",
-  // "on-abort", "on-watchdog").
-  std::string restart_policy;
+  // Docker's HostConfig.RestartPolicy.Name, or a unit's Restart= (nullopt: not read).
+  std::optional<EngineRestart> restart_policy;
   int restart_max = 0;    // on-failure's MaximumRetryCount (0: no limit)
   int restart_count = 0;  // RestartCount: Docker's restarts of it so far (a unit: NRestarts)
   // Units only: the signal that ended the run (ExecMainCode killed or dumped), systemd's
-  // Result= ("success", "exit-code", "signal", "core-dump", "timeout", "watchdog", "oom-kill",
-  // ...), and its MainPID while it runs (0 when none).
+  // Result= (nullopt: it said none), and its MainPID while it runs (0 when none).
   std::optional<int> signal;
-  std::string result;
+  std::optional<UnitResult> result;
   int main_pid = 0;
 };
 // Time passes: the shell sends one at Arbiter::next_deadline() (and may send more), so deadlines

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/lease.h"
+#include "core/policies.h"
 #include "core/service_status.h"
 #include "core/sleep.h"
 
@@ -31,11 +32,11 @@ struct World {
   const Wakes& wakes;
 };
 
-// To service policy: unload this service (reason "eviction", "group"); `for_lease` is the lease
+// To service policy: unload this service (for an eviction, a group); `for_lease` is the lease
 // it makes room for (0: none).
 struct UnloadIntent {
   std::string service;
-  std::string reason;
+  UnloadReason reason = UnloadReason::eviction;
   uint64_t for_lease = 0;
 };
 // To supervision: start, stop or restart a service (an escalation, an exclusive group, a lease).

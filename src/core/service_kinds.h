@@ -12,6 +12,15 @@
 
 namespace vramd {
 
+// What its unload call needs from the service's config, else the call is not offered (its
+// adapter answers not_supported, and only a stop frees its memory).
+enum class UnloadNeeds {
+  nothing,
+  unload_url,  // generic_http: the call is the config's own
+  models,      // localai: it lists no models, so the config names what to unload
+  router,      // llamacpp: only router mode (router unset: detected, assumed) unloads
+};
+
 struct ServiceKind {
   std::string_view name;
   // How long an unload may take to show on the GPU before it is judged (unload_timeout default).
@@ -24,6 +33,8 @@ struct ServiceKind {
   bool has_unload = true;  // it has an unload call (else only stopping its process frees memory)
   bool has_wake = false;  // it has a call that loads again (else its next request does, or a start)
   bool needs_url = true;  // it is reached over HTTP
+  UnloadNeeds unload_needs = UnloadNeeds::nothing;
+  bool sleep_levels = false;  // its depths are its own "level 1" and "level 2" (vLLM's /sleep)
   std::vector<std::string_view> own_keys;  // config keys that only this kind reads
   // Its sleeps (core/sleep.h), shallowest first: what its unload call can keep in host RAM.
   // Empty for a kind without an unload call (only a stop frees it). A service vramd can stop

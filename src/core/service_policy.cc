@@ -49,9 +49,9 @@ void ServicePolicy::add(const ServiceConfig& svc) {
   st.reload_cost = kind ? kind->reload_cost : Duration(std::chrono::seconds(30));
   // What its adapter answers not_supported to (docs/adapters.md).
   st.can_unload = kind && kind->has_unload;
-  if (svc.kind == "generic_http") st.can_unload = !svc.unload_url.empty();
-  if (svc.kind == "localai") st.can_unload = !svc.models.empty();
-  if (svc.kind == "llamacpp") st.can_unload = svc.router.value_or(true);  // plain: stop it
+  if (kind && kind->unload_needs == UnloadNeeds::unload_url) st.can_unload = !svc.unload_url.empty();
+  if (kind && kind->unload_needs == UnloadNeeds::models) st.can_unload = !svc.models.empty();
+  if (kind && kind->unload_needs == UnloadNeeds::router) st.can_unload = svc.router.value_or(true);
   if (!svc.start.empty())
     st.control = Control::managed;
   else if (!svc.match.container.empty())
@@ -360,7 +360,7 @@ void ServicePolicy::restore_load_peaks(const std::vector<LoadPeak>& peaks) {
   }
 }
 
-void ServicePolicy::start_unload(const std::string& service, const std::string& reason,
+void ServicePolicy::start_unload(const std::string& service, UnloadReason reason,
                                  uint64_t request_id, const Now& now,
                                  std::vector<Action>& actions) {
   ServiceStatus& st = services_.at(service);
@@ -382,7 +382,7 @@ void ServicePolicy::start_unload(const std::string& service, const std::string& 
         now, "service.prewarm_unused", std::nullopt, service,
         fmt::format("{} goes back to sleep ({}) {} after its prewarm, unused: not prewarmed "
                     "again this hour",
-                    service, reason, format_age(now.mono - *st.prewarmed))));
+                    service, to_string(reason), format_age(now.mono - *st.prewarmed))));
     st.prewarmed.reset();
   }
   // As shallow as the host RAM allows (core/wake.h), unless sleep_level fixes it. A kind whose
@@ -397,7 +397,7 @@ void ServicePolicy::start_unload(const std::string& service, const std::string& 
           : "";
   actions.emplace_back(make_event(
       now, "unload.started", std::nullopt, service,
-      fmt::format("unloading {} ({}): holds {}; sleeps at {}{}", service, reason,
+      fmt::format("unloading {} ({}): holds {}; sleeps at {}{}", service, to_string(reason),
                   format_size(st.bytes), describe_depth(call_depth, st.kind), keeps)));
   actions.emplace_back(CallUnload{service, run.id, call_depth});
   unloads_.emplace(run.id, std::move(run));
@@ -443,14 +443,15 @@ void ServicePolicy::on_unload_call_done(const UnloadCallDone& e, const Now& now,
   UnloadRun& run = it->second;
   run.call_duration = e.took;
   if (e.call.result == UnloadCall::Result::failed) {
-    finish_unload(run, UnloadOutcome::failed, "the unload call failed: " + e.call.message, "", now,
-                  actions, intents);
+    finish_unload(run, UnloadOutcome::failed, "the unload call failed: " + e.call.message,
+                  std::nullopt, now, actions, intents);
     unloads_.erase(it);
     return;
   }
   if (e.call.result == UnloadCall::Result::not_supported) {
     // No unload API: only ending the process frees its memory.
-    finish_unload(run, UnloadOutcome::failed, e.call.message, "stop", now, actions, intents);
+    finish_unload(run, UnloadOutcome::failed, e.call.message, IneffectiveUnload::stop, now, actions,
+                  intents);
     unloads_.erase(it);
     return;
   }
@@ -476,14 +477,14 @@ void ServicePolicy::advance_unloads(const Now& now, std::vector<Action>& actions
     else if (!v.settled() && outcome == UnloadOutcome::ineffective)
       message = fmt::format("nothing came back within {} of the call",
                             format_duration(now.mono - v.start()));
-    finish_unload(run, outcome, message, "", now, actions, intents);
+    finish_unload(run, outcome, message, std::nullopt, now, actions, intents);
     finished.push_back(id);
   }
   for (auto id : finished) unloads_.erase(id);
 }
 
 void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const std::string& message,
-                                  const std::string& escalate, const Now& now,
+                                  std::optional<IneffectiveUnload> escalate, const Now& now,
                                   std::vector<Action>& actions, Intents& intents) {
   ServiceStatus& st = services_.at(run.service);
   const ServiceConfig* cfg = config_.find_service(run.service);
@@ -517,27 +518,29 @@ void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const s
   // Escalation: an unload that frees nothing, or a server without one, needs the process ended;
   // a call that failed (refused, timed out, garbage) is reported and tried again after backoff.
   if (outcome != UnloadOutcome::freed) {
-    std::string want = escalate;
-    if (want.empty() && outcome != UnloadOutcome::failed && cfg) want = cfg->on_ineffective_unload;
-    if (want == "restart" || want == "stop") {
-      Command action = want == "stop" ? Command::stop : Command::restart;
+    std::optional<IneffectiveUnload> want = escalate;
+    if (!want && outcome != UnloadOutcome::failed && cfg) want = cfg->on_ineffective_unload;
+    if (want == IneffectiveUnload::restart || want == IneffectiveUnload::stop) {
+      bool stop = want == IneffectiveUnload::stop;
+      Command action = stop ? Command::stop : Command::restart;
+      Escalation escalation = stop ? Escalation::stop : Escalation::restart;
       if (st.control == Control::managed || st.control == Control::container) {
-        v.escalation = want;  // Supervision: a container's exit is then one it asked for
+        v.escalation = escalation;  // Supervision: a container's exit is then one it asked for
         intents.push_back(CommandIntent{run.service, action});
       } else if (st.control != Control::none && cfg) {
-        v.escalation = want;
+        v.escalation = escalation;
         actions.emplace_back(
             Lifecycle{run.service, action, st.control,
                       st.control == Control::container ? cfg->match.container : cfg->match.unit});
       } else {
-        v.escalation = "report";
+        v.escalation = Escalation::report;
         v.message += fmt::format(
             "; vramd would {} {} but cannot: vramd neither starts it (start) nor knows its "
             "container or unit (match.container, match.unit)",
-            want, run.service);
+            to_string(*want), run.service);
       }
     } else {
-      v.escalation = "report";
+      v.escalation = Escalation::report;
     }
     st.backoff_until = now.mono + (cfg ? cfg->unload_backoff : Duration(std::chrono::minutes(10)));
   } else {
@@ -546,15 +549,16 @@ void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const s
   // Asleep from the verdict until a wake or a load is seen (core/sleep.h), whatever it still
   // holds: a sleeping vLLM keeps its CUDA context.
   v.depth = run.depth == SleepDepth::stop ? SleepDepth::sleep2 : run.depth;
-  if (v.escalation == "stop") v.depth = SleepDepth::stop;
+  if (v.escalation == Escalation::stop) v.depth = SleepDepth::stop;
   bool slept = outcome == UnloadOutcome::freed || outcome == UnloadOutcome::partial ||
-               v.escalation == "restart" || v.escalation == "stop";
-  if (v.escalation == "restart") v.depth = SleepDepth::sleep2;  // back up, empty
+               v.escalation == Escalation::restart || v.escalation == Escalation::stop;
+  if (v.escalation == Escalation::restart) v.depth = SleepDepth::sleep2;  // back up, empty
   if (slept) {
     Asleep a;
     a.depth = v.depth;
     a.since = now.mono;
-    a.gpu_kept = v.escalation.empty() || v.escalation == "report" ? v.after_bytes : 0;
+    a.gpu_kept =
+        v.escalation == Escalation::none || v.escalation == Escalation::report ? v.after_bytes : 0;
     a.models = st.models;
     a.reason = run.reason;
     if (a.depth == SleepDepth::sleep1) {
@@ -597,7 +601,7 @@ void ServicePolicy::check_idle_ttl(const std::set<std::string>& in_use, const No
     if (in_use.count(cfg.name)) continue;  // a granted lease works through it
     // One TTL unload per idle period: activity starts a new one.
     if (st.last_unload_at && *st.last_unload_at >= *idle) continue;
-    start_unload(cfg.name, "idle", 0, now, actions);
+    start_unload(cfg.name, UnloadReason::idle, 0, now, actions);
   }
 }
 

@@ -56,7 +56,7 @@ class ServicePolicy {
                            Intents& intents);
   // Starts an unload (for an eviction, an exclusive group) without the checks a request gets.
   // REQUIRES: `service` is configured.
-  void start_unload(const std::string& service, const std::string& reason, uint64_t request_id,
+  void start_unload(const std::string& service, UnloadReason reason, uint64_t request_id,
                     const Now& now, std::vector<Action>& actions);
 
   // Brings back the load peaks the store kept (services no longer configured are skipped).
@@ -113,7 +113,7 @@ class ServicePolicy {
     uint64_t id = 0;
     uint64_t request_id = 0;
     std::string service;
-    std::string reason;
+    UnloadReason reason = UnloadReason::manual;
     MonoTime requested_at{};
     std::map<unsigned, Bytes> before;  // per GPU
     std::optional<Bytes> rss_before;
@@ -131,9 +131,10 @@ class ServicePolicy {
   void check_idle_ttl(const std::set<std::string>& in_use, const Now& now,
                       std::vector<Action>& actions);
   void advance_unloads(const Now& now, std::vector<Action>& actions, Intents& intents);
-  // escalate: "" (by outcome and on_ineffective_unload) or the action wanted ("stop").
+  // escalate: none (by outcome and on_ineffective_unload) or the action wanted (stop).
   void finish_unload(UnloadRun& run, UnloadOutcome outcome, const std::string& message,
-                     const std::string& escalate, const Now& now, std::vector<Action>& actions,
+                     std::optional<IneffectiveUnload> escalate, const Now& now,
+                     std::vector<Action>& actions,
                      Intents& intents);
 
   const Config& config_;

@@ -131,10 +131,10 @@ TEST(ArbiterUnload, TtlUnloadsAfterTheTtlAndNotBefore) {
   auto done = w.all<UnloadFinished>();
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict.outcome, UnloadOutcome::freed);
-  EXPECT_EQ(done[0].verdict.reason, "idle");
+  EXPECT_EQ(done[0].verdict.reason, UnloadReason::idle);
   EXPECT_EQ(done[0].verdict.before_bytes, 16 * GiB);
   EXPECT_EQ(done[0].verdict.after_bytes, 380 * MiB);
-  EXPECT_EQ(done[0].verdict.escalation, "");
+  EXPECT_EQ(done[0].verdict.escalation, Escalation::none);
   w.run(10min, 1s);
   EXPECT_EQ(w.all<CallUnload>().size(), 1u);
 }
@@ -178,7 +178,7 @@ TEST(ArbiterUnload, AReleaseThatTakesTwoSecondsIsFreedNotIneffective) {
   w.hold(100, "comfyui", 16 * GiB);
   w.sample();
   w.probe("comfyui", false);
-  w.feed(UnloadRequested{"comfyui", "manual", 7});
+  w.feed(UnloadRequested{"comfyui", UnloadReason::manual, 7});
   auto call = w.all<CallUnload>().at(0);
   w.feed(UnloadCallDone{"comfyui", call.unload_id, {UnloadCall::Result::requested, "200"}, 5ms});
   EXPECT_TRUE(w.arbiter().fast_sampling());
@@ -198,13 +198,13 @@ TEST(ArbiterUnload, AReleaseThatTakesTwoSecondsIsFreedNotIneffective) {
 
 TEST(ArbiterUnload, AnsweredButNothingFreedIsIneffectiveAndRestartsARestartableService) {
   auto c2 = svc("comfyui");
-  c2.on_ineffective_unload = "restart";
+  c2.on_ineffective_unload = IneffectiveUnload::restart;
   c2.match.container = "";
   World w2({c2});
   w2.hold(100, "comfyui", 16 * GiB);
   w2.sample();
   w2.probe("comfyui", false);
-  w2.feed(UnloadRequested{"comfyui", "manual", 1});
+  w2.feed(UnloadRequested{"comfyui", UnloadReason::manual, 1});
   w2.feed(UnloadCallDone{"comfyui", w2.all<CallUnload>().at(0).unload_id,
                          {UnloadCall::Result::requested, "200"}, 5ms});
   w2.run(31s);
@@ -212,14 +212,14 @@ TEST(ArbiterUnload, AnsweredButNothingFreedIsIneffectiveAndRestartsARestartableS
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict.outcome, UnloadOutcome::ineffective);
   // Matched by cmdline only: vramd cannot restart it, so it reports why.
-  EXPECT_EQ(done[0].verdict.escalation, "report");
+  EXPECT_EQ(done[0].verdict.escalation, Escalation::report);
   EXPECT_NE(done[0].verdict.message.find("cannot"), std::string::npos) << done[0].verdict.message;
   EXPECT_TRUE(w2.all<Lifecycle>().empty());
 }
 
 TEST(ArbiterUnload, IneffectiveUnloadOfAUnitServiceRestartsIt) {
   auto c = svc("comfyui");
-  c.on_ineffective_unload = "restart";
+  c.on_ineffective_unload = IneffectiveUnload::restart;
   c.match = {};
   c.match.unit = "comfyui.service";
   World w({c});
@@ -238,7 +238,7 @@ TEST(ArbiterUnload, IneffectiveUnloadOfAUnitServiceRestartsIt) {
   s.host.processes.push_back(p);
   w.feed(s);
   w.probe("comfyui", false);
-  w.feed(UnloadRequested{"comfyui", "manual", 1});
+  w.feed(UnloadRequested{"comfyui", UnloadReason::manual, 1});
   w.feed(UnloadCallDone{"comfyui", w.all<CallUnload>().at(0).unload_id,
                         {UnloadCall::Result::requested, "200"}, 5ms});
   for (int i = 0; i < 130; ++i) {
@@ -248,7 +248,7 @@ TEST(ArbiterUnload, IneffectiveUnloadOfAUnitServiceRestartsIt) {
   auto done = w.all<UnloadFinished>();
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict.outcome, UnloadOutcome::ineffective);
-  EXPECT_EQ(done[0].verdict.escalation, "restart");
+  EXPECT_EQ(done[0].verdict.escalation, Escalation::restart);
   auto lc = w.all<Lifecycle>();
   ASSERT_EQ(lc.size(), 1u);
   EXPECT_EQ(lc[0].action, Command::restart);
@@ -272,19 +272,19 @@ TEST(ArbiterUnload, ReportPlusBackoffAndNoSecondCallInsideTheBackoff) {
   auto done = w.all<UnloadFinished>();
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict.outcome, UnloadOutcome::ineffective);
-  EXPECT_EQ(done[0].verdict.escalation, "report");
+  EXPECT_EQ(done[0].verdict.escalation, Escalation::report);
   // Activity and a new idle period inside the backoff: still no second call.
   w.probe("comfyui", true);
   w.probe("comfyui", false);
   w.run(5min, 1s);
   EXPECT_EQ(w.all<CallUnload>().size(), 1u);
   // A manual free inside the backoff is refused with the reason, unless forced.
-  w.feed(UnloadRequested{"comfyui", "manual", 9});
+  w.feed(UnloadRequested{"comfyui", UnloadReason::manual, 9});
   auto refused = w.all<UnloadFinished>().back();
   EXPECT_TRUE(refused.refused);
   EXPECT_NE(refused.verdict.message.find("unload_backoff"), std::string::npos);
   EXPECT_EQ(w.all<CallUnload>().size(), 1u);
-  w.feed(UnloadRequested{"comfyui", "manual", 10, true});
+  w.feed(UnloadRequested{"comfyui", UnloadReason::manual, 10, true});
   EXPECT_EQ(w.all<CallUnload>().size(), 2u);
 }
 
@@ -310,7 +310,7 @@ TEST(ArbiterUnload, PartialReleaseIsPartial) {
   World w({svc("comfyui")});
   w.hold(100, "comfyui", 16 * GiB);
   w.sample();
-  w.feed(UnloadRequested{"comfyui", "manual", 1});
+  w.feed(UnloadRequested{"comfyui", UnloadReason::manual, 1});
   w.feed(UnloadCallDone{"comfyui", 1, {UnloadCall::Result::requested, "200"}, 5ms});
   w.hold(100, "comfyui", 8 * GiB);
   w.run(2s);
@@ -324,12 +324,12 @@ TEST(ArbiterUnload, FailedCallIsFailedAndReported) {
   World w({svc("comfyui")});
   w.hold(100, "comfyui", 16 * GiB);
   w.sample();
-  w.feed(UnloadRequested{"comfyui", "manual", 1});
+  w.feed(UnloadRequested{"comfyui", UnloadReason::manual, 1});
   w.feed(UnloadCallDone{"comfyui", 1, {UnloadCall::Result::failed, "POST /free → 500"}, 5ms});
   auto done = w.all<UnloadFinished>();
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict.outcome, UnloadOutcome::failed);
-  EXPECT_EQ(done[0].verdict.escalation, "report");
+  EXPECT_EQ(done[0].verdict.escalation, Escalation::report);
   EXPECT_NE(done[0].verdict.message.find("500"), std::string::npos);
   EXPECT_FALSE(w.arbiter().fast_sampling());
 }
@@ -339,7 +339,7 @@ TEST(ArbiterUnload, BusyServiceIsNotUnloadedOnRequest) {
   w.hold(100, "comfyui", 16 * GiB);
   w.sample();
   w.probe("comfyui", true);
-  w.feed(UnloadRequested{"comfyui", "manual", 3});
+  w.feed(UnloadRequested{"comfyui", UnloadReason::manual, 3});
   auto done = w.all<UnloadFinished>();
   ASSERT_EQ(done.size(), 1u);
   EXPECT_TRUE(done[0].refused);
@@ -349,7 +349,7 @@ TEST(ArbiterUnload, BusyServiceIsNotUnloadedOnRequest) {
 
 TEST(ArbiterUnload, UnknownServiceIsRefused) {
   World w({svc("comfyui")});
-  w.feed(UnloadRequested{"comfyuj", "manual", 3});
+  w.feed(UnloadRequested{"comfyuj", UnloadReason::manual, 3});
   auto done = w.all<UnloadFinished>();
   ASSERT_EQ(done.size(), 1u);
   EXPECT_TRUE(done[0].refused);
@@ -369,7 +369,7 @@ TEST(ArbiterUnload, WslComfyuiNamedByResidualUnloadedAndMeasured) {
   EXPECT_EQ(gpu.holdings.at(0).source, Source::residual);
   EXPECT_EQ(gpu.holdings.at(0).bytes, Bytes(15.4 * GiB));
   for (const auto& h : gpu.holdings) EXPECT_NE(h.owner.kind, OwnerKind::unknown);
-  w.feed(UnloadRequested{"comfyui", "manual", 1});
+  w.feed(UnloadRequested{"comfyui", UnloadReason::manual, 1});
   w.feed(UnloadCallDone{"comfyui", 1, {UnloadCall::Result::requested, "200"}, 5ms});
   w.hold(79, "comfyui", std::nullopt, 370 * MiB);
   w.run(2s);
@@ -386,12 +386,12 @@ TEST(ArbiterUnload, NoUnloadApiMeansStopWhereVramdCanElseReport) {
   World w({c});
   w.hold(100, "llama", 8 * GiB);
   w.sample();
-  w.feed(UnloadRequested{"llama", "manual", 1});
+  w.feed(UnloadRequested{"llama", UnloadReason::manual, 1});
   w.feed(UnloadCallDone{"llama", 1, {UnloadCall::Result::not_supported, "plain llama-server has no unload API"}, 1ms});
   auto done = w.all<UnloadFinished>();
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].verdict.outcome, UnloadOutcome::failed);
-  EXPECT_EQ(done[0].verdict.escalation, "report");
+  EXPECT_EQ(done[0].verdict.escalation, Escalation::report);
   EXPECT_NE(done[0].verdict.message.find("would stop"), std::string::npos) << done[0].verdict.message;
 }
 

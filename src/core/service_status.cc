@@ -1,5 +1,7 @@
 #include "core/service_status.h"
 
+#include "core/service_kinds.h"
+
 namespace vramd {
 
 const char* to_string(ServiceState s) {
@@ -94,7 +96,8 @@ std::optional<SleepDepth> parse_sleep_depth(std::string_view s) {
 }
 
 std::string describe_depth(SleepDepth d, std::string_view kind) {
-  if (kind == "vllm" && d != SleepDepth::stop)
+  const ServiceKind* k = find_service_kind(kind);
+  if (k && k->sleep_levels && d != SleepDepth::stop)
     return d == SleepDepth::sleep1 ? "level 1" : "level 2";
   return to_string(d);
 }

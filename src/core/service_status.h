@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/policies.h"
 #include "core/sleep.h"
 #include "core/units.h"
 #include "core/unload.h"
@@ -87,10 +88,9 @@ struct ManagedState {
   MonoTime stop_requested_at{};
   Bytes bytes_at_stop = 0;
   std::vector<std::pair<uint64_t, Command>> waiting;  // (request id, what it waits for)
-  // A container (match.container): Docker's own restart policy ("no", "always",
-  // "unless-stopped", "on-failure"; empty for a process vramd runs). vramd restarts a container
-  // only when that policy does not.
-  std::string docker_restart_policy;
+  // A container's Docker restart policy, or a unit's Restart= (nullopt for a process vramd
+  // runs). vramd restarts a container or a unit only when that policy does not.
+  std::optional<EngineRestart> docker_restart_policy;
 };
 
 // The most a service held while one model was its only one loaded ("" for a service that names

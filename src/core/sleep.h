@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/policies.h"
 #include "core/units.h"
 
 namespace vramd {
@@ -37,9 +38,9 @@ struct Asleep {
   Bytes host_ram = 0;  // what it keeps in host RAM (its RSS growth at the sleep, else estimated)
   bool host_ram_measured = false;
   std::vector<std::string> models;  // what it served when it went to sleep: still routed to it
-  // Why it was put to sleep: the unload's reason ("manual", "eviction", "group", "idle"; "" when
-  // it says so itself). A prewarm reads it (docs/proxy.md "Prewarm").
-  std::string reason;
+  // Why it was put to sleep: the unload's reason (none when it says so itself). A prewarm reads
+  // it (docs/proxy.md "Prewarm").
+  std::optional<UnloadReason> reason;
 };
 
 // How long a wake took from the call to ready: per service, model ("" none named) and depth.

@@ -43,7 +43,8 @@ bool supervision_detail::restart_over_limit(ManagedState& m, const ServiceConfig
 supervision_detail::AfterExit supervision_detail::apply_restart_policy(
     ManagedState& m, const std::string& service, const ServiceConfig& cfg, bool failure,
     const std::string& how, const Now& now, std::vector<Action>& actions) {
-  bool again = cfg.restart == "always" || (cfg.restart == "on-failure" && failure);
+  bool again = cfg.restart == RestartPolicy::always ||
+               (cfg.restart == RestartPolicy::on_failure && failure);
   if (!again) {
     m.state = failure ? ManagedPhase::failed : ManagedPhase::stopped;
     m.reason = how;
@@ -301,7 +302,7 @@ void Supervision::launch(const std::string& service, ManagedState& m, const Worl
         command(other.name, Command::stop, 0, false, world, now, actions, intents);
       } else if (o == managed_.end() && ost.state == ServiceState::up && ost.bytes >= kHeld &&
                  !ost.busy.value_or(false)) {
-        intents.push_back(UnloadIntent{other.name, "group", 0});
+        intents.push_back(UnloadIntent{other.name, UnloadReason::group, 0});
       }
     }
   }

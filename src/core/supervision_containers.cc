@@ -23,34 +23,49 @@ using namespace supervision_detail;
 namespace {
 
 // Whether Docker starts this container again by itself after this exit.
-bool docker_restarts(const ContainerChanged& e, const std::string& policy, bool failure) {
-  if (policy == "always" || policy == "unless-stopped") return true;
-  return policy == "on-failure" && failure && (e.restart_max == 0 || e.restart_count < e.restart_max);
+bool docker_restarts(const ContainerChanged& e, std::optional<EngineRestart> policy,
+                     bool failure) {
+  if (policy == EngineRestart::always || policy == EngineRestart::unless_stopped) return true;
+  return policy == EngineRestart::on_failure && failure &&
+         (e.restart_max == 0 || e.restart_count < e.restart_max);
 }
 
 // systemd.service(5), Restart=: which ends of a run systemd restarts, by the run's Result=
 // (derived from the exit when systemd did not say). A stop that systemctl asked for is never
 // restarted, and is an expected exit here.
-std::string unit_result(const ContainerChanged& e) {
-  if (!e.result.empty()) return e.result;
-  if (e.oom) return "oom-kill";
+UnitResult unit_result(const ContainerChanged& e) {
+  if (e.result) return *e.result;
+  if (e.oom) return UnitResult::oom_kill;
   if (e.signal) {
     int s = *e.signal;
-    return s == SIGHUP || s == SIGINT || s == SIGTERM || s == SIGPIPE ? "success" : "signal";
+    return s == SIGHUP || s == SIGINT || s == SIGTERM || s == SIGPIPE ? UnitResult::success
+                                                                      : UnitResult::signal;
   }
-  if (!e.exit_code) return "unknown";  // a run that ended and was restarted between two reads
-  return *e.exit_code != 0 ? "exit-code" : "success";
+  if (!e.exit_code) return UnitResult::unknown;  // ended and restarted between two reads
+  return *e.exit_code != 0 ? UnitResult::exit_code : UnitResult::success;
 }
 
-bool systemd_restarts(const std::string& result, const std::string& policy) {
-  if (result == "start-limit-hit") return false;  // systemd gave up on it
-  if (policy == "always") return true;
-  if (policy == "on-success") return result == "success";
-  if (policy == "on-failure") return result != "success";
-  if (policy == "on-abnormal") return result != "success" && result != "exit-code";
-  if (policy == "on-abort") return result == "signal" || result == "core-dump";
-  if (policy == "on-watchdog") return result == "watchdog";
-  return false;  // "no", or unknown
+bool systemd_restarts(UnitResult result, std::optional<EngineRestart> policy) {
+  using R = UnitResult;
+  if (result == R::start_limit_hit) return false;  // systemd gave up on it
+  switch (policy.value_or(EngineRestart::no)) {
+    case EngineRestart::always:
+      return true;
+    case EngineRestart::on_success:
+      return result == R::success;
+    case EngineRestart::on_failure:
+      return result != R::success;
+    case EngineRestart::on_abnormal:
+      return result != R::success && result != R::exit_code;
+    case EngineRestart::on_abort:
+      return result == R::signal || result == R::core_dump;
+    case EngineRestart::on_watchdog:
+      return result == R::watchdog;
+    case EngineRestart::no:
+    case EngineRestart::unless_stopped:  // Docker's word, not a unit's
+      return false;
+  }
+  return false;
 }
 
 // "container comfyui", "unit comfyui.service".
@@ -152,7 +167,7 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
   ContainerState& c = it->second;
   ManagedState& m = c.m;
   const ServiceConfig* cfg = config_.find_service(e.service);
-  if (!e.restart_policy.empty()) m.docker_restart_policy = e.restart_policy;
+  if (e.restart_policy) m.docker_restart_policy = e.restart_policy;
   bool first = !c.known;
   c.known = true;
   const bool unit = c.via == Control::unit;
@@ -198,16 +213,16 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
     --c.expected_exits;
     return;
   }
-  const std::string result = unit ? unit_result(e) : "";
-  bool failure = unit ? result != "success" : e.oom || !e.exit_code || *e.exit_code != 0;
+  const UnitResult result = unit ? unit_result(e) : UnitResult::unknown;
+  bool failure = unit ? result != UnitResult::success : e.oom || !e.exit_code || *e.exit_code != 0;
   std::string how = e.oom ? fmt::format("was killed for memory (OOM), status {}",
                                         e.exit_code.value_or(-1))
                           : exit_text(e.exit_code, e.signal);
-  if (unit && result == "unknown")
+  if (unit && result == UnitResult::unknown)
     how = "ended, and systemd started it again before vramd read how (NRestarts grew)";
-  else if (unit && result != "success" && result != "exit-code" && result != "signal" &&
-           result != "oom-kill")
-    how += fmt::format(" (systemd: {})", result);  // timeout, watchdog, core-dump, ...
+  else if (unit && result != UnitResult::success && result != UnitResult::exit_code &&
+           result != UnitResult::signal && result != UnitResult::oom_kill)
+    how += fmt::format(" (systemd: {})", to_string(result));  // timeout, watchdog, core-dump, ...
   if (failure)
     actions.emplace_back(RecordCrash{e.service, 0, e.exit_code, e.signal, now.wall,
                                      e.oom ? "the kernel killed it for memory (OOM)" : "",
@@ -225,12 +240,13 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
     // would race its own); its start is seen as a state read.
     m.state = ManagedPhase::stopped;
     const char* by = unit ? "systemd" : "Docker";
+    std::string_view policy = to_string(*m.docker_restart_policy);  // restarts: it is known
     m.reason = fmt::format("{}; {} restarts it ({} {})", how, by,
-                           unit ? "Restart=" : "restart policy", m.docker_restart_policy);
+                           unit ? "Restart=" : "restart policy", policy);
     actions.emplace_back(make_event(
         now, unit ? "service.systemd_restarts" : "service.docker_restarts", std::nullopt, e.service,
         fmt::format("{} {}: {} restarts it ({}{}), not vramd", e.service, how, by,
-                    unit ? "Restart=" : "restart: ", m.docker_restart_policy)));
+                    unit ? "Restart=" : "restart: ", policy)));
     return;
   }
   apply_restart_policy(m, e.service, *cfg, failure, how, now, actions);

@@ -45,10 +45,10 @@ class World {
     }
   }
   void state(bool running, const std::string& policy = "no") {
-    feed(ContainerChanged{"comfy", running, false, std::nullopt, false, policy});
+    feed(ContainerChanged{"comfy", running, false, std::nullopt, false, parse_engine_restart(policy)});
   }
   void die(int code, const std::string& policy = "no", bool oom = false) {
-    feed(ContainerChanged{"comfy", false, true, code, oom, policy});
+    feed(ContainerChanged{"comfy", false, true, code, oom, parse_engine_restart(policy)});
   }
   const ManagedState* m() { return arbiter_->service("comfy")->managed ? &*arbiter_->service("comfy")->managed : nullptr; }
   bool has(const std::string& type) const {
@@ -84,7 +84,7 @@ TEST(ContainerSupervision, UnknownUntilTheEngineSaysThenRunning) {
   w.state(true, "unless-stopped");
   ASSERT_NE(w.m(), nullptr);
   EXPECT_EQ(w.m()->state, ManagedPhase::running);
-  EXPECT_EQ(w.m()->docker_restart_policy, "unless-stopped");
+  EXPECT_EQ(w.m()->docker_restart_policy, EngineRestart::unless_stopped);
 }
 
 TEST(ContainerSupervision, AStopIsAnsweredOnceTheEngineStoppedItAndItsMemoryWent) {

@@ -59,7 +59,7 @@ class World {
     ContainerChanged e;
     e.service = "comfy";
     e.running = running;
-    e.restart_policy = restart;
+    e.restart_policy = parse_engine_restart(restart);  // as the reader parses systemd's words
     e.main_pid = pid;
     return e;
   }
@@ -69,7 +69,7 @@ class World {
     e.died = true;
     e.exit_code = code;
     e.signal = sig;
-    e.result = std::move(result);
+    e.result = parse_unit_result(result);
     return e;
   }
   const ManagedState* m() {
@@ -168,7 +168,7 @@ TEST(UnitSupervision, SystemdsOwnRestartIsRespectedAsItsTableSays) {
   };
   for (const Case& c : cases) {
     ServiceConfig svc = comfy();
-    svc.restart = "on-failure";
+    svc.restart = RestartPolicy::on_failure;
     World w(svc);
     w.feed(w.read(true, c.restart, 10));
     w.feed(w.died(c.code, c.sig, c.result, c.restart));

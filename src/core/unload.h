@@ -25,7 +25,7 @@ const char* to_string(UnloadOutcome o);
 struct UnloadVerdict {
   uint64_t id = 0;
   std::string service;
-  std::string reason;  // "manual" | "idle" (TTL) | "eviction"
+  UnloadReason reason = UnloadReason::manual;
   UnloadOutcome outcome = UnloadOutcome::failed;
   Bytes before_bytes = 0;  // Σ over GPUs
   Bytes after_bytes = 0;
@@ -35,7 +35,7 @@ struct UnloadVerdict {
   // follows two samples later), or to the timeout when nothing settled.
   Duration duration{0};
   Duration call_duration{0};                   // how long the server took to answer the call
-  std::string escalation;                      // "" | "restart" | "stop" | "report"
+  Escalation escalation = Escalation::none;
   SleepDepth depth = SleepDepth::sleep2;       // how deep it was asked to sleep (core/sleep.h)
   Bytes host_ram_kept = 0;                     // what the sleep keeps in host RAM
   std::string message;

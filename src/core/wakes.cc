@@ -318,7 +318,7 @@ void Wakes::consider_prewarm(const World& world, const Now& now, std::vector<Act
         st.state != ServiceState::up || !st.last_gpu)
       continue;
     // Put to sleep by hand: not prewarmed until it is asked again (which ends the sleep).
-    if (st.asleep->reason == "manual") continue;
+    if (st.asleep->reason == UnloadReason::manual) continue;
     if (st.no_prewarm_until && now.mono < *st.no_prewarm_until) continue;
     if (auto n = no_prewarm_until_.find(cfg.name); n != no_prewarm_until_.end()) {
       if (now.mono < n->second) continue;
@@ -328,7 +328,8 @@ void Wakes::consider_prewarm(const World& world, const Now& now, std::vector<Act
     if (!demand) continue;
     // Put to sleep to make room (an eviction, an exclusive group): its last hour counts, so it
     // comes back when the room does. Put to sleep idle: only its weekly pattern does.
-    bool made_room = st.asleep->reason == "eviction" || st.asleep->reason == "group";
+    bool made_room =
+        st.asleep->reason == UnloadReason::eviction || st.asleep->reason == UnloadReason::group;
     double chance = demand->chance(now, kPrewarmHorizon, made_room);
     if (chance < kPrewarmChance) continue;
     std::string model = st.asleep->models.size() == 1 ? st.asleep->models[0] : std::string();

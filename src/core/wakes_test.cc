@@ -148,7 +148,7 @@ class Host {
   }
   // Until the service is asleep (its unload's verdict in).
   bool unload(const std::string& name) {
-    feed(UnloadRequested{name, "manual", 0, true});
+    feed(UnloadRequested{name, UnloadReason::manual, 0, true});
     for (int i = 0; i < 10 && !arbiter_->service(name)->asleep; ++i) step();
     return arbiter_->service(name)->asleep.has_value();
   }
@@ -454,7 +454,7 @@ TEST(Prewarm, AnEvictedSleeperComesBackWhenTheRoomDoesAndIsCountedUsed) {
   Host h = evicted_vllm();
   ASSERT_EQ(h.arbiter().lease(900)->state, LeaseState::granted);
   ASSERT_TRUE(h.arbiter().service("vllm")->asleep) << fmt::format("{}", fmt::join(h.events, "\n"));
-  EXPECT_EQ(h.arbiter().service("vllm")->asleep->reason, "eviction");
+  EXPECT_EQ(h.arbiter().service("vllm")->asleep->reason, UnloadReason::eviction);
   // While the lease holds the room, nothing is woken: 7 GiB free, the wake needs 14. (Within
   // its heartbeat: it has no holder pid.)
   h.steps(20);
@@ -589,7 +589,7 @@ Host ttl_sleeper_with_history(size_t busy_hour) {
 TEST(Prewarm, TheWeeklyPatternAloneWakesASleeperAtItsHourAndNotAtAnother) {
   Host busy_now = ttl_sleeper_with_history(72);
   ASSERT_TRUE(busy_now.arbiter().service("vllm")->asleep);
-  EXPECT_EQ(busy_now.arbiter().service("vllm")->asleep->reason, "idle");
+  EXPECT_EQ(busy_now.arbiter().service("vllm")->asleep->reason, UnloadReason::idle);
   busy_now.steps(12);
   EXPECT_EQ(busy_now.wake_calls.size(), 1u) << fmt::format("{}", fmt::join(busy_now.events, "\n"));
   EXPECT_EQ(count_prefix(busy_now.events, "service.prewarmed"), 1u);

@@ -364,7 +364,7 @@ void Daemon::on_sample(SampleTaken sample) {
 uint64_t Daemon::request_unload(const std::string& service, bool force) {
   uint64_t id = waiters_.next_id();
   waiters_.add(id, kUnloadWaitLimit);  // a limit from the request: /v1/free waits for several
-  feed(UnloadRequested{service, "manual", id, force});
+  feed(UnloadRequested{service, UnloadReason::manual, id, force});
   return id;
 }
 

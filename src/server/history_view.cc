@@ -49,7 +49,7 @@ json to_json(const DurationRecord& r) {
           {"prompt_id", text(r.key)},
           {"model", text(r.model)},
           {"workflow", text(r.workflow)},
-          {"outcome", text(r.outcome)},
+          {"outcome", r.outcome ? json(to_string(*r.outcome)) : json(nullptr)},
           {"status", r.status ? json(r.status) : json(nullptr)},
           {"wait_seconds", opt(r.wait_s)},
           {"first_byte_seconds", opt(r.first_byte_s)},

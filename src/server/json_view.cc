@@ -116,7 +116,7 @@ json to_json(const UnloadVerdict& v) {
     per_gpu.push_back({{"gpu", gpu}, {"before_bytes", ba.first}, {"after_bytes", ba.second}});
   return {{"service", v.service},
           {"outcome", to_string(v.outcome)},
-          {"reason", v.reason},
+          {"reason", to_string(v.reason)},
           {"before_bytes", v.before_bytes},
           {"after_bytes", v.after_bytes},
           {"freed_bytes", v.before_bytes > v.after_bytes ? v.before_bytes - v.after_bytes : 0},
@@ -125,7 +125,7 @@ json to_json(const UnloadVerdict& v) {
           {"rss_after_bytes", opt(v.rss_after)},
           {"duration_ms", v.duration.count()},
           {"call_ms", v.call_duration.count()},
-          {"escalation", v.escalation.empty() ? json(nullptr) : json(v.escalation)},
+          {"escalation", v.escalation == Escalation::none ? json(nullptr) : json(to_string(v.escalation))},
           {"depth", to_string(v.depth)},
           {"host_ram_kept_bytes", v.host_ram_kept},
           {"message", v.message},
@@ -144,7 +144,7 @@ json to_json(const ServiceStatus& s, const Now& now) {
               {"gpu_kept_bytes", s.asleep->gpu_kept},
               {"host_ram_bytes", s.asleep->host_ram},
               {"host_ram_measured", s.asleep->host_ram_measured},
-              {"reason", s.asleep->reason.empty() ? json(nullptr) : json(s.asleep->reason)}};
+              {"reason", s.asleep->reason ? json(to_string(*s.asleep->reason)) : json(nullptr)}};
   // The expected wake from each depth (core/wake.h expected_wake), for its one model if it has
   // one, and whether it was measured.
   json wake_seconds = json::object();
@@ -224,14 +224,14 @@ json to_json(const ServiceStatus& s, const Now& now) {
                   {"restart_at", time(s.managed->restart_at)},
                   {"start_lease", opt(s.managed->start_lease)},
                   {"docker_restart_policy",
-                   s.managed->docker_restart_policy.empty() || s.control == Control::unit
+                   !s.managed->docker_restart_policy || s.control == Control::unit
                        ? json(nullptr)
-                       : json(s.managed->docker_restart_policy)},
+                       : json(to_string(*s.managed->docker_restart_policy))},
                   // A unit's Restart= (systemd restarts it, not vramd).
                   {"systemd_restart",
-                   s.managed->docker_restart_policy.empty() || s.control != Control::unit
+                   !s.managed->docker_restart_policy || s.control != Control::unit
                        ? json(nullptr)
-                       : json(s.managed->docker_restart_policy)}}
+                       : json(to_string(*s.managed->docker_restart_policy))}}
            : json(nullptr)}};
 }
 

@@ -206,13 +206,12 @@ Result<ComfyPromptRun> run_of(const std::string& id, const json& entry) {
       if (!cached_seen && nodes && nodes->is_array())
         run.cached_nodes = static_cast<int>(std::min<size_t>(nodes->size(), 1u << 30));
       cached_seen = true;
-    } else if (run.outcome.empty() && (event == "execution_success" || event == "execution_error" ||
-                                       event == "execution_interrupted")) {
-      run.outcome = event.substr(10);  // success | error | interrupted
-      run.ended_at = at;
+    } else if (!run.outcome && event.starts_with("execution_")) {
+      run.outcome = prompt_outcome_from(std::string_view(event).substr(10));  // else not an end
+      if (run.outcome) run.ended_at = at;
     }
   }
-  if (run.outcome.empty()) return make_error("not finished");
+  if (!run.outcome) return make_error("not finished");
   if (!run.ended_at) return make_error("no end timestamp");
   const json& graph = (*prompt)[2];
   run.workflow = comfyui_workflow_fingerprint(graph);

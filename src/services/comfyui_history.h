@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/durations.h"
 #include "core/result.h"
 #include "core/units.h"
 
@@ -20,7 +21,7 @@ struct ComfyPromptRun {
   std::optional<TimePoint> queued_at;   // extra_data.create_time (ComfyUI 0.3.4x and later)
   std::optional<TimePoint> started_at;  // the first execution_start's timestamp
   std::optional<TimePoint> ended_at;    // the end message's timestamp: always set when returned
-  std::string outcome;                  // success | error | interrupted: which end message
+  std::optional<PromptOutcome> outcome;  // which end message; none: not finished
   int cached_nodes = 0;                 // the nodes execution_cached lists
   std::string workflow;                 // comfyui_workflow_fingerprint() of the graph
   std::string model;                    // comfyui_main_model() of the graph

@@ -75,7 +75,7 @@ TEST(ComfyHistory, FixtureDurationsOutcomesAndCachedNodes) {
 
   const ComfyPromptRun& ok = (*runs)[0];
   EXPECT_EQ(ok.prompt_id, "6f1e2d3c-0000-4000-8000-00000000000a");
-  EXPECT_EQ(ok.outcome, "success");
+  EXPECT_EQ(ok.outcome, PromptOutcome::success);
   EXPECT_EQ(ok.queued_at, ms(1748001200000));
   EXPECT_EQ(ok.started_at, ms(1748001200150));
   EXPECT_EQ(ok.ended_at, ms(1748001212650));
@@ -86,13 +86,13 @@ TEST(ComfyHistory, FixtureDurationsOutcomesAndCachedNodes) {
   EXPECT_EQ(ok.workflow.find_first_not_of("0123456789abcdef"), std::string::npos);
 
   const ComfyPromptRun& oom = (*runs)[1];
-  EXPECT_EQ(oom.outcome, "error");
+  EXPECT_EQ(oom.outcome, PromptOutcome::error);
   EXPECT_DOUBLE_EQ(seconds(oom), 7.5);
   EXPECT_EQ(oom.cached_nodes, 0);
   EXPECT_EQ(oom.model, "flux1-dev-fp8.safetensors");
 
   const ComfyPromptRun& stopped = (*runs)[2];
-  EXPECT_EQ(stopped.outcome, "interrupted");
+  EXPECT_EQ(stopped.outcome, PromptOutcome::interrupted);
   EXPECT_DOUBLE_EQ(seconds(stopped), 2.5);
   EXPECT_EQ(stopped.cached_nodes, 3);
   EXPECT_NE(stopped.workflow, ok.workflow);  // 30 steps, and fewer nodes

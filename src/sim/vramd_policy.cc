@@ -51,7 +51,7 @@ Config sim_config(const Trace& trace, const Config& base, bool base_from_file,
     sc.match = MatchRule{};
     sc.match.container = s.name;  // escalation restarts the container
     sc.start.clear();
-    if (!given || !base_from_file) sc.on_ineffective_unload = "restart";
+    if (!given || !base_from_file) sc.on_ineffective_unload = IneffectiveUnload::restart;
     if (!sc.vram_estimate) sc.vram_estimate = s.footprint();
     c.services.push_back(std::move(sc));
   }

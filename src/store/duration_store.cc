@@ -96,7 +96,7 @@ Status SqliteDurationStore::add(const std::vector<DurationRecord>& records) {
       q.bind(4, r.key);
       q.bind(5, r.model);
       q.bind(6, r.workflow);
-      q.bind(7, r.outcome);
+      q.bind(7, r.outcome ? to_string(*r.outcome) : "");
       q.bind(8, r.status);
       bind_real(q, 9, finite_or_null(r.wait_s));
       bind_real(q, 10, finite_or_null(r.first_byte_s));
@@ -149,7 +149,7 @@ Result<std::vector<DurationRecord>> SqliteDurationStore::list(const DurationQuer
       r.key = q.getColumn(3).getString();
       r.model = q.getColumn(4).getString();
       r.workflow = q.getColumn(5).getString();
-      r.outcome = q.getColumn(6).getString();
+      r.outcome = prompt_outcome_from(q.getColumn(6).getString());
       r.status = q.getColumn(7).getInt();
       r.wait_s = column_real(q.getColumn(8));
       r.first_byte_s = column_real(q.getColumn(9));

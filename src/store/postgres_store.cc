@@ -1248,7 +1248,7 @@ class PgDurationStore final : public DurationStore {
           params.emplace_back(r.key);
           params.emplace_back(r.model);
           params.emplace_back(r.workflow);
-          params.emplace_back(r.outcome);
+          params.emplace_back(r.outcome ? to_string(*r.outcome) : "");
           params.emplace_back(r.status);
           params.push_back(real(r.wait_s));
           params.push_back(real(r.first_byte_s));
@@ -1289,7 +1289,7 @@ class PgDurationStore final : public DurationStore {
         d.key = r.text(i, 3);
         d.model = r.text(i, 4);
         d.workflow = r.text(i, 5);
-        d.outcome = r.text(i, 6);
+        d.outcome = prompt_outcome_from(r.text(i, 6));
         d.status = static_cast<int>(r.integer(i, 7));
         d.wait_s = real_at(r, i, 8);
         d.first_byte_s = real_at(r, i, 9);

@@ -365,7 +365,7 @@ DurationRecord prompt_record(std::string service, int64_t ms, std::string key, d
   r.key = std::move(key);
   r.model = "flux1-dev.safetensors";
   r.workflow = "3f9a0c1d2e4b";
-  r.outcome = "success";
+  r.outcome = PromptOutcome::success;
   r.seconds = seconds;
   return r;
 }
@@ -411,7 +411,7 @@ TEST_P(StoreContract, DurationsListNewestFirstWithEveryField) {
   Stores s = open();
   ASSERT_TRUE(s.durations);
   DurationRecord full = prompt_record("comfyui", 2000, "9b1e-prompt", 12.345678901234567);
-  full.outcome = "error";
+  full.outcome = PromptOutcome::error;
   full.status = 0;
   full.wait_s = 0.1;
   full.first_byte_s = 1e-9;

@@ -91,11 +91,12 @@ const ContainerWatch::Watched* ContainerWatch::find(const DockerEvent& e) const 
 void ContainerWatch::post_state(const Watched& w, bool died, std::optional<int> exit_code,
                                 bool oom) {
   auto c = inspect_container(socket_, w.container, kTimeout);
-  ContainerChanged out{w.service, false, died, exit_code, oom, ""};
+  ContainerChanged out{w.service, false, died, exit_code, oom, std::nullopt};
   if (c && *c) {
     const ContainerInspect& i = **c;
     out.running = i.running;
-    out.restart_policy = i.restart_policy;
+    // A policy this vramd does not know restarts nothing it can tell: "no".
+    out.restart_policy = parse_engine_restart(i.restart_policy).value_or(EngineRestart::no);
     out.restart_max = i.restart_max;
     out.restart_count = i.restart_count;
     if (died) {

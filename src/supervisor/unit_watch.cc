@@ -11,17 +11,18 @@ constexpr std::chrono::milliseconds kShowTimeout{5000};
 void fill_exit(ContainerChanged& e, const UnitShow& u) {
   if (u.exec_main_code == 1) e.exit_code = u.exec_main_status;
   if (u.exec_main_code == 2 || u.exec_main_code == 3) e.signal = u.exec_main_status;
-  e.result = u.result;
-  if (u.exec_main_code == 0) e.result.clear();  // a new run's: how the old one ended is gone
-  if (u.exec_main_code == 3 && e.result.empty()) e.result = "core-dump";
-  e.oom = u.result == "oom-kill";
+  // A new run's (ExecMainCode 0): how the old one ended is gone.
+  if (u.exec_main_code != 0) e.result = parse_unit_result(u.result);
+  if (u.exec_main_code == 3 && !e.result) e.result = UnitResult::core_dump;
+  e.oom = parse_unit_result(u.result) == UnitResult::oom_kill;
 }
 
 ContainerChanged base(const std::string& service, const UnitShow& u) {
   ContainerChanged e;
   e.service = service;
   e.running = u.active();
-  e.restart_policy = u.restart.empty() ? "no" : u.restart;
+  // A Restart= this vramd does not know restarts nothing it can tell: "no".
+  e.restart_policy = parse_engine_restart(u.restart).value_or(EngineRestart::no);
   e.restart_count = u.n_restarts;
   e.main_pid = u.active() ? u.main_pid : 0;
   return e;

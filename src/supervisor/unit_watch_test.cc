@@ -29,7 +29,7 @@ TEST(UnitWatchRule, TheFirstReadIsAStateRead) {
   EXPECT_FALSE(out[0].died);
   EXPECT_TRUE(out[0].running);
   EXPECT_EQ(out[0].main_pid, 42);
-  EXPECT_EQ(out[0].restart_policy, "always");
+  EXPECT_EQ(out[0].restart_policy, EngineRestart::always);
 }
 
 TEST(UnitWatchRule, ARunThatEndedIsADieWithHowItEnded) {
@@ -45,7 +45,7 @@ TEST(UnitWatchRule, ARunThatEndedIsADieWithHowItEnded) {
   EXPECT_FALSE(out[0].running);
   EXPECT_EQ(out[0].signal, SIGKILL);
   EXPECT_FALSE(out[0].exit_code.has_value());
-  EXPECT_EQ(out[0].result, "signal");
+  EXPECT_EQ(out[0].result, UnitResult::signal);
 
   after.exec_main_code = 1;  // CLD_EXITED
   after.exec_main_status = 1;
@@ -60,7 +60,7 @@ TEST(UnitWatchRule, ANewRunBetweenTwoReadsIsADieThenARunning) {
   auto out = UnitWatch::changes("comfy", running("a", 1, 42), running("b", 9, 43, 1));
   ASSERT_EQ(out.size(), 2u);
   EXPECT_TRUE(out[0].died);
-  EXPECT_EQ(out[0].result, "");  // how it ended is gone: ExecMain* are the new run's
+  EXPECT_EQ(out[0].result, std::nullopt);  // how it ended is gone: ExecMain* are the new run's
   EXPECT_FALSE(out[1].died);
   EXPECT_TRUE(out[1].running);
   EXPECT_EQ(out[1].main_pid, 43);

@@ -354,7 +354,8 @@ class Soak {
       if (whisper_pid_ && chance(0.02)) exit_child(whisper_pid_, 1, std::nullopt);
       // And a person asks for a restart now and then.
       if (chance(0.01)) feed(ServiceCommand{"whisper", Command::restart, next_request_++});
-      if (chance(0.01)) feed(UnloadRequested{"comfy", "manual", next_request_++, false});
+      if (chance(0.01))
+        feed(UnloadRequested{"comfy", UnloadReason::manual, next_request_++, false});
       schedule_misbehaviour(now_ + 1min);
     });
   }
