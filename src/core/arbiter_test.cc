@@ -316,7 +316,7 @@ TEST(ArbiterDiscovery, ADiscoveredServiceIsNamedProbedAndLeftAlone) {
 
   // An unload is refused; a lease that needs its room waits and names it.
   bool refused = false;
-  for (const auto& a : arbiter.handle(UnloadRequested{"comfyui", "test", 7, false}, at(5)))
+  for (const auto& a : arbiter.handle(UnloadRequested{"comfyui", UnloadReason::manual, 7, false}, at(5)))
     if (auto* f = std::get_if<UnloadFinished>(&a))
       refused = f->refused && f->verdict.message.find("discovered") != std::string::npos;
   EXPECT_TRUE(refused);

@@ -1423,13 +1423,13 @@ void add_docs(std::vector<ConfigKeyDoc>& out, std::string_view table,
               const std::vector<Key<T>>& keys) {
   const T defaults{};
   for (const Key<T>& k : keys) {
-    std::string fallback(k.fallback);
+    std::string fallback(k.fallback), value;
     if (k.show) {
-      std::string v = k.show(defaults);
-      fallback = v.empty() ? "none" : "`" + v + "`";
+      value = k.show(defaults);
+      fallback = value.empty() ? "none" : "`" + value + "`";
     }
     out.push_back({std::string(table), std::string(k.name), std::string(k.type), fallback,
-                   std::string(k.meaning)});
+                   std::string(k.meaning), value});
   }
 }
 

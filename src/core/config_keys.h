@@ -15,6 +15,7 @@ struct ConfigKeyDoc {
   std::string type;      // "duration", "size", "`\"auto\"` or size", ...
   std::string fallback;  // the default: "`\"1s\"`", "none", or words
   std::string meaning;   // one line of Markdown
+  std::string value;     // the default as TOML, where one says it ("\"1s\"", "5"); else ""
 };
 
 // Every key, table by table in the order the reference shows them; the defaults read from
