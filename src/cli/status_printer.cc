@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 
 namespace vramd {
 
@@ -125,6 +126,27 @@ std::string watch_frame(const std::string& header, const std::string& body, bool
   return prefix + header + "\n\n" + body;
 }
 
+namespace {
+
+// One line on suspend (issue 28): offered, by which utility, or why not. Nothing from a daemon
+// that does not say (older, or its probe not answered yet).
+void print_suspend(std::ostream& out, const json& st) {
+  if (!st.contains("suspend") || !st["suspend"].is_object()) return;
+  const json& s = st["suspend"];
+  if (!s.value("probed", false)) return;
+  if (s.value("offered", false)) {
+    std::string version = s["version"].is_string() ? " " + s["version"].get<std::string>() : "";
+    out << fmt::format("\nSuspend offered: {}{} ({})\n", text_or(s, "tool", "cuda-checkpoint"),
+                       version, text_or(s, "form", "action") == "toggle" ? "--toggle" : "--action");
+    return;
+  }
+  std::string why = text_or(s, "why", "suspend is not offered");
+  if (!why.empty()) why[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(why[0])));
+  out << "\n" << why << "\n";
+}
+
+}  // namespace
+
 void print_status(std::ostream& out, const json& st, TimePoint now) {
   if (!st.value("error", json(nullptr)).is_null())
     out << "GPU backend error: " << st["error"].get<std::string>() << "\n";
@@ -195,6 +217,7 @@ void print_status(std::ostream& out, const json& st, TimePoint now) {
       }
     }
   }
+  print_suspend(out, st);
 }
 
 }  // namespace vramd

@@ -830,6 +830,20 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
   check_fence(now, actions);
 }
 
+void Admission::on_suspend_probed(const SuspendProbed& e, const Now& now,
+                                  std::vector<Action>& actions) {
+  suspend_ = e.offer;
+  suspend_.probed = true;
+  actions.emplace_back(make_event(
+      now, suspend_.offered ? "suspend.offered" : "suspend.not_offered", std::nullopt,
+      suspend_.tool,
+      suspend_.offered
+          ? fmt::format("suspend is offered: {}{} ({})", suspend_.tool,
+                        suspend_.version.empty() ? "" : " " + suspend_.version,
+                        suspend_.form == "toggle" ? "--toggle" : "--action")
+          : suspend_.why));
+}
+
 void Admission::on_store_contact(const StoreContact& e) {
   if (!store_contact_ || e.sent > *store_contact_) store_contact_ = e.sent;
 }

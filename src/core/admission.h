@@ -64,6 +64,9 @@ class Admission {
   std::vector<uint64_t> cluster_granted() const;
   // Ids this host gives are `offset` modulo `stride` (hosts on one store never share an id).
   void set_id_space(uint64_t stride, uint64_t offset);
+  // Whether suspend is offered here (issue 28): said once, as an event.
+  void on_suspend_probed(const SuspendProbed& e, const Now& now, std::vector<Action>& actions);
+  const SuspendOffer& suspend_offer() const { return suspend_; }
   // Self-fencing (docs/api.md "Guarantees"). The store took a heartbeat sent at `e.sent`.
   void on_store_contact(const StoreContact& e);
   // A host cut off from the store for host_timeout × 0.5 (or never in touch since it started)
@@ -144,6 +147,7 @@ class Admission {
   std::map<uint64_t, ClaimEviction> cluster_evicting_;
   // When the write of the last heartbeat the store took began (nullopt: none since the start).
   std::optional<MonoTime> store_contact_;
+  SuspendOffer suspend_;
   std::set<uint64_t> fenced_;
   uint64_t last_token_ = 0;  // the last fencing token this host gave (local grants)
   // When the shared leases granted here are given up; nullopt: none is granted here.

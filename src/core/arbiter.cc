@@ -102,6 +102,7 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
           [&](const WakeCancelled& e) { wakes_.on_cancelled(e, w, now, actions, intents); },
           [&](const WakeCallDone& e) { wakes_.on_call_done(e, w, now, actions, intents); },
           [&](const StoreContact& e) { admission_.on_store_contact(e); },
+          [&](const SuspendProbed& e) { admission_.on_suspend_probed(e, now, actions); },
           [&](const ShuttingDown&) {}},  // answered above
       event);
   // What may have changed a service's answers: its probe is not left backed off.

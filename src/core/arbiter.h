@@ -75,6 +75,8 @@ class Arbiter {
   std::vector<std::tuple<uint64_t, int, uint64_t>> lease_holders() const {
     return admission_.holders();
   }
+  // Whether suspend is offered here, as probed at start (core/suspend.h).
+  const SuspendOffer& suspend_offer() const { return admission_.suspend_offer(); }
   // Host RAM not yet promised to granted leases.
   std::optional<Bytes> ram_available() const {
     return admission_.ram_available(ledger_.mem_available());

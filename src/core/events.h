@@ -12,6 +12,7 @@
 #include "core/model.h"
 #include "core/service_model.h"
 #include "core/service_status.h"
+#include "core/suspend.h"
 
 namespace vramd {
 
@@ -160,6 +161,11 @@ struct WakeCallDone {
 struct StoreContact {
   MonoTime sent{};
 };
+// What NVIDIA's cuda-checkpoint offers here, probed once at start off the loop
+// (daemon/service_runtime.h): the core may suspend only where it is offered.
+struct SuspendProbed {
+  SuspendOffer offer;
+};
 // vramd is stopping (SIGTERM, or `vramd serve` ends): the core answers with what becomes of the
 // services it runs (on_shutdown) and decides nothing more.
 struct ShuttingDown {};
@@ -167,6 +173,7 @@ using Event = std::variant<SampleTaken, ProbeDone, UnloadRequested, UnloadCallDo
                            Tick, LeaseRequested, LeaseReleased, LeaseHeartbeat, HolderExited,
                            ServiceCommand, ChildStarted, ChildExited, HealthChecked,
                            RequestsInFlight, ServiceDiscovered, ContainerChanged, ClusterSynced,
-                           WakeRequested, WakeCancelled, WakeCallDone, StoreContact, ShuttingDown>;
+                           WakeRequested, WakeCancelled, WakeCallDone, StoreContact, SuspendProbed,
+                           ShuttingDown>;
 
 }  // namespace vramd

@@ -30,6 +30,7 @@ nlohmann::json Daemon::status_snapshot() const {
   Now now = clock_();
   nlohmann::json out = to_json(arbiter_.status(), now);
   out["host"] = host_;
+  out["suspend"] = to_json(arbiter_.suspend_offer());
   nlohmann::json faults = nlohmann::json::array();
   for (const auto& f : this->faults())
     faults.push_back({{"backend", f.backend}, {"error", f.error}, {"since", format_rfc3339(f.since)}});

@@ -58,6 +58,30 @@ void ServiceRuntime::start() {
   if (!units.empty())
     unit_watch_ = std::make_unique<UnitWatch>(systemd_tools(config_), std::move(units),
                                               post_change(), post_health("systemd"));
+  probe_suspend();
+}
+
+SuspendOffer suspend_offer_of(const std::string& tool, const Result<CudaCheckpoint>& probed) {
+  SuspendOffer offer;
+  offer.tool = tool;
+  if (!probed) {
+    offer.why = probed.error();
+    return offer;
+  }
+  offer.offered = true;
+  offer.form = probed->form() == CheckpointForm::toggle ? "toggle" : "action";
+  offer.version = probed->version();
+  return offer;
+}
+
+void ServiceRuntime::probe_suspend() {
+  // Its --help runs the utility (up to its call timeout): off the loop, once.
+  asio::post(worker_, [this, tool = config_.gpu.cuda_checkpoint] {
+    SuspendOffer offer = suspend_offer_of(tool, CudaCheckpoint::probe(tool));
+    asio::post(io_, [this, offer = std::move(offer)] {
+      if (!stopping_) hooks_.feed(SuspendProbed{offer});
+    });
+  });
 }
 
 void ServiceRuntime::stop_watches() {

@@ -19,6 +19,7 @@
 
 #include "core/config.h"
 #include "core/events.h"
+#include "host/cuda_checkpoint.h"
 #include "store/crash_store.h"
 #include "supervisor/children.h"
 #include "supervisor/container_watch.h"
@@ -33,6 +34,9 @@ namespace vramd {
 inline SystemdTools systemd_tools(const Config& c) {
   return SystemdTools{c.daemon.systemctl, c.daemon.journalctl, c.daemon.systemd_user};
 }
+
+// What a probe of NVIDIA's cuda-checkpoint (`tool`) found, as the core keeps it.
+SuspendOffer suspend_offer_of(const std::string& tool, const Result<CudaCheckpoint>& probed);
 
 class ServiceRuntime {
  public:
@@ -65,6 +69,10 @@ class ServiceRuntime {
   // diagnoses it with `rules`; `done` gets the record, on the worker thread.
   void diagnose(const RecordCrash& crash, std::vector<CrashRule> rules, std::string version,
                 std::string args_fp, std::function<void(CrashRecord)> done);
+
+  // Whether [gpu] cuda_checkpoint can suspend here: its --help run once on the worker (from
+  // start()), told to the core as SuspendProbed.
+  void probe_suspend();
 
   std::string log_path(const std::string& service) const { return runner_->log_path(service); }
   boost::asio::awaitable<LogPage> read_log(std::string path, size_t lines,

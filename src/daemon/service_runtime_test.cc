@@ -9,6 +9,7 @@
 #include <boost/asio/detached.hpp>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -125,6 +126,47 @@ TEST(ServiceRuntimeTest, ALifecycleCallIsAnsweredOnTheLoopAndToldWhileItHangs) {
   f.release();
   ASSERT_TRUE(f.run_until([&] { return f.done().size() == 2; }));
   EXPECT_EQ(f.seen.health.back(), "lifecycle ok");  // it answers again
+}
+
+// [gpu] cuda_checkpoint is probed once, off the loop, and the core told what it offers: the
+// fake utility's 570 form, or why nothing is offered (no such file; a 550 utility that cannot
+// say a process's state).
+TEST(ServiceRuntimeTest, SuspendIsProbedOffTheLoopAndToldToTheCore) {
+  struct Case {
+    std::string tool, faults;
+    bool offered;
+    std::string form, version, why;
+  };
+  const std::string fake = VRAMD_BUILD_DIR "/fake-bin/cuda-checkpoint";
+  const Case cases[] = {
+      {fake, "", true, "action", "570.86.10", ""},
+      {fake, "driver-550", true, "toggle", "550.90.07", ""},
+      {fake, "driver-550-toggle-only", false, "", "", "--get-state"},
+      {"/nonexistent/cuda-checkpoint", "", false, "", "", "/nonexistent/cuda-checkpoint"},
+  };
+  for (const Case& c : cases) {
+    Fixture f;
+    f.config.gpu.cuda_checkpoint = c.tool;
+    ::setenv("FAKE_CUDA_CHECKPOINT", c.faults.c_str(), 1);  // the utility inherits it
+    f.runtime->probe_suspend();
+    auto probed = [&]() -> const SuspendProbed* {
+      for (const auto& e : f.seen.fed)
+        if (const auto* p = std::get_if<SuspendProbed>(&e)) return p;
+      return nullptr;
+    };
+    ASSERT_TRUE(f.run_until([&] { return probed() != nullptr; })) << c.tool << " " << c.faults;
+    ::unsetenv("FAKE_CUDA_CHECKPOINT");
+    const SuspendOffer& o = probed()->offer;
+    EXPECT_EQ(o.offered, c.offered) << c.faults << ": " << o.why;
+    EXPECT_EQ(o.tool, c.tool);
+    EXPECT_EQ(o.form, c.form);
+    EXPECT_EQ(o.version, c.version);
+    if (!c.offered) {
+      EXPECT_TRUE(o.why.starts_with("suspend is not offered: ")) << o.why;
+      EXPECT_NE(o.why.find(c.why), std::string::npos) << o.why;
+      EXPECT_EQ(o.why.find('\n'), std::string::npos) << o.why;  // one line
+    }
+  }
 }
 
 TEST(ServiceRuntimeTest, ACrashIsDiagnosedFromWhatItsRunPrinted) {

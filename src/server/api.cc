@@ -420,6 +420,7 @@ boost::asio::awaitable<HttpResponse> Api::status(const Call&) {
   Now now = daemon_.now();
   json out = to_json(daemon_.arbiter().status(), now);
   if (std::string host = daemon_.host(); !host.empty()) out["host"] = host;
+  out["suspend"] = to_json(daemon_.arbiter().suspend_offer());
   json faults = json::array();
   for (const auto& f : daemon_.faults())
     faults.push_back({{"backend", f.backend}, {"error", f.error}, {"since", format_rfc3339(f.since)}});

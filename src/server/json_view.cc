@@ -79,6 +79,15 @@ json to_json(const StatusSnapshot& s, const Now& now) {
           {"gpus", gpus}};
 }
 
+json to_json(const SuspendOffer& s) {
+  return {{"probed", s.probed},
+          {"offered", s.offered},
+          {"tool", s.tool},
+          {"form", s.offered ? json(s.form) : json(nullptr)},
+          {"version", s.offered && !s.version.empty() ? json(s.version) : json(nullptr)},
+          {"why", s.why.empty() ? json(nullptr) : json(s.why)}};
+}
+
 json to_json(const HistoryView& v, unsigned gpu, const Now& now) {
   json times = json::array();  // Unix seconds
   for (auto t : v.times)

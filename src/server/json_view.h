@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/arbiter.h"
+#include "core/suspend.h"
 #include "store/lease_store.h"
 
 namespace vramd {
@@ -12,6 +13,8 @@ namespace vramd {
 nlohmann::json to_json(const Holding& h, const Now& now);
 nlohmann::json to_json(const GpuStatus& g, const Now& now);
 nlohmann::json to_json(const StatusSnapshot& s, const Now& now);
+// Whether suspend is offered here (/v1/status "suspend").
+nlohmann::json to_json(const SuspendOffer& s);
 nlohmann::json to_json(const HistoryView& v, unsigned gpu, const Now& now);
 nlohmann::json to_json(const EventRecord& e);
 nlohmann::json to_json(const UnloadVerdict& v);

@@ -124,6 +124,53 @@ TEST(DaemonE2E, UnknownPathsAndMethodsAreJsonErrors) {
   EXPECT_EQ(r->status, 400u);
 }
 
+// Suspend (issue 28): [gpu] cuda_checkpoint is probed once at start; /v1/status and `vramd
+// status` say whether it is offered, and why not in one line. The fake utility speaks the 570
+// driver's form; a path where nothing is, or a 550 utility without --get-state, is not offered.
+TEST(DaemonE2E, StatusSaysWhetherSuspendIsOfferedAndWhyNot) {
+  struct Case {
+    std::string tool, faults;
+    bool offered;
+    std::string line;  // in `vramd status`
+  };
+  const std::string fake = testing::build_dir() + "/fake-bin/cuda-checkpoint";
+  const Case cases[] = {
+      {fake, "", true, "Suspend offered: " + fake + " 570.86.10 (--action)"},
+      {fake, "driver-550", true, "Suspend offered: " + fake + " 550.90.07 (--toggle)"},
+      {fake, "driver-550-toggle-only", false, "Suspend is not offered: "},
+      {"/nonexistent/cuda-checkpoint", "", false, "Suspend is not offered: "},
+  };
+  for (const Case& c : cases) {
+    DaemonFixture f;
+    f.gpu_toml = fmt::format("cuda_checkpoint = \"{}\"", c.tool);
+    if (!c.faults.empty()) f.extra_env.push_back("FAKE_CUDA_CHECKPOINT=" + c.faults);
+    f.start("");
+    json st;
+    ASSERT_TRUE(eventually([&] {
+      st = f.status();
+      return st.contains("suspend") && st["suspend"].value("probed", false);
+    })) << st.dump(2) << f.log();
+    const json& s = st["suspend"];
+    EXPECT_EQ(s["offered"], c.offered) << c.tool << " " << c.faults << ": " << s.dump();
+    EXPECT_EQ(s["tool"], c.tool);
+    if (!c.offered) {
+      EXPECT_TRUE(s["why"].is_string() && s["why"].get<std::string>().starts_with(
+                                              "suspend is not offered: "))
+          << s.dump();
+    }
+    auto r = run_cli({"status", "--url", f.url}, f.env(), f.dir);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find(c.line), std::string::npos) << r.out;
+    // Said once, as an event (stored behind the loop: looked for until it is there).
+    std::string type = c.offered ? "suspend.offered" : "suspend.not_offered";
+    ASSERT_TRUE(eventually([&] { return !testing::events_of(f, type).empty(); })) << f.log();
+    std::vector<json> said = testing::events_of(f, type);
+    EXPECT_EQ(said.size(), 1u);
+    EXPECT_EQ(said[0]["message"], c.offered ? "suspend is offered: " + c.line.substr(17)
+                                            : s["why"].get<std::string>());
+  }
+}
+
 TEST(DaemonE2E, StatusWithoutADaemonTakesOneSampleItselfAndSaysSo) {
   DaemonFixture f;
   Child svc({"sleep", "3604"});
