@@ -210,6 +210,7 @@ struct Key {
 template <class T>
 std::vector<std::string> names_of(const std::vector<Key<T>>& keys) {
   std::vector<std::string> out;
+  out.reserve(keys.size());
   for (const Key<T>& k : keys) out.emplace_back(k.name);
   return out;
 }
