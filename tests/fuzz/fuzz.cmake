@@ -8,7 +8,7 @@ endif()
 set(VRAMD_FUZZ_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=undefined
     -fno-omit-frame-pointer -g)
 add_library(vramd_fuzz_lib STATIC
-  src/core/config.cc src/core/units.cc src/core/model.cc src/core/text.cc src/core/service_kinds.cc
+  src/core/config.cc src/core/policies.cc src/core/durations.cc src/core/units.cc src/core/model.cc src/core/text.cc src/core/service_kinds.cc
   src/core/gpu_select.cc src/core/lease.cc src/core/process_scan.cc src/gpu/nvidia_smi_mig.cc
   src/gpu/nvidia_smi.cc
   src/host/cgroup.cc src/host/docker.cc src/host/docker_engine.cc src/host/systemd.cc src/host/subprocess.cc
