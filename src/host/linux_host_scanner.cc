@@ -39,7 +39,10 @@ std::optional<int> read_pid_file(const std::string& path) {
 }
 
 LinuxHostScanner::~LinuxHostScanner() {
-  for (const auto& [pid, fd] : statm_fds_) ::close(fd);
+  for (const auto& [pid, files] : kept_) {
+    ::close(files.statm);
+    ::close(files.cmdline);
+  }
   if (meminfo_fd_ >= 0) ::close(meminfo_fd_);
 }
 
@@ -55,11 +58,33 @@ MemInfo LinuxHostScanner::read_meminfo() {
 
 void LinuxHostScanner::forget(int pid) {
   cache_.erase(pid);
-  if (auto it = statm_fds_.find(pid); it != statm_fds_.end()) {
-    ::close(it->second);
-    statm_fds_.erase(it);
+  if (auto it = kept_.find(pid); it != kept_.end()) {
+    ::close(it->second.statm);
+    ::close(it->second.cmdline);
+    kept_.erase(it);
   }
 }
+
+namespace {
+
+// The first LinuxHostScanner::kArgvCompared bytes /proc/PID/cmdline reads through `fd`; nullopt
+// when it does not read (the process is gone).
+std::optional<std::string> pread_argv(int fd, size_t limit) {
+  std::string buf(limit, '\0');
+  ssize_t n = ::pread(fd, buf.data(), buf.size(), 0);
+  if (n < 0) return std::nullopt;
+  buf.resize(static_cast<size_t>(n));
+  return buf;
+}
+
+// argv as ProcTable joins it: trailing NULs dropped, the others read as spaces.
+std::string joined_argv(std::string argv) {
+  while (!argv.empty() && argv.back() == '\0') argv.pop_back();
+  std::replace(argv.begin(), argv.end(), '\0', ' ');
+  return argv;
+}
+
+}  // namespace
 
 std::optional<std::string> LinuxHostScanner::read_stat_line(int pid) {
   std::ifstream in(procs_.root() + "/" + std::to_string(pid) + "/stat");
@@ -69,10 +94,10 @@ std::optional<std::string> LinuxHostScanner::read_stat_line(int pid) {
 }
 
 std::optional<Bytes> LinuxHostScanner::read_kept_rss(int pid) {
-  auto it = statm_fds_.find(pid);
-  if (it == statm_fds_.end()) return std::nullopt;
+  auto it = kept_.find(pid);
+  if (it == kept_.end()) return std::nullopt;
   char buf[256];
-  ssize_t n = ::pread(it->second, buf, sizeof buf - 1, 0);
+  ssize_t n = ::pread(it->second.statm, buf, sizeof buf - 1, 0);
   // Gone (ESRCH), even if its pid is taken again: read afresh.
   if (n <= 0) return std::nullopt;
   // "size resident shared text lib data dt", in pages.
@@ -82,16 +107,36 @@ std::optional<Bytes> LinuxHostScanner::read_kept_rss(int pid) {
   if (sp == std::string_view::npos) return std::nullopt;
   auto [ptr, ec] = std::from_chars(text.data() + sp + 1, text.data() + text.size(), pages);
   if (ec != std::errc()) return std::nullopt;
+  // The same process may run another program now: exec keeps its pid and start ticks.
+  char argv[kArgvCompared];
+  ssize_t m = ::pread(it->second.cmdline, argv, sizeof argv, 0);
+  if (m < 0 || std::string_view(argv, static_cast<size_t>(m)) != it->second.argv) {
+    forget(pid);  // read afresh
+    return std::nullopt;
+  }
   return static_cast<Bytes>(pages) * static_cast<Bytes>(sysconf(_SC_PAGESIZE));
 }
 
-void LinuxHostScanner::keep_statm(int pid) {
+void LinuxHostScanner::keep_files(const ProcessInfo& p) {
   // A fixture root's files may be rewritten under the same name: kept for /proc only.
-  if (procs_.root() != "/proc" || statm_fds_.size() >= kKeptStatFiles || statm_fds_.count(pid))
+  if (procs_.root() != "/proc" || kept_.size() >= kKeptStatFiles || kept_.count(p.pid)) return;
+  std::string dir = procs_.root() + "/" + std::to_string(p.pid);
+  KeptFiles files;
+  files.statm = ::open((dir + "/statm").c_str(), O_RDONLY | O_CLOEXEC);
+  files.cmdline = ::open((dir + "/cmdline").c_str(), O_RDONLY | O_CLOEXEC);
+  std::optional<std::string> argv;
+  if (files.cmdline >= 0) argv = pread_argv(files.cmdline, kArgvCompared);
+  // Kept only when what cmdline reads now is what `p` was read with: an exec in between would
+  // otherwise pass for the program read before it.
+  bool same = argv && (argv->size() == kArgvCompared ? p.cmdline.starts_with(joined_argv(*argv))
+                                                     : joined_argv(*argv) == p.cmdline);
+  if (files.statm < 0 || !same) {
+    if (files.statm >= 0) ::close(files.statm);
+    if (files.cmdline >= 0) ::close(files.cmdline);
     return;
-  std::string path = procs_.root() + "/" + std::to_string(pid) + "/statm";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) statm_fds_.emplace(pid, fd);
+  }
+  files.argv = std::move(*argv);
+  kept_.emplace(p.pid, std::move(files));
 }
 
 std::optional<ProcessInfo> LinuxHostScanner::read_cached(int pid, bool fresh) {
@@ -104,6 +149,7 @@ std::optional<ProcessInfo> LinuxHostScanner::read_cached(int pid, bool fresh) {
       it->second.rss = *rss;
       return it->second;
     }
+    it = cache_.find(pid);  // an exec was seen: forgotten
   }
   std::optional<std::string> line = read_stat_line(pid);
   if (!line) {
@@ -112,13 +158,15 @@ std::optional<ProcessInfo> LinuxHostScanner::read_cached(int pid, bool fresh) {
   }
   auto stat = parse_stat(*line);
   if (!stat) return std::nullopt;
-  if (it != cache_.end() && it->second.start_ticks == stat->start_ticks) {
+  // The same process when its start ticks and its comm are those read (another comm: it exec'd).
+  if (it != cache_.end() && it->second.start_ticks == stat->start_ticks &&
+      it->second.comm == stat->comm) {
     ProcessInfo& p = it->second;
     p.ppid = stat->ppid;
     if (stat->rss_pages) p.rss = *stat->rss_pages * static_cast<Bytes>(sysconf(_SC_PAGESIZE));
     if (p.cgroup.kind == CgroupIdentity::Kind::container && p.cgroup.container_name.empty())
       docker_.fill(p.cgroup);  // the engine was down before; DockerNames limits its retries
-    keep_statm(pid);
+    keep_files(p);
     return p;
   }
   forget(pid);  // a new process, or the pid was reused
@@ -129,7 +177,7 @@ std::optional<ProcessInfo> LinuxHostScanner::read_cached(int pid, bool fresh) {
   bool engine_known = cg.runtime == "docker" || cg.runtime == "podman" || cg.runtime.empty();
   if (cg.kind == CgroupIdentity::Kind::container && engine_known) docker_.fill(full->cgroup);
   cache_[pid] = *full;
-  keep_statm(pid);
+  keep_files(*full);
   return full;
 }
 
@@ -219,12 +267,13 @@ HostSnapshot LinuxHostScanner::scan(const HostScanRequest& request) {
     std::sort(snap.processes.begin(), snap.processes.end(),
               [](const ProcessInfo& a, const ProcessInfo& b) { return a.pid < b.pid; });
     std::erase_if(cache_, [&](const auto& entry) { return !seen.count(entry.first); });
-    for (auto it = statm_fds_.begin(); it != statm_fds_.end();) {
+    for (auto it = kept_.begin(); it != kept_.end();) {
       if (seen.count(it->first)) {
         ++it;
       } else {
-        ::close(it->second);
-        it = statm_fds_.erase(it);
+        ::close(it->second.statm);
+        ::close(it->second.cmdline);
+        it = kept_.erase(it);
       }
     }
   }

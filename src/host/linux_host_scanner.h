@@ -22,13 +22,17 @@ class LinuxHostScanner : public HostScanner {
   LinuxHostScanner(std::string proc_root, DockerNames::Options docker);
 
   // Blocking: reads the processes asked for (or all); may ask the Docker socket (2 s at most).
-  // What does not change in a process's life (comm, cmdline, user, cgroup, container name) is
-  // read once per (pid, start ticks). After that a scan reads only /proc/PID/statm (its resident
-  // size), through a descriptor kept open: a pread each, no path lookup, and far cheaper for the
-  // kernel than stat; it fails once that process is gone, even when its pid is reused. Its
-  // parent is not read again: a parent changes only when it exits, and then the walk reads the
-  // child's stat afresh. Descriptors are kept for /proc only, for at most kKeptStatFiles
-  // processes; elsewhere (fixture roots) stat is read by path each scan.
+  // What does not change while a process runs one program (comm, cmdline, user, cgroup,
+  // container name) is read once per (pid, start ticks, command line). After that a scan reads
+  // only /proc/PID/statm (its resident size) and /proc/PID/cmdline, through descriptors kept
+  // open: a pread each, no path lookup, and far cheaper for the kernel than stat; statm fails
+  // once that process is gone, even when its pid is reused, and a command line that differs
+  // from the one read means the process exec'd another program (same pid, same start ticks: a
+  // launcher that execs its server, a child seen between fork and exec), which is then read
+  // afresh. Its parent is not read again: a parent changes only when it exits, and then the
+  // walk reads the child's stat afresh. Descriptors are kept for /proc only, for at most
+  // kKeptStatFiles processes; elsewhere (fixture roots) stat is read by path each scan, and a
+  // comm other than the one read means an exec.
   static constexpr size_t kKeptStatFiles = 256;
   HostSnapshot scan(const HostScanRequest& request) override;
 
@@ -37,7 +41,7 @@ class LinuxHostScanner : public HostScanner {
   LinuxHostScanner& operator=(const LinuxHostScanner&) = delete;
 
   size_t cached_processes() const { return cache_.size(); }
-  size_t kept_stat_files() const { return statm_fds_.size(); }
+  size_t kept_stat_files() const { return kept_.size(); }
 
   // Where listening sockets come from. automatic: NETLINK_SOCK_DIAG when the proc root is
   // "/proc" (the same network namespace), else ROOT/net/tcp{,6}; and those files whenever
@@ -70,8 +74,10 @@ class LinuxHostScanner : public HostScanner {
   // `fresh`: read its stat even when a kept statm descriptor says it lives on.
   std::optional<ProcessInfo> read_cached(int pid, bool fresh = false);
   std::optional<std::string> read_stat_line(int pid);  // nullopt when gone
-  std::optional<Bytes> read_kept_rss(int pid);  // through the kept statm; nullopt: none, or gone
-  void keep_statm(int pid);
+  // Through the kept statm; nullopt: none kept, gone, or its command line changed (an exec).
+  std::optional<Bytes> read_kept_rss(int pid);
+  // Opens statm and cmdline for `p` (read just now) when its command line still reads as `p`'s.
+  void keep_files(const ProcessInfo& p);
   MemInfo read_meminfo();
   void forget(int pid);
   std::vector<std::pair<int, int>> listeners_for(const HostScanRequest& request,
@@ -80,7 +86,13 @@ class LinuxHostScanner : public HostScanner {
   ProcTable procs_;
   DockerNames docker_;
   std::unordered_map<int, ProcessInfo> cache_;
-  std::unordered_map<int, int> statm_fds_;  // pid -> open /proc/PID/statm
+  struct KeptFiles {
+    int statm = -1;       // open /proc/PID/statm
+    int cmdline = -1;     // open /proc/PID/cmdline
+    std::string argv;     // what cmdline read when kept (its first kArgvCompared bytes)
+  };
+  static constexpr size_t kArgvCompared = 4096;
+  std::unordered_map<int, KeptFiles> kept_;  // by pid
   int meminfo_fd_ = -1;                      // open /proc/meminfo
   ListenerSource listener_source_ = ListenerSource::automatic;
   ListenerCache listener_cache_;

@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -164,6 +166,77 @@ TEST(LinuxHostScannerTest, ReadsOnlyTheWantedPidsAndTheirAncestorsWithACache) {
 
 namespace vramd {
 namespace {
+
+// A process that execs another program keeps its pid and start ticks: what the cache kept of
+// the program before is dropped and the new one read. Here with the same comm ("sh" both times),
+// so only the kept command line can tell.
+TEST(LinuxHostScannerTest, AProcessThatExecsAnotherProgramIsReadAgain) {
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    dup2(pipefd[0], 0);
+    close(pipefd[1]);
+    execl("/bin/sh", "sh", "-c", "read x; exec /bin/sh -c 'read y; :'", nullptr);
+    _exit(127);
+  }
+  close(pipefd[0]);
+  auto cmdline_of = [&] {
+    std::ifstream in("/proc/" + std::to_string(child) + "/cmdline", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto wait_for = [&](const std::string& prefix) {
+    for (int i = 0; i < 500 && !cmdline_of().starts_with(prefix); ++i)
+      std::this_thread::sleep_for(10ms);
+    return cmdline_of().starts_with(prefix);
+  };
+  auto read_child = [&](LinuxHostScanner& s) -> std::optional<ProcessInfo> {
+    HostScanRequest r;
+    r.pids = {child};
+    for (const ProcessInfo& p : s.scan(r).processes)
+      if (p.pid == child) return p;
+    return std::nullopt;
+  };
+  ASSERT_TRUE(wait_for(std::string("sh\0-c\0read x", 12)));
+  LinuxHostScanner scanner("/proc", (fs::temp_directory_path() / "vramd-none.sock").string());
+  auto before = read_child(scanner);
+  ASSERT_TRUE(before);
+  EXPECT_EQ(before->comm, "sh");
+  EXPECT_EQ(before->cmdline, "sh -c read x; exec /bin/sh -c 'read y; :'");
+  EXPECT_EQ(read_child(scanner)->cmdline, before->cmdline);  // from the cache, kept descriptors
+
+  ASSERT_EQ(write(pipefd[1], "\n", 1), 1);
+  ASSERT_TRUE(wait_for(std::string("/bin/sh\0-c\0read y", 17)));
+  auto after = read_child(scanner);
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->comm, "sh");
+  EXPECT_EQ(after->cmdline, "/bin/sh -c read y; :");
+  EXPECT_EQ(after->start_ticks, before->start_ticks);  // the same process
+  EXPECT_EQ(read_child(scanner)->cmdline, after->cmdline);
+
+  close(pipefd[1]);  // its read ends: it exits
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status));
+}
+
+// On a fixture root (stat read by path each scan) an exec shows as another comm in stat.
+TEST(LinuxHostScannerTest, OnAFixtureRootAnotherCommIsAnExec) {
+  FakeHost host;
+  host.add(900, "python3", "0::/system.slice/comfy.service\n");
+  DockerNames::Options docker;
+  docker.socket_path = host.path("no-docker.sock");
+  LinuxHostScanner scanner(host.path("proc"), docker);
+  HostScanRequest req;
+  req.pids = {900};
+  ASSERT_EQ(scanner.scan(req).processes.at(0).comm, "python3");
+  host.add(900, "vllm", "0::/system.slice/comfy.service\n");  // same pid, same start ticks
+  HostSnapshot snap = scanner.scan(req);
+  ASSERT_EQ(snap.processes.size(), 1u);
+  EXPECT_EQ(snap.processes[0].comm, "vllm");
+  EXPECT_EQ(snap.processes[0].cmdline, "vllm");
+}
 
 // On /proc each wanted pid's statm is read through a descriptor kept open; a process that exits
 // (reaped) drops out of the scan and its descriptor is closed.

@@ -1,10 +1,12 @@
 // Helpers for integration tests: temporary directories, child processes, free ports, polling.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <cstring>
@@ -57,8 +59,13 @@ class Child {
   // env entries "K=V" are added to the current environment.
   Child(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
         const std::string& output_file = "") {
+    // Returns once the child runs `argv` (or failed to): its pid names that program, not a copy
+    // of this test between fork and exec. The pipe closes on exec.
+    int ready[2];
+    if (pipe2(ready, O_CLOEXEC) != 0) ready[0] = ready[1] = -1;
     pid_ = fork();
     if (pid_ == 0) {
+      if (ready[0] >= 0) close(ready[0]);
       for (const auto& e : env) putenv(const_cast<char*>(strdup(e.c_str())));
       if (!output_file.empty()) {
         FILE* f = fopen(output_file.c_str(), "w");
@@ -72,6 +79,13 @@ class Child {
       args.push_back(nullptr);
       execvp(args[0], args.data());
       _exit(127);
+    }
+    if (ready[1] >= 0) {
+      close(ready[1]);
+      char c;
+      while (read(ready[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      close(ready[0]);
     }
   }
   ~Child() { kill(SIGKILL); }
