@@ -6,6 +6,7 @@
 // ratio comes from one run. The same scans over the real /proc run too, so the fake tree's cost
 // per process can be compared with the kernel's. bench/run.sh prints the ratios and
 // bench/RESULTS.md records them.
+#include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -396,6 +397,27 @@ void BM_ScanRealProcGpu(benchmark::State& state) {
   scan_bench(state, "/proc", request_for(real_stand_in_pids(), false));
 }
 BENCHMARK(BM_ScanRealProcGpu)->Unit(benchmark::kMicrosecond);
+
+// What a known process costs a sample, file by file, side by side: the statm pread (its resident
+// size) and the cmdline pread the scan added so that an exec is seen (a process that runs
+// another program under the same pid and start ticks). Same pids as BM_ScanRealProcGpu.
+void kept_pread_bench(benchmark::State& state, const char* file) {
+  std::vector<int> fds;
+  for (int pid : real_stand_in_pids()) {
+    int fd = ::open(fmt::format("/proc/{}/{}", pid, file).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) fds.push_back(fd);
+  }
+  char buf[4096];
+  for (auto _ : state) {
+    for (int fd : fds) benchmark::DoNotOptimize(::pread(fd, buf, sizeof buf, 0));
+  }
+  for (int fd : fds) ::close(fd);
+  count_processes(state, fds.size());
+}
+void BM_KeptPreadStatm(benchmark::State& state) { kept_pread_bench(state, "statm"); }
+BENCHMARK(BM_KeptPreadStatm)->Unit(benchmark::kMicrosecond);
+void BM_KeptPreadCmdline(benchmark::State& state) { kept_pread_bench(state, "cmdline"); }
+BENCHMARK(BM_KeptPreadCmdline)->Unit(benchmark::kMicrosecond);
 
 // Attribution alone: the Arbiter fed the same sample with the clock one second on each time.
 void attribution_bench(benchmark::State& state, bool all_processes, size_t expected) {
