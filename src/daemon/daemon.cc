@@ -67,7 +67,9 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
       sampling_(io, std::move(world.reader), std::move(world.scanner), arbiter_.config().gpu,
                 arbiter_.config().daemon.sample_interval, arbiter_.scan_request(),
                 {[this](SampleTaken s) { on_sample(std::move(s)); },
-                 [this](const std::string& why) { sink_.failed("sampler", why); }}) {
+                 [this](const std::string& why) { sink_.failed("sampler", why); }}),
+      discovery_(io, arbiter_, sampling_,
+                 [this](ServiceConfig cfg) { feed(ServiceDiscovered{std::move(cfg)}); }) {
 }
 
 Daemon::~Daemon() {
@@ -156,7 +158,7 @@ Status Daemon::start() {
   sampling_.start();
   asio::co_spawn(io_, ticks_.run(), asio::detached);
   for (const auto& svc : cfg.services) asio::co_spawn(io_, probe_loop(svc.name), asio::detached);
-  if (cfg.daemon.discovers(!cfg.services.empty())) asio::co_spawn(io_, discover_loop(), asio::detached);
+  if (cfg.daemon.discovers(!cfg.services.empty())) asio::co_spawn(io_, discovery_.run(), asio::detached);
   runtime_.start();
   sd_notify("READY=1\nSTATUS=sampling GPUs; API on " + cfg.daemon.listen);  // Type=notify
   if (auto interval = sd_watchdog_interval()) asio::co_spawn(io_, watchdog_loop(*interval), asio::detached);
@@ -168,6 +170,7 @@ void Daemon::stop() {
   stopping_ = true;
   sd_notify("STOPPING=1");
   sampling_.stop();
+  discovery_.stop();
   ticks_.stop();
   if (cluster_) cluster_->stop();
   probes_.stop();

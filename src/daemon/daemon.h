@@ -27,6 +27,7 @@
 #include "daemon/request_path.h"
 #include "daemon/run_on.h"
 #include "daemon/waiters.h"
+#include "daemon/discovery_loop.h"
 #include "daemon/sample_loop.h"
 #include "daemon/sampler.h"
 #include "daemon/service_runtime.h"
@@ -127,10 +128,8 @@ class Daemon : public DaemonControl {
   bool can_wake(const std::string& service) const;
   std::vector<ModelEntry> models() const;  // the models each proxied service serves
   boost::asio::awaitable<void> call_wake(CallWake call);
-  // Discovery at run time (daemon_discover.cc).
-  boost::asio::awaitable<void> discover_loop();
-  boost::asio::awaitable<void> discover_once();
-  void watch_service(const std::string& name);  // an adapter and a probe loop for a new service
+  // An adapter and a probe loop for a service the core added (discovered: daemon/discovery_loop.h).
+  void watch_service(const std::string& name);
   // Supervision (daemon_children.cc).
   void check_health(const std::string& service);
   void record_crash(const RecordCrash& crash);
@@ -186,11 +185,11 @@ class Daemon : public DaemonControl {
   // Events to the stream and the store; the shell's own faults (backend.failed/recovered).
   EventSink sink_;
   RequestPath requests_;  // the proxy, requests in flight, held requests' wakes (daemon_proxy.cc)
-  std::map<int, int> discover_tries_;     // GPU pid -> discovery passes that looked at it
   bool stopping_ = false;
   // GPU reads and host scans on a thread of their own: a hung NVML call must not hold up
   // restarts and lifecycle calls, nor a hung Docker socket the samples.
   SampleLoop sampling_;
+  DiscoveryLoop discovery_;  // `[daemon] discover`: servers nobody configured, found and fed
 };
 
 }  // namespace vramd
