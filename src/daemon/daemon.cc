@@ -63,7 +63,7 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
                        return arbiter_.ready_for(service, model, can_wake(service));
                      },
                      [this](const std::string& service) { return can_wake(service); },
-                     [this] { return models(); }}),
+                     [this](const RequestPath::Hooks::EachModels& each) { each_models(each); }}),
       sampling_(io, std::move(world.reader), std::move(world.scanner), arbiter_.config().gpu,
                 arbiter_.config().daemon.sample_interval, arbiter_.scan_request(),
                 {[this](SampleTaken s) { on_sample(std::move(s)); },

@@ -126,7 +126,8 @@ class Daemon : public DaemonControl {
   void check_lease_holders();
   // The request path (daemon_proxy.cc).
   bool can_wake(const std::string& service) const;
-  std::vector<ModelEntry> models() const;  // the models each proxied service serves
+  // Each proxied service's models (RequestPath's hook), copying nothing.
+  void each_models(const RequestPath::Hooks::EachModels& each) const;
   boost::asio::awaitable<void> call_wake(CallWake call);
   // An adapter and a probe loop for a service the core added (discovered: daemon/discovery_loop.h).
   void watch_service(const std::string& name);

@@ -38,14 +38,11 @@ asio::awaitable<void> Daemon::call_wake(CallWake call) {
   feed(done);
 }
 
-std::vector<ModelEntry> Daemon::models() const {
-  std::vector<ModelEntry> out;
-  for (const auto& st : arbiter_.services()) {
-    const ServiceConfig* cfg = arbiter_.config().find_service(st.name);
-    if (!cfg || !proxied(*cfg)) continue;  // the front door routes only to what it reaches
-    for (const auto& m : st.models) out.push_back({m, st.name});
+void Daemon::each_models(const RequestPath::Hooks::EachModels& each) const {
+  for (const auto& cfg : arbiter_.config().services) {
+    if (!proxied(cfg)) continue;  // the front door routes only to what it reaches
+    if (const ServiceStatus* st = arbiter_.service_policy_status(cfg.name)) each(cfg.name, st->models);
   }
-  return out;
 }
 
 }  // namespace vramd

@@ -41,7 +41,11 @@ class RequestPath : public ProxyHooks {
     // adapter can wake it.
     std::function<bool(const std::string& service, const std::string& model)> ready;
     std::function<bool(const std::string& service)> can_wake;
-    std::function<std::vector<ModelEntry>()> models;  // every model each proxied service serves
+    // Calls `each` with every proxied service and the models it serves, in config order,
+    // copying nothing.
+    using EachModels = std::function<void(const std::string& service,
+                                          const std::vector<std::string>& models)>;
+    std::function<void(const EachModels& each)> models;
   };
   RequestPath(boost::asio::io_context& io, Hooks hooks) : io_(io), hooks_(std::move(hooks)) {}
 
@@ -68,7 +72,9 @@ class RequestPath : public ProxyHooks {
   boost::asio::awaitable<WakeResult> ensure_ready(std::string service, std::string model,
                                                   WakeProgress progress) override;
   void abandon_wake(const std::string& service, const std::string& model) override;
-  std::vector<ModelEntry> models() override { return hooks_.models(); }
+  // The same list while no service's models changed (a walk that compares, allocating
+  // nothing); another list when one did.
+  ModelList models() override;
 
  private:
   void in_flight_changed(const std::string& service, int now_in_flight);
@@ -76,6 +82,7 @@ class RequestPath : public ProxyHooks {
   boost::asio::io_context& io_;
   Hooks hooks_;
   std::unique_ptr<Proxy> proxy_;
+  ModelList models_;                        // the last list handed out
   std::map<std::string, int> in_flight_;   // requests through the proxy, per service
   std::set<std::string> in_flight_dirty_;  // counts not yet sent to the core
   bool flush_posted_ = false;

@@ -19,11 +19,14 @@ struct Core {
   std::set<std::string> ready;  // "service/model" the core calls ready
   bool wakeable = true;
 
+  std::vector<std::pair<std::string, std::vector<std::string>>> served = {{"ollama", {"llama3"}}};
   RequestPath::Hooks hooks() {
     return {[this](const Event& e) { fed.push_back(e); },
             [this](const std::string& s, const std::string& m) { return ready.count(s + "/" + m) > 0; },
             [this](const std::string&) { return wakeable; },
-            [] { return std::vector<ModelEntry>{{"llama3", "ollama"}}; }};
+            [this](const RequestPath::Hooks::EachModels& each) {
+              for (const auto& [service, models] : served) each(service, models);
+            }};
   }
   template <typename T>
   std::vector<T> all() const {
@@ -67,6 +70,35 @@ TEST(RequestPathTest, TheFirstAndLastRequestReachTheCoreAtOnceTheCountsBetweenOn
   EXPECT_EQ(path.in_flight("comfyui"), 0);
 }
 
+// The proxy keeps its route table while the list is the same pointer: the list stays the same
+// while the services' models do, and is another one as soon as any changes.
+TEST(RequestPathTest, TheModelListIsKeptUntilAServicesModelsChange) {
+  asio::io_context io;
+  Core core;
+  core.served = {{"ollama", {"llama3", "qwen"}}, {"vllm", {"mistral"}}};
+  RequestPath path(io, core.hooks());
+  ModelList first = path.models();
+  ASSERT_EQ(first->size(), 3u);
+  EXPECT_EQ((*first)[1].model, "qwen");
+  EXPECT_EQ((*first)[2].service, "vllm");
+  EXPECT_EQ(path.models(), first);  // nothing changed: the same list
+
+  core.served[0].second.pop_back();  // ollama unloaded qwen
+  ModelList second = path.models();
+  EXPECT_NE(second, first);
+  ASSERT_EQ(second->size(), 2u);
+  EXPECT_EQ((*second)[1].model, "mistral");
+  EXPECT_EQ(first->size(), 3u);  // a request routing by the old list still has it whole
+
+  core.served[1].first = "vllm-2";  // the same model, another service
+  EXPECT_NE(path.models(), second);
+  EXPECT_EQ(path.models()->back().service, "vllm-2");
+
+  core.served.clear();
+  EXPECT_TRUE(path.models()->empty());
+  EXPECT_EQ(path.models(), path.models());
+}
+
 TEST(RequestPathTest, AHeldRequestsWakeIsTheCoresItsProgressAndAnswerReachTheRequest) {
   asio::io_context io;
   Core core;
@@ -74,7 +106,7 @@ TEST(RequestPathTest, AHeldRequestsWakeIsTheCoresItsProgressAndAnswerReachTheReq
   RequestPath path(io, core.hooks());
   EXPECT_TRUE(path.is_ready("ollama", "llama3"));
   EXPECT_FALSE(path.is_ready("ollama", "qwen"));
-  EXPECT_EQ(path.models().size(), 1u);
+  EXPECT_EQ(path.models()->size(), 1u);
 
   std::vector<std::string> heard;
   std::optional<WakeResult> first, second;

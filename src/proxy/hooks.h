@@ -9,6 +9,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@ struct ModelEntry {
   std::string service;
 };
 
+// Every model the services serve, as one list that does not change: while the services' models
+// stay the same the hooks hand out the same list (the same pointer), and the proxy keeps the route
+// table it built from it; another pointer means another table.
+using ModelList = std::shared_ptr<const std::vector<ModelEntry>>;
+
 // Called with a line saying why a held request still waits ("needs 12.0 GiB, comfyui holds
 // 16.0 GiB, unloading"); a held streaming request receives it as an SSE comment.
 using WakeProgress = std::function<void(std::string)>;
@@ -55,8 +61,8 @@ class ProxyHooks {
   // Every held request waiting on the wake of `service` for `model` went away (client gone,
   // wake_timeout passed): the wake is not needed any more.
   virtual void abandon_wake(const std::string& service, const std::string& model) = 0;
-  // Every model every service serves, now.
-  virtual std::vector<ModelEntry> models() = 0;
+  // Every model every service serves, now (ModelList: the same pointer while nothing changed).
+  virtual ModelList models() = 0;
 };
 
 // Hooks for a proxy without a daemon: everything is ready, no activity is recorded, the models
@@ -70,7 +76,10 @@ class NullProxyHooks : public ProxyHooks {
     co_return WakeResult::ready();
   }
   void abandon_wake(const std::string&, const std::string&) override {}
-  std::vector<ModelEntry> models() override { return {}; }
+  ModelList models() override {
+    static const ModelList kNone = std::make_shared<const std::vector<ModelEntry>>();
+    return kNone;
+  }
 };
 
 }  // namespace vramd

@@ -242,11 +242,28 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     return nullptr;
   }
 
-  std::vector<ModelEntry> model_entries() {
-    std::vector<ModelEntry> all = hooks.models();
-    for (auto& u : upstreams)
+  // The services' models (the hooks' list), then each proxied service's configured `models`.
+  std::vector<ModelEntry> entries_of(const ModelList& list) const {
+    std::vector<ModelEntry> all;
+    if (list) all = *list;
+    for (const auto& u : upstreams)
       for (const auto& m : u->opt.models) all.push_back({m, u->opt.name});
     return all;
+  }
+  std::vector<ModelEntry> model_entries() { return entries_of(hooks.models()); }
+
+  // The front door's route table: built again only when the hooks hand out another list, so a
+  // request looks its model up in a table kept, not in one copied for it. Shared: a request
+  // holds the table it routed by across its awaits.
+  ModelList routed_list;
+  std::shared_ptr<const ModelTable> routes;
+  std::shared_ptr<const ModelTable> route_table() {
+    ModelList list = hooks.models();
+    if (!routes || list != routed_list) {
+      routes = std::make_shared<const ModelTable>(entries_of(list), options.aliases);
+      routed_list = std::move(list);
+    }
+    return routes;
   }
 
   Status open(std::unique_ptr<tcp::acceptor>& acceptor, int& port, const std::string& hp,
@@ -407,8 +424,8 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     std::string_view target = req.target();
     std::string_view path = target.substr(0, target.find('?'));
     if (req.method() == http::verb::get && (path == "/v1/models" || path == "/api/tags")) {
-      ModelTable table(model_entries(), options.aliases);
-      std::string body = path == "/api/tags" ? table.ollama_tags() : table.openai_list();
+      std::shared_ptr<const ModelTable> table = route_table();
+      std::string body = path == "/api/tags" ? table->ollama_tags() : table->openai_list();
       bool keep = co_await respond(c, 200, body, req.keep_alive() && no_body, version);
       co_return keep;
     }
@@ -454,11 +471,11 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       bool again = co_await respond(c, 400, body, keep, version);
       co_return again;
     }
-    ModelTable table(model_entries(), options.aliases);
-    std::optional<Route> route = table.find(*model);
+    std::shared_ptr<const ModelTable> table = route_table();
+    std::optional<Route> route = table->find(*model);
     Upstream* svc = route ? find(route->service) : nullptr;
     if (!svc) {
-      std::vector<std::string> known = table.known();
+      std::vector<std::string> known = table->known();
       std::string list;
       for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
       metrics.request_done("", *model, 404);

@@ -58,9 +58,9 @@ class FakeHooks : public ProxyHooks {
     std::lock_guard lock(mu);
     log.push_back("abandon " + s + " " + model);
   }
-  std::vector<ModelEntry> models() override {
+  ModelList models() override {  // a new list each time: the proxy builds its table again
     std::lock_guard lock(mu);
-    return entries;
+    return std::make_shared<const std::vector<ModelEntry>>(entries);
   }
   int flight(const std::string& s) {
     std::lock_guard lock(mu);
