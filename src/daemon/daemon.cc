@@ -361,7 +361,7 @@ void Daemon::on_sample(SampleTaken sample) {
     sink_.works("host");
     feed(Event{std::move(sample)});
   }
-  check_lease_holders();
+  runtime_.check_holders(arbiter_.lease_holders());
 }
 
 uint64_t Daemon::request_unload(const std::string& service, bool force) {

@@ -123,7 +123,6 @@ class Daemon : public DaemonControl {
   void feed(const Event& event);
   void apply(std::vector<Action> actions);
   Status restore_leases();
-  void check_lease_holders();
   // The request path (daemon_proxy.cc).
   bool can_wake(const std::string& service) const;
   // Each proxied service's models (RequestPath's hook), copying nothing.
@@ -173,7 +172,6 @@ class Daemon : public DaemonControl {
   Waiters<CommandFinished> command_waiters_{io_};
   MetricsCounters metrics_;
   std::unique_ptr<LeaseWriter> lease_writer_;  // each lease change to the store (open_store)
-  bool holder_check_running_ = false;
   Api api_;
   HttpServer http_;
   // Children, containers and units, their logs and crash diagnoses; its worker thread also

@@ -79,23 +79,6 @@ Status Daemon::restore_leases() {
   return Ok{};
 }
 
-void Daemon::check_lease_holders() {
-  auto holders = arbiter_.lease_holders();
-  if (holders.empty() || holder_check_running_) return;
-  holder_check_running_ = true;
-  // /proc reads on the worker; a holder whose pid is gone (or reused) ends its lease.
-  asio::post(runtime_.worker(), [this, holders] {
-    std::vector<uint64_t> gone;
-    for (const auto& [id, pid, ticks] : holders)
-      if (!process_alive("/proc", pid, ticks)) gone.push_back(id);
-    asio::post(io_, [this, gone] {
-      holder_check_running_ = false;
-      if (stopping_) return;
-      for (uint64_t id : gone) feed(HolderExited{id});
-    });
-  });
-}
-
 Result<uint64_t> Daemon::request_lease(LeaseRequest request) {
   if (request.pid) {
     auto p = read_process("/proc", *request.pid);

@@ -10,6 +10,7 @@
 
 #include "daemon/run_on.h"
 #include "host/docker_engine.h"
+#include "host/proc_table.h"
 #include "host/systemd.h"
 
 namespace vramd {
@@ -80,6 +81,21 @@ void ServiceRuntime::probe_suspend() {
     SuspendOffer offer = suspend_offer_of(tool, CudaCheckpoint::probe(tool));
     asio::post(io_, [this, offer = std::move(offer)] {
       if (!stopping_) hooks_.feed(SuspendProbed{offer});
+    });
+  });
+}
+
+void ServiceRuntime::check_holders(std::vector<std::tuple<uint64_t, int, uint64_t>> holders) {
+  if (holders.empty() || holder_check_running_) return;
+  holder_check_running_ = true;
+  asio::post(worker_, [this, holders = std::move(holders)] {
+    std::vector<uint64_t> gone;
+    for (const auto& [id, pid, ticks] : holders)
+      if (!process_alive("/proc", pid, ticks)) gone.push_back(id);
+    asio::post(io_, [this, gone = std::move(gone)] {
+      holder_check_running_ = false;
+      if (stopping_) return;
+      for (uint64_t id : gone) hooks_.feed(HolderExited{id});
     });
   });
 }

@@ -1,7 +1,8 @@
 // The services' side of the host, as one part: the children vramd runs (supervisor/
 // process_runner.h), the containers and units it watches (their engines' words, on threads of
 // their own) and the lifecycle calls to them, their logs, and the crash diagnosis (the log read,
-// the kernel asked, the rules applied) on a worker thread of its own. It decides nothing: every
+// the kernel asked, the rules applied) on a worker thread of its own, which also checks that
+// lease holders still run. It decides nothing: every
 // start, stop and restart is the core's (core/supervision.h); what it sees goes back as events.
 #pragma once
 
@@ -15,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/config.h"
@@ -41,7 +43,8 @@ SuspendOffer suspend_offer_of(const std::string& tool, const Result<CudaCheckpoi
 class ServiceRuntime {
  public:
   struct Hooks {
-    // On the loop: ChildStarted, ChildExited, ContainerChanged, LifecycleDone.
+    // On the loop: ChildStarted, ChildExited, ContainerChanged, LifecycleDone, SuspendProbed,
+    // HolderExited.
     std::function<void(const Event&)> feed;
     // On the loop: a backend ("docker", "systemd", "lifecycle") answers again, or not.
     std::function<void(const std::string& backend, bool ok, const std::string& why)> health;
@@ -74,6 +77,11 @@ class ServiceRuntime {
   // start()), told to the core as SuspendProbed.
   void probe_suspend();
 
+  // Lease holders (lease id, pid, start ticks): each whose process is gone, or whose pid another
+  // process has taken, is fed as HolderExited. /proc is read on the worker; one check at a time
+  // (a call while one runs is dropped: the next one asks again).
+  void check_holders(std::vector<std::tuple<uint64_t, int, uint64_t>> holders);
+
   std::string log_path(const std::string& service) const { return runner_->log_path(service); }
   boost::asio::awaitable<LogPage> read_log(std::string path, size_t lines,
                                            std::optional<uint64_t> after);
@@ -100,6 +108,7 @@ class ServiceRuntime {
   std::unique_ptr<LifecycleBackend> lifecycle_;
   std::unique_ptr<ContainerWatch> container_watch_;  // when any service is a container
   std::unique_ptr<UnitWatch> unit_watch_;            // when any service is a unit
+  bool holder_check_running_ = false;
   bool stopping_ = false;
 };
 

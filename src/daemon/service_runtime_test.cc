@@ -14,6 +14,10 @@
 #include <fstream>
 #include <mutex>
 
+#include <sys/wait.h>
+
+#include "host/proc_table.h"
+
 namespace vramd {
 namespace service_runtime_test {
 
@@ -167,6 +171,40 @@ TEST(ServiceRuntimeTest, SuspendIsProbedOffTheLoopAndToldToTheCore) {
       EXPECT_EQ(o.why.find('\n'), std::string::npos) << o.why;  // one line
     }
   }
+}
+
+// A lease's holder is checked on the worker: one that runs stays, one that exited and one whose
+// pid now names another process (other start ticks) are fed as HolderExited.
+TEST(ServiceRuntimeTest, AHolderThatExitedOrWhosePidWasTakenIsFedAsExited) {
+  Fixture f;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  auto me = read_process("/proc", ::getpid());
+  auto it = read_process("/proc", child);
+  ASSERT_TRUE(me && it);
+  auto exited = [&] {
+    std::vector<uint64_t> ids;
+    for (const auto& e : f.seen.fed)
+      if (const auto* h = std::get_if<HolderExited>(&e)) ids.push_back(h->id);
+    return ids;
+  };
+  f.runtime->check_holders({{1, ::getpid(), me->start_ticks},
+                            {2, child, it->start_ticks},
+                            {3, ::getpid(), me->start_ticks + 1}});  // the pid taken since
+  f.runtime->check_holders({{4, child, it->start_ticks + 1}});     // one runs: dropped
+  ASSERT_TRUE(f.run_until([&] { return !exited().empty(); }));
+  f.run_until([] { return false; }, 100ms);
+  EXPECT_EQ(exited(), std::vector<uint64_t>{3});
+
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  f.runtime->check_holders({{1, ::getpid(), me->start_ticks}, {2, child, it->start_ticks}});
+  ASSERT_TRUE(f.run_until([&] { return exited().size() == 2; }));
+  EXPECT_EQ(exited(), (std::vector<uint64_t>{3, 2}));
 }
 
 TEST(ServiceRuntimeTest, ACrashIsDiagnosedFromWhatItsRunPrinted) {
