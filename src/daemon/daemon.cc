@@ -56,13 +56,19 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
                                 [](const ServiceConfig& s) { return !s.start.empty(); }))
                   runtime_.runner().rotate_logs(services);
               }}),
+      calls_(io, {[this](const Event& e) { feed(e); },
+                  // Verification counts samples taken after the call returned: take the first
+                  // one now rather than up to 250 ms later (bench/RESULTS.md, unload_verdict and
+                  // lease_load). A sample in flight was taken before the call returned: the wake
+                  // asks for one more once it is handled.
+                  [this] { sampling_.wake(); }}),
       sink_(io, store_thread_,
             {[this] { return clock_(); }, [this](EmitEvent e) { apply({std::move(e)}); }}),
       requests_(io, {[this](const Event& e) { feed(e); },
                      [this](const std::string& service, const std::string& model) {
-                       return arbiter_.ready_for(service, model, can_wake(service));
+                       return arbiter_.ready_for(service, model, calls_.can_wake(service));
                      },
-                     [this](const std::string& service) { return can_wake(service); },
+                     [this](const std::string& service) { return calls_.can_wake(service); },
                      [this](const RequestPath::Hooks::EachModels& each) { each_models(each); }}),
       sampling_(io, std::move(world.reader), std::move(world.scanner), arbiter_.config().gpu,
                 arbiter_.config().daemon.sample_interval, arbiter_.scan_request(),
@@ -145,11 +151,8 @@ Status Daemon::start() {
     if (auto beat = stores_.hosts->beat(""); beat) feed(StoreContact{sent});
   }
   if (auto s = restore_leases(); !s) return s;
-  for (const auto& svc : cfg.services) {
-    auto adapter = make_adapter(svc, io_.get_executor());
-    if (!adapter) return make_error(fmt::format("service {}: {}", svc.name, adapter.error()));
-    adapters_[svc.name] = std::move(*adapter);
-  }
+  for (const auto& svc : cfg.services)
+    if (auto s = calls_.add(svc); !s) return make_error(fmt::format("service {}: {}", svc.name, s.error()));
   if (auto s = http_.secure(cfg.daemon.token, cfg.daemon.token_file); !s) return s;
   if (auto s = http_.listen_tcp(cfg.daemon.listen); !s) return s;
   if (auto s = http_.listen_unix(socket_path()); !s) return s;
@@ -157,7 +160,7 @@ Status Daemon::start() {
   start_host_beats();
   sampling_.start();
   asio::co_spawn(io_, ticks_.run(), asio::detached);
-  for (const auto& svc : cfg.services) asio::co_spawn(io_, probe_loop(svc.name), asio::detached);
+  for (const auto& svc : cfg.services) calls_.watch(svc.name, cfg.daemon.probe_interval);
   if (cfg.daemon.discovers(!cfg.services.empty())) asio::co_spawn(io_, discovery_.run(), asio::detached);
   runtime_.start();
   sd_notify("READY=1\nSTATUS=sampling GPUs; API on " + cfg.daemon.listen);  // Type=notify
@@ -173,7 +176,7 @@ void Daemon::stop() {
   discovery_.stop();
   ticks_.stop();
   if (cluster_) cluster_->stop();
-  probes_.stop();
+  calls_.stop();
   waiters_.stop();
   sink_.stop();
   runtime_.stop_watches();  // joins their threads
@@ -224,10 +227,10 @@ void Daemon::apply(std::vector<Action> actions) {
             sink_.store(std::move(published));
         },
         [&](CallUnload& c) {
-          asio::co_spawn(io_, call_unload(c), asio::detached);
+          calls_.unload(std::move(c));
         },
         [&](CallWake& cw) {
-          asio::co_spawn(io_, call_wake(cw), asio::detached);
+          calls_.wake(std::move(cw));
         },
         [&](WakeFinished& wf) {
           requests_.wake_finished(wf);
@@ -276,7 +279,7 @@ void Daemon::apply(std::vector<Action> actions) {
           });
         },
         [&](ScheduleProbe& sp) {
-          probes_.schedule(sp.service, sp.after);
+          calls_.schedule(sp.service, sp.after);
         },
         [&](WatchService& w) {
           watch_service(w.service);
@@ -285,7 +288,7 @@ void Daemon::apply(std::vector<Action> actions) {
           runtime_.runner().signal(sig.pid, sig.signal);
         },
         [&](CheckHealth& ch) {
-          check_health(ch.service);
+          calls_.check_health(ch.service);
         },
         [&](RecordCrash& rc) {
           record_crash(rc);
@@ -306,34 +309,6 @@ void Daemon::apply(std::vector<Action> actions) {
         },
     }, a);
   }
-}
-
-asio::awaitable<void> Daemon::call_unload(CallUnload call) {
-  auto it = adapters_.find(call.service);
-  UnloadCallDone done{call.service, call.unload_id, {UnloadCall::Result::failed, "no adapter"}, {}};
-  auto t0 = std::chrono::steady_clock::now();
-  if (it != adapters_.end()) done.call = co_await it->second->unload(call.depth);
-  done.took = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - t0);
-  if (stopping_) co_return;
-  feed(done);
-  // Verification counts samples taken after the call returned: take the first one now rather
-  // than up to 250 ms later (bench/RESULTS.md, unload_verdict and lease_load). A sample in
-  // flight was taken before the call returned: the wake asks for one more once it is handled.
-  sampling_.wake();
-}
-
-asio::awaitable<void> Daemon::probe_loop(std::string service) {
-  Adapter& adapter = *adapters_.at(service);
-  ProbeScheduler::Probe probe = [&adapter] { return adapter.probe(); };
-  ProbeScheduler::Answered answered = [this, service, &adapter](ServiceProbe p) {
-    p.can_wake = adapter.can_wake();  // llama.cpp's is known once its router is detected
-    feed(ProbeDone{service, std::move(p)});
-  };
-  // Named, then awaited: GCC 12 destroys temporaries of a co_await's full expression twice
-  // (ASan: "free on address which was not malloc()-ed"), as elsewhere in the daemon.
-  auto loop = probes_.run(service, std::move(probe), std::move(answered),
-                          arbiter_.config().daemon.probe_interval);
-  co_await std::move(loop);
 }
 
 asio::awaitable<void> Daemon::watchdog_loop(std::chrono::microseconds interval) {

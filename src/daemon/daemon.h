@@ -29,6 +29,7 @@
 #include "daemon/waiters.h"
 #include "daemon/discovery_loop.h"
 #include "daemon/sample_loop.h"
+#include "daemon/service_calls.h"
 #include "daemon/sampler.h"
 #include "daemon/service_runtime.h"
 #include "daemon/tick_loop.h"
@@ -117,21 +118,16 @@ class Daemon : public DaemonControl {
 
   // The sampler thread's loop (SampleGate), and the event loop's handling of each sample.
   void on_sample(SampleTaken sample);
-  boost::asio::awaitable<void> probe_loop(std::string service);
   boost::asio::awaitable<void> watchdog_loop(std::chrono::microseconds interval);
-  boost::asio::awaitable<void> call_unload(CallUnload call);
   void feed(const Event& event);
   void apply(std::vector<Action> actions);
   Status restore_leases();
   // The request path (daemon_proxy.cc).
-  bool can_wake(const std::string& service) const;
   // Each proxied service's models (RequestPath's hook), copying nothing.
   void each_models(const RequestPath::Hooks::EachModels& each) const;
-  boost::asio::awaitable<void> call_wake(CallWake call);
   // An adapter and a probe loop for a service the core added (discovered: daemon/discovery_loop.h).
   void watch_service(const std::string& name);
   // Supervision (daemon_children.cc).
-  void check_health(const std::string& service);
   void record_crash(const RecordCrash& crash);
   // A unit's journal: the last `lines` (after: the realtime µs of the last line already read).
   boost::asio::awaitable<Result<LogPage>> read_unit_log(std::string unit, size_t lines,
@@ -146,7 +142,6 @@ class Daemon : public DaemonControl {
   boost::asio::io_context& io_;
   Arbiter arbiter_;
   std::function<Now()> clock_;
-  std::map<std::string, std::unique_ptr<Adapter>> adapters_;
   Stores stores_;  // events, leases, crashes, peaks, durations; hosts with PostgreSQL (open_store)
   std::unique_ptr<DurationRecorder> recorder_;  // the durations history (docs/history.md)
   // Several hosts (issue 17): this daemon's host name, and the hosts table (PostgreSQL only).
@@ -179,7 +174,7 @@ class Daemon : public DaemonControl {
   ServiceRuntime runtime_;
   boost::asio::thread_pool store_thread_{1};
   TickLoop ticks_;  // the core's next deadline; log rotation when idle
-  ProbeScheduler probes_{io_};  // each service's probe loop (ScheduleProbe moves its next probe)
+  ServiceCalls calls_;  // each service's adapter, its probe loop and the calls the core asks
   Waiters<UnloadFinished> waiters_{io_};
   // Events to the stream and the store; the shell's own faults (backend.failed/recovered).
   EventSink sink_;

@@ -33,17 +33,6 @@ std::string Daemon::log_path(const std::string& service) const {
   return runtime_.log_path(service);
 }
 
-void Daemon::check_health(const std::string& service) {
-  auto it = adapters_.find(service);
-  if (it == adapters_.end()) return;
-  Adapter* adapter = it->second.get();
-  auto check = [this, adapter, service]() -> asio::awaitable<void> {
-    HealthCheck h = co_await adapter->health();
-    if (!stopping_) feed(HealthChecked{service, h.healthy, h.message});
-  };
-  asio::co_spawn(io_, std::move(check), asio::detached);
-}
-
 void Daemon::record_crash(const RecordCrash& crash) {
   std::vector<CrashRule> rules;
   for (const auto& r : arbiter_.config().crash_rules)

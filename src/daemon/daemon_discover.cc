@@ -14,16 +14,14 @@ namespace asio = boost::asio;
 
 void Daemon::watch_service(const std::string& name) {
   const ServiceConfig* cfg = arbiter_.config().find_service(name);
-  if (!cfg || adapters_.count(name)) return;
-  auto adapter = make_adapter(*cfg, io_.get_executor());
-  if (!adapter) {
-    spdlog::warn("service {}: {}", name, adapter.error());
+  if (!cfg || calls_.has(name)) return;
+  if (auto s = calls_.add(*cfg); !s) {
+    spdlog::warn("service {}: {}", name, s.error());
     return;
   }
-  adapters_[name] = std::move(*adapter);
   // Its port (or pid file) is read from the next sample.
   sampling_.set_request(arbiter_.scan_request());
-  asio::co_spawn(io_, probe_loop(name), asio::detached);
+  calls_.watch(name, arbiter_.config().daemon.probe_interval);
 }
 
 }  // namespace vramd

@@ -20,24 +20,6 @@ namespace vramd {
 
 namespace asio = boost::asio;
 
-bool Daemon::can_wake(const std::string& service) const {
-  auto adapter = adapters_.find(service);
-  return adapter != adapters_.end() && adapter->second->can_wake();
-}
-
-asio::awaitable<void> Daemon::call_wake(CallWake call) {
-  auto it = adapters_.find(call.service);
-  WakeCallDone done{call.service, call.wake_id, {UnloadCall::Result::failed, "no adapter"}, {}};
-  auto t0 = std::chrono::steady_clock::now();
-  if (it != adapters_.end()) {
-    auto op = it->second->wake(call.depth);
-    done.call = co_await std::move(op);
-  }
-  done.took = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - t0);
-  if (stopping_) co_return;
-  feed(done);
-}
-
 void Daemon::each_models(const RequestPath::Hooks::EachModels& each) const {
   for (const auto& cfg : arbiter_.config().services) {
     if (!proxied(cfg)) continue;  // the front door routes only to what it reaches

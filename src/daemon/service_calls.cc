@@ -1,0 +1,99 @@
+#include "daemon/service_calls.h"
+
+#include <chrono>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+
+namespace vramd {
+
+namespace asio = boost::asio;
+
+ServiceCalls::ServiceCalls(asio::io_context& io, Hooks hooks, MakeAdapter make)
+    : io_(io), hooks_(std::move(hooks)), make_(std::move(make)) {
+  if (!make_)
+    make_ = [this](const ServiceConfig& svc) { return make_adapter(svc, io_.get_executor()); };
+}
+
+Status ServiceCalls::add(const ServiceConfig& svc) {
+  if (adapters_.count(svc.name)) return Ok{};
+  auto adapter = make_(svc);
+  if (!adapter) return make_error(adapter.error());
+  adapters_[svc.name] = std::move(*adapter);
+  return Ok{};
+}
+
+void ServiceCalls::watch(const std::string& service, Duration interval) {
+  asio::co_spawn(io_, probe_loop(service, interval), asio::detached);
+}
+
+bool ServiceCalls::can_wake(const std::string& service) const {
+  auto it = adapters_.find(service);
+  return it != adapters_.end() && it->second->can_wake();
+}
+
+void ServiceCalls::unload(CallUnload call) {
+  asio::co_spawn(io_, call_unload(std::move(call)), asio::detached);
+}
+
+void ServiceCalls::wake(CallWake call) {
+  asio::co_spawn(io_, call_wake(std::move(call)), asio::detached);
+}
+
+void ServiceCalls::check_health(const std::string& service) {
+  auto it = adapters_.find(service);
+  if (it == adapters_.end()) return;
+  Adapter* adapter = it->second.get();
+  auto check = [this, adapter, service]() -> asio::awaitable<void> {
+    HealthCheck h = co_await adapter->health();
+    if (!stopping_) hooks_.feed(HealthChecked{service, h.healthy, h.message});
+  };
+  asio::co_spawn(io_, std::move(check), asio::detached);
+}
+
+void ServiceCalls::stop() {
+  stopping_ = true;
+  probes_.stop();
+}
+
+asio::awaitable<void> ServiceCalls::call_unload(CallUnload call) {
+  auto it = adapters_.find(call.service);
+  UnloadCallDone done{call.service, call.unload_id, {UnloadCall::Result::failed, "no adapter"}, {}};
+  auto t0 = std::chrono::steady_clock::now();
+  if (it != adapters_.end()) {
+    auto op = it->second->unload(call.depth);
+    done.call = co_await std::move(op);
+  }
+  done.took = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - t0);
+  if (stopping_) co_return;
+  hooks_.feed(done);
+  if (hooks_.unload_returned) hooks_.unload_returned();
+}
+
+asio::awaitable<void> ServiceCalls::call_wake(CallWake call) {
+  auto it = adapters_.find(call.service);
+  WakeCallDone done{call.service, call.wake_id, {UnloadCall::Result::failed, "no adapter"}, {}};
+  auto t0 = std::chrono::steady_clock::now();
+  if (it != adapters_.end()) {
+    auto op = it->second->wake(call.depth);
+    done.call = co_await std::move(op);
+  }
+  done.took = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - t0);
+  if (stopping_) co_return;
+  hooks_.feed(done);
+}
+
+asio::awaitable<void> ServiceCalls::probe_loop(std::string service, Duration interval) {
+  Adapter& adapter = *adapters_.at(service);
+  ProbeScheduler::Probe probe = [&adapter] { return adapter.probe(); };
+  ProbeScheduler::Answered answered = [this, service, &adapter](ServiceProbe p) {
+    p.can_wake = adapter.can_wake();  // llama.cpp's is known once its router is detected
+    hooks_.feed(ProbeDone{service, std::move(p)});
+  };
+  // Named, then awaited: GCC 12 destroys temporaries of a co_await's full expression twice
+  // (ASan: "free on address which was not malloc()-ed"), as elsewhere in the daemon.
+  auto loop = probes_.run(service, std::move(probe), std::move(answered), interval);
+  co_await std::move(loop);
+}
+
+}  // namespace vramd
