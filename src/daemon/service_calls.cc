@@ -56,31 +56,32 @@ void ServiceCalls::stop() {
   probes_.stop();
 }
 
-asio::awaitable<void> ServiceCalls::call_unload(CallUnload call) {
-  auto it = adapters_.find(call.service);
-  UnloadCallDone done{call.service, call.unload_id, {UnloadCall::Result::failed, "no adapter"}, {}};
+asio::awaitable<std::pair<UnloadCall, Duration>> ServiceCalls::timed_call(std::string service,
+                                                                       bool wake,
+                                                                       SleepDepth depth) {
+  UnloadCall answer{UnloadCall::Result::failed, "no adapter"};
   auto t0 = std::chrono::steady_clock::now();
-  if (it != adapters_.end()) {
-    auto op = it->second->unload(call.depth);
-    done.call = co_await std::move(op);
+  if (auto it = adapters_.find(service); it != adapters_.end()) {
+    auto op = wake ? it->second->wake(depth) : it->second->unload(depth);
+    answer = co_await std::move(op);
   }
-  done.took = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - t0);
+  co_return std::pair{std::move(answer),
+                      std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - t0)};
+}
+
+asio::awaitable<void> ServiceCalls::call_unload(CallUnload call) {
+  auto op = timed_call(call.service, /*wake=*/false, call.depth);
+  auto [answer, took] = co_await std::move(op);
   if (stopping_) co_return;
-  hooks_.feed(done);
+  hooks_.feed(UnloadCallDone{call.service, call.unload_id, std::move(answer), took});
   if (hooks_.unload_returned) hooks_.unload_returned();
 }
 
 asio::awaitable<void> ServiceCalls::call_wake(CallWake call) {
-  auto it = adapters_.find(call.service);
-  WakeCallDone done{call.service, call.wake_id, {UnloadCall::Result::failed, "no adapter"}, {}};
-  auto t0 = std::chrono::steady_clock::now();
-  if (it != adapters_.end()) {
-    auto op = it->second->wake(call.depth);
-    done.call = co_await std::move(op);
-  }
-  done.took = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - t0);
+  auto op = timed_call(call.service, /*wake=*/true, call.depth);
+  auto [answer, took] = co_await std::move(op);
   if (stopping_) co_return;
-  hooks_.feed(done);
+  hooks_.feed(WakeCallDone{call.service, call.wake_id, std::move(answer), took});
 }
 
 asio::awaitable<void> ServiceCalls::probe_loop(std::string service, Duration interval) {

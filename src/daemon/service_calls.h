@@ -55,6 +55,10 @@ class ServiceCalls {
   void stop();
 
  private:
+  // The adapter's unload (or wake) at `depth`, and how long it took; "no adapter" for an
+  // unknown service.
+  boost::asio::awaitable<std::pair<UnloadCall, Duration>> timed_call(std::string service, bool wake,
+                                                                      SleepDepth depth);
   boost::asio::awaitable<void> call_unload(CallUnload call);
   boost::asio::awaitable<void> call_wake(CallWake call);
   boost::asio::awaitable<void> probe_loop(std::string service, Duration interval);
