@@ -814,17 +814,45 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
     actions.emplace_back(
         make_event(now, "host.lost", std::nullopt, h.host,
                    fmt::format("host {} lost (no heartbeat): {} of its leases re-queued, {} ended",
-                               h.host, h.requeued.size(), h.ended.size())));
+                               h.host, h.requeued.size(), h.ended.size() + h.released.size())));
     for (const Lease& r : h.requeued) keep_requeued(r, fmt::format("host {} was lost", h.host));
     for (const Lease& r : h.ended)
       actions.emplace_back(
           lease_event(now, "lease.host_lost", r.id, std::nullopt, r.owner_name(),
                      fmt::format("lease #{} ({}) ended: {}", r.id, r.owner_name(), r.end_reason)));
+    for (const Lease& r : h.released)
+      actions.emplace_back(
+          lease_event(now, "lease.released", r.id, std::nullopt, r.owner_name(),
+                     fmt::format("lease #{} ({}) released: {}", r.id, r.owner_name(), r.end_reason)));
   }
   // Leases this host fenced, back in the store's queue: kept here, as a lost host's are kept by
   // the host that re-queues them. A fenced lease is never granted here again but through a claim.
   for (const Lease& r : e.requeued_here)
     keep_requeued(r, "this host gave it up while cut off from the store");
+  // Fenced leases released meanwhile through another host's API: ended here, with their event
+  // (the store's row goes with this write).
+  for (const Lease& r : e.fence_released) {
+    if (!fenced_.count(r.id) || leases_.count(r.id)) continue;
+    Lease l = r;
+    if (const Lease* mine = find(r.id)) {  // this host's copy (lost): its GPU, peak, times
+      l = *mine;
+      l.state = r.state;
+      l.end_reason = r.end_reason;
+    }
+    l.ended_at = now.mono;
+    actions.emplace_back(lease_event(
+        now, "lease.released", l.id, l.gpu, l.owner_name(),
+        l.granted_at
+            ? fmt::format("lease #{} ({}) released: {} on GPU {} for {}, peak {} ({}; it was "
+                          "given up while this host was cut off from the store)",
+                          l.id, l.owner_name(), format_size(l.request.vram), l.gpu.value_or(0),
+                          format_age(now.mono - *l.granted_at), format_size(l.peak_vram),
+                          l.end_reason)
+            : fmt::format("lease #{} ({}) released: {}", l.id, l.owner_name(), l.end_reason)));
+    actions.emplace_back(LeaseChanged{l});
+    ended_.push_back(std::move(l));
+    if (ended_.size() > kEndedKept) ended_.pop_front();
+  }
   for (uint64_t id : e.fence_done) fenced_.erase(id);
   // A claim answered after the fence fell due is given up at once.
   check_fence(now, actions);

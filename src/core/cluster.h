@@ -113,7 +113,8 @@ struct MovedLease {
 struct LostHost {
   std::string host;
   std::vector<Lease> requeued;  // now queued again (kept by this host)
-  std::vector<Lease> ended;
+  std::vector<Lease> ended;     // on_host_lost = end
+  std::vector<Lease> released;  // their holders asked another host's API for it meanwhile
 };
 
 // The answer of one claim round (and of a heartbeat's look at lost hosts), fed to the Arbiter.
@@ -136,6 +137,10 @@ struct ClusterSynced {
   // are kept by the host that re-queues them); and every fenced id the round took care of.
   std::vector<Lease> requeued_here;
   std::vector<uint64_t> fence_done;
+  // Fenced leases whose holder asked another host's API to release them meanwhile: each as the
+  // store had it (state `released`, its end_reason the one asked). Its row is left granted here,
+  // with its `release`, for this host to end with its `lease.released` (one write, as any end).
+  std::vector<Lease> fence_released;
 };
 
 }  // namespace vramd

@@ -642,6 +642,72 @@ TEST(Fence, AFencedLeaseComesBackQueuedHereAndAClaimAnsweredLateIsGivenUpAtOnce)
   EXPECT_TRUE(has_event(actions, "lease.lost"));
 }
 
+TEST(Fence, AFencedLeaseReleasedThroughAnotherHostMeanwhileEndsHereWithItsEvent) {
+  Host h;
+  h.sample();
+  claim_here(h, 1, OnHostLost::requeue, 5);
+  h.now = Now(MonoTime(40s));
+  h.feed(Tick{});
+  ASSERT_EQ(h.arbiter.lease(1)->state, LeaseState::lost);
+  ASSERT_EQ(h.arbiter.cluster_fenced(), std::vector<uint64_t>{1});
+  // Back in touch: its holder released it through another host's API meanwhile. The store
+  // leaves the row for this host to end: its end and its event, one write (Daemon::apply).
+  h.feed(StoreContact{MonoTime(40s)});
+  ClusterSynced s;
+  Lease end = *h.arbiter.lease(1);
+  end.state = LeaseState::released;
+  end.end_reason = "released from another host's API";
+  s.fence_released.push_back(end);
+  s.fence_done.push_back(1);
+  h.arbiter.begin_claim("gpu1", h.now);
+  auto actions = h.feed(s);
+  bool paired = false;
+  for (size_t i = 0; i + 1 < actions.size(); ++i) {
+    auto* e = std::get_if<EmitEvent>(&actions[i]);
+    auto* lc = std::get_if<LeaseChanged>(&actions[i + 1]);
+    if (e && lc && e->event.type == "lease.released" && e->event.lease == 1u &&
+        lc->lease.id == 1u && lc->lease.state == LeaseState::released)
+      paired = true;
+  }
+  EXPECT_TRUE(paired);
+  EXPECT_EQ(h.arbiter.lease(1)->state, LeaseState::released);
+  EXPECT_EQ(h.arbiter.lease(1)->end_reason, "released from another host's API");
+  EXPECT_TRUE(h.arbiter.cluster_fenced().empty());
+  EXPECT_TRUE(h.arbiter.cluster_granted().empty());
+  // Told once: a later round that says it again changes nothing.
+  h.arbiter.begin_claim("gpu1", h.now);
+  actions = h.feed(s);
+  EXPECT_FALSE(has_event(actions, "lease.released"));
+}
+
+// A lost host's lease its holder released meanwhile (through this host's API) is told as
+// released, not as lost with its host: its holder asked for that end.
+TEST(Fence, ALostHostsLeaseReleasedMeanwhileIsToldReleased) {
+  Host h;
+  h.sample();
+  ClusterSynced s;
+  s.answers_claim = false;
+  LostHost lost;
+  lost.host = "gpu2";
+  Lease asked;
+  asked.id = 7;
+  asked.state = LeaseState::released;
+  asked.end_reason = "released from another host's API (its host gpu2 was lost)";
+  Lease gone;
+  gone.id = 8;
+  gone.state = LeaseState::released;  // on_host_lost = end
+  gone.end_reason = "host gpu2 lost (no heartbeat)";
+  lost.released = {asked};
+  lost.ended = {gone};
+  s.lost_hosts.push_back(lost);
+  auto actions = h.feed(s);
+  std::map<uint64_t, std::string> told;
+  for (const auto& a : actions)
+    if (auto* e = std::get_if<EmitEvent>(&a); e && e->event.lease) told[*e->event.lease] = e->event.type;
+  EXPECT_EQ(told[7], "lease.released");
+  EXPECT_EQ(told[8], "lease.host_lost");
+}
+
 TEST(Fence, AQueuedLeaseAnotherHostTookOverWhileThisOneWasCutOffIsNoLongerKeptHere) {
   Host h;
   h.sample();

@@ -950,15 +950,18 @@ Result<ClusterSynced> HostStore::sync(const ClaimContext& ctx, const std::vector
             " FOR UPDATE",
             {host_, static_cast<int64_t>(id)});
         if (f.rows() == 1 && !f.null(0, 1)) {
-          // Its holder asked another host's API to release it meanwhile: it ends so.
+          // Its holder asked another host's API to release it meanwhile: it ends so, by this
+          // host's write of its end with its event (an end written here would have none). The
+          // row stays as it is until then (a kill meanwhile: the restart ends it so).
           if (auto l = lease_from_json(f.text(0, 0), now)) {
             l->state = LeaseState::released;
             l->ended_at = now.mono;
             l->end_reason = f.text(0, 1);
-            insert_job(*conn_, host_, *l, now);
+            out.fence_released.push_back(std::move(*l));
+          } else {
+            conn_->exec("DELETE FROM leases WHERE host = $1 AND id = $2",
+                        {host_, static_cast<int64_t>(id)});  // a damaged row: no one's
           }
-          conn_->exec("DELETE FROM leases WHERE host = $1 AND id = $2",
-                      {host_, static_cast<int64_t>(id)});
         } else if (f.rows() == 1)
           if (auto l = lease_from_json(f.text(0, 0), now)) {
             Lease after = after_host_lost(std::move(*l), host_, now);
@@ -993,6 +996,7 @@ void HostStore::read_after_claim(const std::vector<uint64_t>& queued,
     known.insert(pending.begin(), pending.end());
     known.insert(queued.begin(), queued.end());
     for (const auto& l : out.claimed) known.insert(l.id);
+    for (const auto& l : out.fence_released) known.insert(l.id);  // ended by this host next
     PgResult orphans = conn_->exec(
         "SELECT id, data FROM leases WHERE host = $1 AND state = 'granted' AND cluster", {host_});
     for (int i = 0; i < orphans.rows(); ++i) {
@@ -1070,11 +1074,23 @@ Result<std::vector<LostHost>> HostStore::handle_lost_hosts(Duration host_timeout
       lost.host = hosts.text(h, 0);
       bool first = hosts.text(h, 1) == "t";
       PgResult rows = conn_->exec(
-          "SELECT id, data FROM leases WHERE host = $1 AND cluster FOR UPDATE", {lost.host});
+          "SELECT id, data, release FROM leases WHERE host = $1 AND cluster FOR UPDATE",
+          {lost.host});
       for (int i = 0; i < rows.rows(); ++i) {
         auto l = lease_from_json(rows.text(i, 1), now);
         if (!l) continue;
         int64_t id = rows.integer(i, 0);
+        if (l->state == LeaseState::granted && !rows.null(i, 2)) {
+          // Its holder asked another host's API to release it while its host was cut off: it
+          // ends so (queued again, it would be granted to no one until it expired).
+          l->state = LeaseState::released;
+          l->ended_at = now.mono;
+          l->end_reason = fmt::format("{} (its host {} was lost)", rows.text(i, 2), lost.host);
+          insert_job(*conn_, lost.host, *l, now);
+          conn_->exec("DELETE FROM leases WHERE host = $1 AND id = $2", {lost.host, id});
+          lost.released.push_back(std::move(*l));
+          continue;
+        }
         if (l->state == LeaseState::queued) {  // its queue is kept here from now on
           l->request.pid.reset();
           l->request.pid_start_ticks = 0;
@@ -1100,7 +1116,7 @@ Result<std::vector<LostHost>> HostStore::handle_lost_hosts(Duration host_timeout
       // every host's again.
       conn_->exec("DELETE FROM lease_reasons WHERE host = $1", {lost.host});
       conn_->exec("UPDATE leases SET evict_host = NULL WHERE evict_host = $1", {lost.host});
-      if (!first && lost.requeued.empty() && lost.ended.empty()) continue;
+      if (!first && lost.requeued.empty() && lost.ended.empty() && lost.released.empty()) continue;
       conn_->exec("UPDATE hosts SET lost_at = now() WHERE host = $1", {lost.host});
       out.push_back(std::move(lost));
     }

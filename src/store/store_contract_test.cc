@@ -812,14 +812,26 @@ TEST_F(PostgresStore, GrantsTakeGrowingTokensAndAFencedLeaseIsQueuedAgainOnlyWhi
   EXPECT_EQ(moved->fence_done, std::vector<uint64_t>{1});
   EXPECT_EQ(pg_->psql(db_, "SELECT host || ':' || state FROM leases WHERE id = 1"), "gpu2:queued");
 
-  // One whose release another host's API asked meanwhile ends, as its holder asked.
+  // One whose release another host's API asked meanwhile ends, as its holder asked: by this
+  // host's write of its end, with its event (the round leaves the row, and takes it for no orphan).
   pg_->psql(db_, "UPDATE leases SET release = 'released from another host''s API' WHERE id = 3");
   auto released = a.hosts->sync(ClaimContext{}, {}, {}, {}, now, timeout, {3});
   ASSERT_TRUE(released.ok()) << released.error();
   EXPECT_TRUE(released->requeued_here.empty());
+  EXPECT_TRUE(released->claimed.empty());
+  EXPECT_EQ(released->fence_done, std::vector<uint64_t>{3});
+  ASSERT_EQ(released->fence_released.size(), 1u);
+  Lease end = released->fence_released[0];
+  EXPECT_EQ(end.id, 3u);
+  EXPECT_EQ(end.state, LeaseState::released);
+  EXPECT_EQ(end.end_reason, "released from another host's API");
+  EXPECT_EQ(pg_->psql(db_, "SELECT COUNT(*) FROM jobs WHERE id = 3"), "0");
+  StoredEvent told{900, ev(3000, "lease.released", "lease #3 released"), nullptr};
+  ASSERT_TRUE(a.leases->save(end, now, {told}).ok());
   EXPECT_EQ(pg_->psql(db_, "SELECT COUNT(*) FROM leases WHERE id = 3"), "0");
   EXPECT_EQ(pg_->psql(db_, "SELECT state || ':' || end_reason FROM jobs WHERE id = 3"),
             "released:released from another host's API");
+  EXPECT_EQ(pg_->psql(db_, "SELECT type FROM events WHERE id = 900"), "lease.released");
 
   // A host whose own heartbeat is older than half of host_timeout claims nothing, and says why.
   Lease l = lease(5, LeaseState::queued, now);
@@ -913,6 +925,50 @@ TEST_F(PostgresStore, OneHostAtATimeMakesRoomAndALostHostsWordAndMarkGo) {
   EXPECT_EQ(done.unmarked, std::vector<uint64_t>{2001});
   EXPECT_EQ(mark(), "-");
   EXPECT_EQ(pg_->psql(db_, "SELECT state FROM leases WHERE id = 2001"), "queued");
+}
+
+// A lost host's granted lease is queued again for the others, unless its holder asked another
+// host's API to release it while that host was cut off: then it ends, released (queued again, it
+// would be granted to no one and hold its bytes until it expired).
+TEST_F(PostgresStore, ALostHostsLeaseWhoseReleaseWasAskedEndsReleasedAndTheOtherIsQueuedAgain) {
+  Now now(MonoTime(std::chrono::hours(5)), TimePoint(std::chrono::hours(400000)));
+  const auto timeout = std::chrono::seconds(30);
+  std::vector<Stores> hosts = {open("gpu1"), open("gpu2")};
+  for (auto& h : hosts) ASSERT_TRUE(h.hosts->beat("").ok());
+  ClaimContext room;
+  room.host = "gpu2";
+  room.sampled = true;
+  room.gpus.push_back({0, 100 * GiB, 100 * GiB, ""});
+  for (uint64_t id : {11, 12}) {
+    Lease l = lease(id, LeaseState::queued, now);
+    l.request.cluster = true;
+    ASSERT_TRUE(hosts[1].leases->save(l, now).ok());
+  }
+  auto claimed = hosts[1].hosts->sync(room, {}, {}, {}, now, timeout);
+  ASSERT_TRUE(claimed.ok()) << claimed.error();
+  ASSERT_EQ(claimed->claimed.size(), 2u);
+  // gpu2 is cut off; lease 11's holder releases it through gpu1's API.
+  auto asked = hosts[0].hosts->ask_release(11, "released from another host's API");
+  ASSERT_TRUE(asked.ok()) << asked.error();
+  EXPECT_TRUE(*asked);
+  pg_->psql(db_, "UPDATE hosts SET heartbeat = now() - interval '1 hour' WHERE host = 'gpu2'");
+  auto lost = hosts[0].hosts->handle_lost_hosts(timeout, now);
+  ASSERT_TRUE(lost.ok()) << lost.error();
+  ASSERT_EQ(lost->size(), 1u);
+  const LostHost& h = (*lost)[0];
+  EXPECT_EQ(h.host, "gpu2");
+  EXPECT_TRUE(h.ended.empty());
+  ASSERT_EQ(h.released.size(), 1u);
+  EXPECT_EQ(h.released[0].id, 11u);
+  EXPECT_EQ(h.released[0].state, LeaseState::released);
+  EXPECT_EQ(h.released[0].end_reason, "released from another host's API (its host gpu2 was lost)");
+  ASSERT_EQ(h.requeued.size(), 1u);
+  EXPECT_EQ(h.requeued[0].id, 12u);
+  EXPECT_EQ(pg_->psql(db_, "SELECT COUNT(*) FROM leases WHERE id = 11"), "0");
+  EXPECT_EQ(pg_->psql(db_, "SELECT host || ':' || state FROM jobs WHERE id = 11"), "gpu2:released");
+  EXPECT_EQ(pg_->psql(db_, "SELECT host || ':' || state || ':' || COALESCE(release, '-')"
+                           " FROM leases WHERE id = 12"),
+            "gpu1:queued:-");
 }
 
 TEST_F(PostgresStore, AServerRestartFailsACallAndTheNextOneConnectsAgain) {

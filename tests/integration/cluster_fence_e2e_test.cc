@@ -191,6 +191,74 @@ void partition_keeps_one_holder(bool slow_clock) {
   }
 }
 
+// A shared lease gpu1 gave up while cut off, released meanwhile through gpu2's API (its holder
+// asked the host it talks to). Ended once, `released`, with its one ending event, whichever way
+// it goes on: gpu1 back in touch before it is taken for lost ends it itself (the torture's
+// "lease #N (released) has 0 ending events"); gpu1 taken for lost first, gpu2 ends it instead of
+// queuing it again for no one.
+void released_through_another_host(bool lost_meanwhile) {
+  PostgresServer* pg = PostgresServer::get();
+  VRAMD_REQUIRE_POSTGRES(pg);
+  std::string db = pg->create_database(lost_meanwhile ? "fence_release_lost" : "fence_release");
+  TcpRelay relay("127.0.0.1", pg->port());
+  DaemonFixture a, b;
+  set_used(b, 23 * GiB);  // gpu2 full: the lease is gpu1's
+  const std::string common = "host_timeout = \"10s\"\nlease_heartbeat = \"5m\"\n";
+  a.daemon_toml = fmt::format("store = \"postgresql://vramd@127.0.0.1:{}/{}\"\nhost = \"gpu1\"\n{}",
+                              relay.port(), db, common);
+  b.daemon_toml = fmt::format("store = \"{}\"\nhost = \"gpu2\"\n{}", pg->url(db), common);
+  a.start("");
+  b.start("");
+  auto l = post_lease(a, {{"vram", "4GiB"}, {"label", "held"}}, "?wait=10s");
+  ASSERT_TRUE(l) << l.error();
+  ASSERT_EQ((*l)["state"], "granted") << l->dump();
+  const uint64_t id = (*l)["id"].get<uint64_t>();
+  const std::string lease = fmt::format("/v1/leases/{}", id);
+  relay.set_mode(TcpRelay::Mode::blackhole);
+  ASSERT_TRUE(eventually([&] { return get(a, lease).value("state", "") == "lost"; }, 15s)) << a.log();
+  auto asked = http_request({b.url}, "DELETE", lease, "", 5000);
+  ASSERT_TRUE(asked && asked->status == 200) << (asked ? asked->body : asked.error());
+  EXPECT_EQ(pg->psql(db, fmt::format("SELECT host || ':' || state FROM leases WHERE id = {}", id)),
+            "gpu1:granted");  // the release waits for gpu1, or for gpu1 to be taken for lost
+  if (!lost_meanwhile) relay.set_mode(TcpRelay::Mode::pass);
+  ASSERT_TRUE(eventually(
+      [&] { return pg->psql(db, fmt::format("SELECT state FROM jobs WHERE id = {}", id)) == "released"; },
+      20s))
+      << a.log() << b.log();
+  if (lost_meanwhile) relay.set_mode(TcpRelay::Mode::pass);  // gpu1 rejoins: nothing more ends
+  auto endings = [&] {
+    return pg->psql(db, fmt::format("SELECT string_agg(host || ':' || type, ',') FROM events"
+                                    " WHERE subject LIKE '%#{}' AND type IN"
+                                    " ('lease.released', 'lease.expired', 'lease.cancelled',"
+                                    " 'lease.timed_out', 'lease.host_lost')",
+                                    id));
+  };
+  const std::string ended = lost_meanwhile ? "gpu2:lease.released" : "gpu1:lease.released";
+  eventually([&] { return endings() == ended; }, 5s);
+  if (lost_meanwhile) {  // gpu1 back in touch (its heartbeat lifts its lost mark), a few rounds
+    ASSERT_TRUE(eventually(
+        [&] { return pg->psql(db, "SELECT lost_at IS NULL FROM hosts WHERE host = 'gpu1'") == "t"; },
+        10s));
+    std::this_thread::sleep_for(2s);
+  }
+  EXPECT_EQ(endings(), ended) << a.log() << b.log();
+  EXPECT_EQ(get(a, lease).value("state", ""), lost_meanwhile ? "lost" : "released");
+  EXPECT_EQ(get(b, lease).value("state", ""), "released");
+  EXPECT_EQ(pg->psql(db, "SELECT COUNT(*) FROM events WHERE type = 'host.lost'"),
+            lost_meanwhile ? "1" : "0");
+  EXPECT_EQ(pg->psql(db, fmt::format("SELECT COUNT(*) FROM events WHERE type = 'lease.requeued'"
+                                     " AND subject LIKE '%#{}'", id)),
+            "0");
+}
+
+TEST(ClusterFenceE2E, AFencedLeaseReleasedThroughAnotherHostEndsWithItsEvent) {
+  released_through_another_host(/*lost_meanwhile=*/false);
+}
+
+TEST(ClusterFenceE2E, ALeaseReleasedThroughAnotherHostWhileItsHostIsLostEndsThere) {
+  released_through_another_host(/*lost_meanwhile=*/true);
+}
+
 TEST(ClusterFenceE2E, ACutOffHostStopsItsJobBeforeAnotherHostGrantsTheLeaseAndRejoinsAfter) {
   partition_keeps_one_holder(/*slow_clock=*/false);
 }
