@@ -6,11 +6,13 @@
 #include <csignal>
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -52,41 +54,100 @@ std::string format_elapsed(std::chrono::steady_clock::duration d) {
   return s < 60 ? fmt::format("{}s", s) : fmt::format("{}m{:02}s", s / 60, s % 60);
 }
 
+// Stops the command's process group for lease `id` (SIGTERM, SIGKILL after `stop_timeout`), or,
+// with `--on-lease-lost keep`, only says so: one line either way.
+void on_lease_lost(uint64_t id, pid_t child, const std::string& why, const std::string& on_lost,
+                   Duration stop_timeout) {
+  if (on_lost == "keep") {
+    std::cerr << fmt::format(
+        "vramd run: lease #{} lost: {}; the command runs on (--on-lease-lost keep): the "
+        "lease ended, so it is granted to no one else\n",
+        id, why);
+    return;
+  }
+  std::cerr << fmt::format("vramd run: lease #{} lost: {}; stopping the command "
+                           "(SIGTERM, SIGKILL after {})\n",
+                           id, why, format_duration(stop_timeout));
+  kill(-child, SIGTERM);
+  auto until = std::chrono::steady_clock::now() + stop_timeout;
+  while (std::chrono::steady_clock::now() < until && kill(-child, 0) == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (kill(-child, 0) == 0) kill(-child, SIGKILL);
+}
+
 // Watches a granted lease while its command (process group `child`) runs, on a thread of its
-// own that the process's exit ends: when the lease is lost, one line, then per `on_lost` the
-// group is stopped (SIGTERM, SIGKILL after `stop_timeout`) or kept running.
+// own that the process's exit ends (a long poll that answers when the lease ends). The lease is
+// lost when its host says so, when it is no longer granted on that host (queued again, or granted
+// on another: its host was taken for lost while it was down or cut off), or, for a shared lease,
+// when its host has said nothing for as long as it keeps the lease without the store (its answer's
+// `fence_in_ms`): by then that host has given it up, or cannot tell that the others took it.
 void watch_lease(const DaemonClient& client, uint64_t id, pid_t child, const std::string& on_lost,
                  Duration stop_timeout) {
   std::thread([client, id, child, on_lost, stop_timeout] {
-    const std::string target = fmt::format("/v1/leases/{}?watch=20s", id);
+    using Clock = std::chrono::steady_clock;
+    using std::chrono::milliseconds;
+    std::optional<Clock::time_point> held_until;  // a shared lease: by its host's last word
+    Clock::time_point last_word = Clock::now();
+    milliseconds grace(50);  // past held_until: its host's own word (`lost`, and why) comes first
+    bool first = true;
     for (;;) {
-      DaemonCall c = client.request("GET", target, "", 30000);
+      // A shared lease's host is asked often enough to hear it before its fence falls due; the
+      // long poll's answer counts from when it was asked (it may have waited that long).
+      auto watch = std::chrono::duration_cast<milliseconds>(std::chrono::seconds(20));
+      int timeout_ms = 30000;
+      const auto sent = Clock::now();
+      bool at_once = first;
+      if (held_until) {
+        if (sent >= *held_until + grace) {
+          on_lease_lost(
+              id, child,
+              fmt::format("no word from its host for {} (a shared lease is held only while its "
+                          "host is in touch with the store)",
+                          format_duration(std::chrono::duration_cast<Duration>(sent - last_word))),
+              on_lost, stop_timeout);
+          return;
+        }
+        auto left = std::chrono::duration_cast<milliseconds>(*held_until + grace - sent);
+        watch = std::clamp(left / 4, milliseconds(100), watch);
+        at_once = at_once || sent >= *held_until;
+        timeout_ms = static_cast<int>(std::max<int64_t>(left.count(), 20));
+      }
+      const std::string target = at_once ? fmt::format("/v1/leases/{}", id)
+                                         : fmt::format("/v1/leases/{}?watch={}ms", id, watch.count());
+      DaemonCall c = client.request("GET", target, "", timeout_ms);
       if (g_child == 0) return;
       if (!c.ok() || !c.body.is_object()) {
-        sleep(1);  // the daemon restarts: it keeps the lease
+        // Down (it restarts: it keeps the lease) or it does not know the lease any more.
+        std::this_thread::sleep_for(milliseconds(held_until ? 20 : 1000));
         continue;
       }
+      first = false;
       std::string state = c.body.value("state", "");
-      if (state == "granted") continue;
-      if (state != "lost") return;  // ended otherwise (released by hand): as before
-      std::string why = c.body.value("end_reason", json(nullptr)).is_string()
-                            ? c.body["end_reason"].get<std::string>()
-                            : std::string("lost");
-      if (on_lost == "keep") {
-        std::cerr << fmt::format(
-            "vramd run: lease #{} lost: {}; the command runs on (--on-lease-lost keep): the "
-            "lease ended, so it is granted to no one else\n",
-            id, why);
-        return;
+      bool elsewhere = c.body.value("elsewhere", false);
+      if (state == "granted" && !elsewhere) {
+        last_word = Clock::now();
+        if (auto f = c.body.find("fence_in_ms"); f != c.body.end() && f->is_number_integer()) {
+          milliseconds fence(f->get<int64_t>());
+          held_until = sent + fence;
+          grace = std::clamp(std::max(grace, fence / 8), milliseconds(50), milliseconds(500));
+        } else {
+          held_until.reset();
+        }
+        continue;
       }
-      std::cerr << fmt::format("vramd run: lease #{} lost: {}; stopping the command "
-                               "(SIGTERM, SIGKILL after {})\n",
-                               id, why, format_duration(stop_timeout));
-      kill(-child, SIGTERM);
-      auto until = std::chrono::steady_clock::now() + stop_timeout;
-      while (std::chrono::steady_clock::now() < until && kill(-child, 0) == 0)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      if (kill(-child, 0) == 0) kill(-child, SIGKILL);
+      std::string why;
+      if (state == "queued")
+        why = "queued again by another host (its host was taken for lost)";
+      else if (state == "granted")
+        why = fmt::format("granted on host {} now (its host was taken for lost)",
+                          c.body.value("host", "?"));
+      else if (state == "lost")
+        why = c.body.value("end_reason", json(nullptr)).is_string()
+                  ? c.body["end_reason"].get<std::string>()
+                  : std::string("lost");
+      else
+        return;  // ended otherwise (released by hand): as before
+      on_lease_lost(id, child, why, on_lost, stop_timeout);
       return;
     }
   }).detach();

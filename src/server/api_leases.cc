@@ -135,6 +135,17 @@ json Api::lease_json(const Lease& l, const Now& now) const {
   if (std::string host = daemon_.host(); !host.empty()) j["host"] = host;
   if (!l.elsewhere.empty()) j["host"] = l.elsewhere;
   j["elsewhere"] = !l.elsewhere.empty();
+  // A shared lease granted here is this host's only while it is in touch with the store: how
+  // long it keeps it without another word from the store (Admission's fence). Its holder, hearing
+  // nothing more from this daemon for that long, must stop: vramd run does.
+  if (l.state == LeaseState::granted && l.request.cluster && l.elsewhere.empty()) {
+    const Arbiter& arbiter = daemon_.arbiter();
+    std::optional<MonoTime> contact = arbiter.store_contact();
+    Duration left = contact ? *contact + arbiter.config().daemon.host_timeout / 2 - now.mono
+                            : Duration::zero();
+    j["fence_in_ms"] = std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(left).count());
+  }
   return j;
 }
 

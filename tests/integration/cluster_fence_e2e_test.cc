@@ -259,6 +259,69 @@ TEST(ClusterFenceE2E, ALeaseReleasedThroughAnotherHostWhileItsHostIsLostEndsTher
   released_through_another_host(/*lost_meanwhile=*/true);
 }
 
+// A host's daemon killed while its `vramd run` job holds a shared lease (the torture's "held 18 GiB
+// at once on gpu2": the job outlived its lease, granted again elsewhere, and its host granted
+// its room again once back). No daemon is left to fence it: the holder does, at the fence its
+// host last gave it (`fence_in_ms`), before the other host takes the lease; back, the daemon
+// knows nothing of it and grants its room to the next one.
+TEST(ClusterFenceE2E, AJobWhoseDaemonDiesStopsBeforeAnotherHostTakesItsLease) {
+  PostgresServer* pg = PostgresServer::get();
+  VRAMD_REQUIRE_POSTGRES(pg);
+  std::string db = pg->create_database("fence_daemon_dies");
+  DaemonFixture a, b;
+  set_used(b, 23 * GiB);  // gpu2 full: the lease is gpu1's
+  const std::string common = "host_timeout = \"4s\"\nlease_heartbeat = \"5m\"\n";
+  a.daemon_toml = fmt::format("store = \"{}\"\nhost = \"gpu1\"\n{}", pg->url(db), common);
+  b.daemon_toml = fmt::format("store = \"{}\"\nhost = \"gpu2\"\n{}", pg->url(db), common);
+  a.start("");
+  b.start("");
+  const std::string pid_file = a.dir.file("job.pid");
+  Child run({vramd_bin(), "run", "--url", a.url, "--vram", "4GiB", "--label", "orphan",
+             "--stop-timeout", "5s", "--", "sh", "-c",
+             fmt::format("echo $$ > {}; exec sleep 300", pid_file)},
+            {}, a.dir.file("run.log"));
+  ASSERT_TRUE(eventually([&] { return !read_file(pid_file).empty(); }, 20s))
+      << read_file(a.dir.file("run.log")) << a.log();
+  const pid_t job = std::stoi(read_file(pid_file));
+  uint64_t id = 0;
+  for (const auto& l : get(a, "/v1/leases").value("leases", json::array()))
+    if (l.value("label", "") == "orphan") {
+      id = l["id"].get<uint64_t>();
+      EXPECT_GT(l.value("fence_in_ms", int64_t{0}), 0) << l.dump();
+      EXPECT_LE(l.value("fence_in_ms", int64_t{0}), 2000) << l.dump();  // half of host_timeout
+    }
+  ASSERT_NE(id, 0u);
+  const std::string lease = fmt::format("/v1/leases/{}", id);
+  set_used(b, 400 * MiB);  // gpu2 has room now: it takes the lease once gpu1 is lost
+
+  const auto killed_at = Clock::now();
+  a.daemon.reset();  // SIGKILL: the job's holder is left with no daemon
+  std::optional<Clock::time_point> job_gone_at, granted_b_at;
+  ASSERT_TRUE(eventually(
+      [&] {
+        if (!job_gone_at && ::kill(job, 0) != 0) job_gone_at = Clock::now();
+        json l = get(b, lease);
+        if (!granted_b_at && l.value("state", "") == "granted" && l.value("host", "") == "gpu2")
+          granted_b_at = Clock::now();
+        return job_gone_at && granted_b_at;
+      },
+      30s))
+      << read_file(a.dir.file("run.log")) << b.log();
+  EXPECT_LT(*job_gone_at, *granted_b_at);
+  auto ms = [&](Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(t - killed_at).count();
+  };
+  std::cerr << fmt::format("daemon killed at 0 ms; its job was gone by {} ms, gpu2 granted the "
+                           "lease at {} ms\n",
+                           ms(*job_gone_at), ms(*granted_b_at));
+  int status = run.wait_exit(10s);
+  ASSERT_NE(status, -1) << read_file(a.dir.file("run.log"));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM) << status;
+  std::string said = read_file(a.dir.file("run.log"));
+  EXPECT_NE(said.find(fmt::format("lease #{} lost: no word from its host for", id)), std::string::npos)
+      << said;
+}
+
 TEST(ClusterFenceE2E, ACutOffHostStopsItsJobBeforeAnotherHostGrantsTheLeaseAndRejoinsAfter) {
   partition_keeps_one_holder(/*slow_clock=*/false);
 }
