@@ -717,12 +717,31 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
                     "unload's verdict): back to the queue for every host",
                     id)));
   }
+  // A claim asked in touch and answered after the fence fell due: this host cannot vouch for
+  // what it claimed (check_fence below would give it up at once).
+  const bool vouched = in_touch(now.mono);
   for (const Lease& c : e.claimed) {
     if (!c.gpu) continue;  // a claim names its GPU; a row without one is no grant
     auto it = leases_.find(c.id);
     Lease* l = nullptr;
     if (it != leases_.end()) {  // queued here: granted here
       if (it->second.state != LeaseState::queued) continue;
+      if (!vouched && it->second.request.on_host_lost == OnHostLost::requeue) {
+        // Its holder, still waiting, is never told of a grant this host gives up in the same
+        // breath: it stays queued here, and the next round queues its row again (fenced). If
+        // another host took this host's queue meanwhile, that round says so (moved).
+        Lease& q = it->second;
+        fenced_.insert(q.id);
+        q.reason.text = fmt::format("needs {}; claimed on GPU {} after this host was cut off from "
+                                    "the store for {}: given back to the shared queue",
+                                    format_size(q.request.vram), c.gpu.value_or(0),
+                                    store_contact_ ? format_age(now.mono - *store_contact_)
+                                                   : std::string("ever"));
+        actions.emplace_back(lease_event(
+            now, "lease.claim_given_up", q.id, c.gpu, q.owner_name(),
+            fmt::format("lease #{} ({}): {}", q.id, q.owner_name(), q.reason.text)));
+        continue;
+      }
       cluster_queue_.erase(queue_key(it->second));
       l = &it->second;
       l->state = LeaseState::granted;
@@ -804,7 +823,11 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
     actions.emplace_back(lease_event(now, "lease.requeued", r.id, std::nullopt, r.owner_name(),
                                     fmt::format("lease #{} ({}) re-queued: {}", r.id,
                                                 r.owner_name(), why)));
-    if (leases_.count(r.id)) return;
+    if (auto it = leases_.find(r.id); it != leases_.end()) {
+      // Still queued here (a claim given up before its holder heard of it): waits as before.
+      if (it->second.state == LeaseState::queued) cluster_queue_.insert(queue_key(it->second));
+      return;
+    }
     Lease l = r;
     l.last_heartbeat = now.mono;
     cluster_queue_.insert(queue_key(l));

@@ -628,7 +628,9 @@ TEST(Fence, AFencedLeaseComesBackQueuedHereAndAClaimAnsweredLateIsGivenUpAtOnce)
   EXPECT_EQ(h.arbiter.cluster_queued(10), std::vector<uint64_t>{1});
   EXPECT_TRUE(h.arbiter.cluster_fenced().empty());
 
-  // A claim that was asked in touch and answered after the fence fell due is given up at once.
+  // A claim that was asked in touch and answered after the fence fell due is given back at once.
+  // Its holder still waits: the lease stays queued (never granted, never lost) and is fenced, for
+  // the next round to queue its row again.
   h.now = Now(MonoTime(56s));  // 16 s after the last heartbeat
   h.arbiter.begin_claim("gpu1", h.now);
   ClusterSynced late;
@@ -638,8 +640,55 @@ TEST(Fence, AFencedLeaseComesBackQueuedHereAndAClaimAnsweredLateIsGivenUpAtOnce)
   c.token = 9;
   late.claimed.push_back(c);
   actions = h.feed(late);
-  EXPECT_EQ(h.arbiter.lease(1)->state, LeaseState::lost);
-  EXPECT_TRUE(has_event(actions, "lease.lost"));
+  EXPECT_EQ(h.arbiter.lease(1)->state, LeaseState::queued);
+  EXPECT_FALSE(has_event(actions, "lease.granted"));
+  EXPECT_FALSE(has_event(actions, "lease.lost"));
+  EXPECT_TRUE(has_event(actions, "lease.claim_given_up"));
+  EXPECT_FALSE(has_lease_change(actions, 1, LeaseState::granted));
+  EXPECT_NE(h.arbiter.lease(1)->reason.text.find("cut off from the store for 16 s"),
+            std::string::npos)
+      << h.arbiter.lease(1)->reason.text;
+  EXPECT_TRUE(h.arbiter.cluster_granted().empty());
+  EXPECT_EQ(h.arbiter.cluster_fenced(), std::vector<uint64_t>{1});
+  EXPECT_EQ(h.arbiter.cluster_queued(10), std::vector<uint64_t>{1});  // told if it moved
+  // Back in touch, the round queues its row again; it waits here as before and a claim in touch
+  // grants it.
+  h.feed(StoreContact{MonoTime(57s)});
+  h.now = Now(MonoTime(57s));
+  ClusterSynced again;
+  again.requeued_here.push_back(back);
+  again.fence_done.push_back(1);
+  h.arbiter.begin_claim("gpu1", h.now);
+  h.feed(again);
+  EXPECT_EQ(h.arbiter.lease(1)->state, LeaseState::queued);
+  EXPECT_TRUE(h.arbiter.cluster_fenced().empty());
+  EXPECT_EQ(h.arbiter.cluster_queued(10), std::vector<uint64_t>{1});
+  h.arbiter.begin_claim("gpu1", h.now);
+  c.token = 10;
+  ClusterSynced in_time;
+  in_time.claimed.push_back(c);
+  actions = h.feed(in_time);
+  EXPECT_EQ(h.arbiter.lease(1)->state, LeaseState::granted);
+  EXPECT_EQ(h.arbiter.lease(1)->token, 10u);
+
+  // A lease with on_host_lost = end claimed late is granted and ended lost at once, as before:
+  // its row is not queued again by a fence.
+  h.now = Now(MonoTime(80s));  // 23 s after the last heartbeat
+  LeaseRequest r;
+  r.vram = 1 * GiB;
+  r.cluster = true;
+  r.pid = 990;
+  r.on_host_lost = OnHostLost::end;
+  h.feed(LeaseRequested{2, r});
+  h.arbiter.begin_claim("gpu1", h.now);
+  ClusterSynced late_end;
+  Lease e = *h.arbiter.lease(2);
+  e.state = LeaseState::granted;
+  e.gpu = 0;
+  e.token = 11;
+  late_end.claimed.push_back(e);
+  actions = h.feed(late_end);
+  EXPECT_EQ(h.arbiter.lease(2)->state, LeaseState::lost);
 }
 
 TEST(Fence, AFencedLeaseReleasedThroughAnotherHostMeanwhileEndsHereWithItsEvent) {
