@@ -38,8 +38,8 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
     : io_(io),
       arbiter_(std::move(config)),
       clock_(world.clock ? std::move(world.clock) : std::function<Now()>(read_clocks)),
-      api_(*this),
-      http_(io, [this](HttpRequest req, HttpStream& s) { return api_.handle(std::move(req), s); }),
+      store_(io),
+      api_(io, *this),
       runtime_(io, arbiter_.config(), std::move(world.runner), std::move(world.lifecycle),
                {[this](const Event& e) { feed(e); },
                 [this](const std::string& backend, bool ok, const std::string& why) {
@@ -62,7 +62,7 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
                   // lease_load). A sample in flight was taken before the call returned: the wake
                   // asks for one more once it is handled.
                   [this] { sampling_.wake(); }}),
-      sink_(io, store_thread_,
+      sink_(io, store_.thread(),
             {[this] { return clock_(); }, [this](EmitEvent e) { apply({std::move(e)}); }}),
       requests_(io, {[this](const Event& e) { feed(e); },
                      [this](const std::string& service, const std::string& model) {
@@ -81,7 +81,7 @@ Daemon::Daemon(asio::io_context& io, Config config, DaemonWorld world)
 Daemon::~Daemon() {
   stop();
   runtime_.join();
-  store_thread_.join();
+  store_.join();
 }
 
 Now Daemon::now() const { return clock_(); }
@@ -97,22 +97,22 @@ Status Daemon::start() {
   if (ec)
     return make_error(fmt::format("cannot create state_dir {}: {}", cfg.daemon.state_dir, ec.message()));
   if (auto s = open_store(); !s) return s;
-  if (auto peaks = stores_.peaks->all(); peaks) {
+  if (auto peaks = store_.stores().peaks->all(); peaks) {
     arbiter_.restore_load_peaks(*peaks);
   } else {
     spdlog::warn("{}: wakes and starts are sized without past loads", peaks.error());
   }
-  if (auto times = stores_.peaks->wake_times(); times) {
+  if (auto times = store_.stores().peaks->wake_times(); times) {
     arbiter_.restore_wake_times(*times);
   } else {
     spdlog::warn("{}: wake times start from each kind's first guess", times.error());
   }
-  if (auto demand = stores_.peaks->demand(); demand) {
+  if (auto demand = store_.stores().peaks->demand(); demand) {
     arbiter_.restore_demand(*demand);
   } else {
     spdlog::warn("{}: prewarm learns when services are asked from now on", demand.error());
   }
-  if (auto variants = stores_.durations->variants(""); variants) {
+  if (auto variants = store_.stores().durations->variants(""); variants) {
     // Each service's latest: what it ran with when vramd last saw it.
     std::map<std::string, ServiceVariant> latest;
     for (auto& v : *variants) {
@@ -129,8 +129,8 @@ Status Daemon::start() {
     spdlog::warn("{}: a change of version or arguments made while vramd was down is not told",
                  variants.error());
   }
-  recorder_ = std::make_unique<DurationRecorder>(
-      io_, store_thread_, stores_.durations, cfg.daemon.history_retention,
+  store_.start_history(
+      cfg.daemon.history_retention,
       [this] {
         std::map<std::string, DurationRecorder::Running> out;
         for (const auto& svc : arbiter_.config().services)
@@ -138,7 +138,6 @@ Status Daemon::start() {
             out[svc.name] = {st->version, st->args_fp, st->last_gpu};
         return out;
       });
-  recorder_->start();
   // Last of the reads on this thread: what the restore ends (a holder gone while vramd was down)
   // is written on the store thread from here on, and the stores are not to be used from two
   // threads at once (libpq's connection is not thread-safe: a read here while the store thread
@@ -146,17 +145,16 @@ Status Daemon::start() {
   // On a shared store a heartbeat first: the shared leases restored below are held only while
   // the store took one recently (self-fencing, Admission::check_fence), and their last one was
   // the previous process's.
-  if (stores_.hosts) {
+  if (store_.shared()) {
     MonoTime sent = clock_().mono;
-    if (auto beat = stores_.hosts->beat(""); beat) feed(StoreContact{sent});
+    if (auto beat = store_.stores().hosts->beat(""); beat) feed(StoreContact{sent});
   }
   if (auto s = restore_leases(); !s) return s;
   for (const auto& svc : cfg.services)
     if (auto s = calls_.add(svc); !s) return make_error(fmt::format("service {}: {}", svc.name, s.error()));
-  if (auto s = http_.secure(cfg.daemon.token, cfg.daemon.token_file); !s) return s;
-  if (auto s = http_.listen_tcp(cfg.daemon.listen); !s) return s;
-  if (auto s = http_.listen_unix(socket_path()); !s) return s;
-  if (auto s = requests_.start(cfg, cfg.daemon.history ? recorder_->log() : nullptr); !s) return s;
+  if (auto s = api_.listen(cfg.daemon, socket_path()); !s) return s;
+  if (auto s = requests_.start(cfg, cfg.daemon.history ? store_.history()->log() : nullptr); !s)
+    return s;
   start_host_beats();
   sampling_.start();
   asio::co_spawn(io_, ticks_.run(), asio::detached);
@@ -175,21 +173,21 @@ void Daemon::stop() {
   sampling_.stop();
   discovery_.stop();
   ticks_.stop();
-  if (cluster_) cluster_->stop();
+  store_.stop_cluster();
   calls_.stop();
-  waiters_.stop();
+  answers_.unloads.stop();
   sink_.stop();
   runtime_.stop_watches();  // joins their threads
-  if (lease_writer_) lease_writer_->stop();
-  command_waiters_.stop();
+  store_.stop_leases();
+  answers_.commands.stop();
   requests_.stop();
   // Managed children outlive vramd unless on_shutdown = "stop" (they are adopted again): the
   // core says which to signal.
   apply(arbiter_.handle(ShuttingDown{}, clock_()));
   runtime_.close();
-  http_.close();
+  api_.close();
   requests_.close();
-  if (recorder_) recorder_->stop();  // the last requests' samples, written before the store closes
+  store_.stop_history();
 }
 
 void Daemon::feed(const Event& event) {
@@ -239,20 +237,16 @@ void Daemon::apply(std::vector<Action> actions) {
           requests_.wake_progressed(wp);
         },
         [&](RememberWakeTime& rw) {
-          asio::post(store_thread_, [store = stores_.peaks, t = rw.time, at = clock_().wall] {
-            if (auto r = store->save_wake(t, at); !r) spdlog::warn("{}", r.error());
-          });
+          store_.save_wake(rw.time, clock_().wall);
         },
         [&](RememberDemand& rd) {
-          asio::post(store_thread_, [store = stores_.peaks, d = rd.demand] {
-            if (auto r = store->save_demand(d); !r) spdlog::warn("{}", r.error());
-          });
+          store_.save_demand(rd.demand);
         },
         [&](SetFastSampling& f) {
           sampling_.set_fast(f.on);
         },
         [&](UnloadFinished& u) {
-          waiters_.answer(u.request_id, u);
+          answers_.unloads.answer(u.request_id, u);
         },
         [&](Lifecycle& l) {
           runtime_.run_lifecycle(l, SampleLoop::kStallAfter);
@@ -261,9 +255,9 @@ void Daemon::apply(std::vector<Action> actions) {
           // A grant lets its holder allocate; an end, its memory go.
           if (lc.lease.state == LeaseState::granted || !is_active(lc.lease.state))
             sampling_.list_processes();
-          lease_writer_->save(lc.lease, std::exchange(told, {}));
+          store_.leases().save(lc.lease, std::exchange(told, {}));
           // A lost lease's holder hears it now, not when a store that cannot be reached takes it.
-          if (lc.lease.state == LeaseState::lost) lease_writer_->wake(lc.lease.id);
+          if (lc.lease.state == LeaseState::lost) store_.leases().wake(lc.lease.id);
           // A lease for the shared queue, or room given back: claim soon rather than at the round.
           if (lc.lease.request.cluster || !is_active(lc.lease.state)) claim_soon();
         },
@@ -294,18 +288,16 @@ void Daemon::apply(std::vector<Action> actions) {
           record_crash(rc);
         },
         [&](RememberVariant& rv) {
-          recorder_->remember(rv.variant);
+          store_.history()->remember(rv.variant);
         },
         [&](RecordDurations& rd) {
-          if (arbiter_.config().daemon.history) recorder_->record(std::move(rd.records));
+          if (arbiter_.config().daemon.history) store_.history()->record(std::move(rd.records));
         },
         [&](RememberLoadPeak& rp) {
-          asio::post(store_thread_, [store = stores_.peaks, peak = rp.peak, at = clock_().wall] {
-            if (auto r = store->save(peak, at); !r) spdlog::warn("{}", r.error());
-          });
+          store_.save_peak(rp.peak, clock_().wall);
         },
         [&](CommandFinished& cf) {
-          command_waiters_.answer(cf.request_id, cf);
+          answers_.commands.answer(cf.request_id, cf);
         },
     }, a);
   }
@@ -340,14 +332,14 @@ void Daemon::on_sample(SampleTaken sample) {
 }
 
 uint64_t Daemon::request_unload(const std::string& service, bool force) {
-  uint64_t id = waiters_.next_id();
-  waiters_.add(id, kUnloadWaitLimit);  // a limit from the request: /v1/free waits for several
+  uint64_t id = answers_.unloads.next_id();
+  answers_.unloads.add(id, kUnloadWaitLimit);  // a limit from the request: /v1/free waits for several
   feed(UnloadRequested{service, UnloadReason::manual, id, force});
   return id;
 }
 
 asio::awaitable<UnloadFinished> Daemon::wait_unload(uint64_t request_id) {
-  std::optional<UnloadFinished> got = co_await waiters_.wait(request_id);
+  std::optional<UnloadFinished> got = co_await answers_.unloads.wait(request_id);
   if (got) co_return *got;
   UnloadFinished out;
   out.refused = true;

@@ -32,12 +32,14 @@
 #include "daemon/service_calls.h"
 #include "daemon/sampler.h"
 #include "daemon/service_runtime.h"
+#include "daemon/store_side.h"
 #include "daemon/tick_loop.h"
 #include "gpu/gpu_reader.h"
 #include "host/host_scanner.h"
 #include "proxy/hooks.h"
 #include "proxy/proxy.h"
 #include "server/api.h"
+#include "server/api_server.h"
 #include "server/event_stream.h"
 #include "server/http_server.h"
 #include "services/adapter.h"
@@ -75,7 +77,7 @@ class Daemon : public DaemonControl {
   Status start();
   void stop();
 
-  int tcp_port() const { return http_.tcp_port(); }
+  int tcp_port() const { return api_.tcp_port(); }
   // The request path's ports (0 when not open).
   int front_door_port() const { return requests_.front_door_port(); }
   int service_proxy_port(const std::string& s) const { return requests_.service_port(s); }
@@ -97,7 +99,7 @@ class Daemon : public DaemonControl {
   void lease_heartbeat(uint64_t id) override;
   void release_lease(uint64_t id, std::optional<int> exit_status) override;
   boost::asio::awaitable<void> wait_lease(uint64_t id, Duration max, bool until_ended = false) override;
-  bool lease_written(uint64_t id) const override { return lease_writer_->written(id); }
+  bool lease_written(uint64_t id) const override { return store_.leases().written(id); }
   std::vector<BackendFault> faults() const override { return sink_.faults(); }
   boost::asio::awaitable<Result<std::optional<JobRecord>>> job(uint64_t id) override;
   boost::asio::awaitable<Result<std::vector<DurationRecord>>> durations(DurationQuery q) override;
@@ -139,43 +141,43 @@ class Daemon : public DaemonControl {
     return runtime_.read_container_log(std::move(container), lines, after);
   }
 
-  boost::asio::io_context& io_;
-  Arbiter arbiter_;
-  std::function<Now()> clock_;
-  Stores stores_;  // events, leases, crashes, peaks, durations; hosts with PostgreSQL (open_store)
-  std::unique_ptr<DurationRecorder> recorder_;  // the durations history (docs/history.md)
-  // Several hosts (issue 17): this daemon's host name, and the hosts table (PostgreSQL only).
-  std::string host_;
   Status open_store();
   nlohmann::json status_snapshot() const;  // /v1/status's JSON, with host and faults
   nlohmann::json host_snapshot() const;    // that, with services and leases (the hosts table)
   // One queue across hosts (core/cluster.h): heartbeats and claim rounds (PostgreSQL only).
-  std::unique_ptr<ClusterLink> cluster_;
   void start_host_beats();
   void claim_soon();  // a claim round soon, after a change here
 
  public:
-  std::string host() const override { return host_; }
+  std::string host() const override { return store_.host(); }
   boost::asio::awaitable<Result<nlohmann::json>> hosts() override;
-  bool shared_queue() const override { return stores_.hosts != nullptr; }
+  bool shared_queue() const override { return store_.shared(); }
   boost::asio::awaitable<Result<std::optional<nlohmann::json>>> lease_elsewhere(uint64_t id) override;
   boost::asio::awaitable<Result<bool>> release_elsewhere(uint64_t id, std::string why) override;
   boost::asio::awaitable<Result<OtherLeases>> leases_elsewhere(std::string only) override;
   boost::asio::awaitable<Result<bool>> heartbeat_elsewhere(uint64_t id) override;
 
  private:
-  Waiters<CommandFinished> command_waiters_{io_};
+  // The parts, each in its own files with its own tests; the Daemon wires them to the core.
+  boost::asio::io_context& io_;
+  Arbiter arbiter_;
+  std::function<Now()> clock_;
+  // The stores, this host's name, the store thread and what writes on it: each lease change,
+  // the durations history, the link to the other hosts (daemon/store_side.h).
+  StoreSide store_;
   MetricsCounters metrics_;
-  std::unique_ptr<LeaseWriter> lease_writer_;  // each lease change to the store (open_store)
-  Api api_;
-  HttpServer http_;
+  ApiServer api_;  // the API on TCP and the state directory's socket
   // Children, containers and units, their logs and crash diagnoses; its worker thread also
   // checks lease holders.
   ServiceRuntime runtime_;
-  boost::asio::thread_pool store_thread_{1};
   TickLoop ticks_;  // the core's next deadline; log rotation when idle
   ServiceCalls calls_;  // each service's adapter, its probe loop and the calls the core asks
-  Waiters<UnloadFinished> waiters_{io_};
+  // The API's requests awaiting the core's answer: unloads' verdicts, lifecycle commands.
+  struct Answers {
+    explicit Answers(boost::asio::io_context& io) : unloads(io), commands(io) {}
+    Waiters<UnloadFinished> unloads;
+    Waiters<CommandFinished> commands;
+  } answers_{io_};
   // Events to the stream and the store; the shell's own faults (backend.failed/recovered).
   EventSink sink_;
   RequestPath requests_;  // the proxy, requests in flight, held requests' wakes (daemon_proxy.cc)

@@ -44,28 +44,25 @@ void Daemon::record_crash(const RecordCrash& crash) {
     args_fp = st->args_fp;
   }
   runtime_.diagnose(crash, std::move(rules), version, args_fp, [this](const CrashRecord& rec) {
-    asio::post(store_thread_, [this, store = stores_.crashes, rec] {
-      if (auto r = store->add(rec); !r) spdlog::warn("{}", r.error());
-      asio::post(io_, [this, rec] {
-        if (stopping_) return;
-        metrics_.crash(rec.service, rec.signature);
-        std::string msg = fmt::format("{} crashed: {}", rec.service, rec.title);
-        if (!rec.suggestion.empty()) msg += fmt::format(". Suggested: {}", rec.suggestion);
-        apply({make_event(now(), "service.diagnosis", std::nullopt, rec.service, msg)});
-      });
+    store_.add_crash(rec, [this](const CrashRecord& stored) {
+      if (stopping_) return;
+      metrics_.crash(stored.service, stored.signature);
+      std::string msg = fmt::format("{} crashed: {}", stored.service, stored.title);
+      if (!stored.suggestion.empty()) msg += fmt::format(". Suggested: {}", stored.suggestion);
+      apply({make_event(now(), "service.diagnosis", std::nullopt, stored.service, msg)});
     });
   });
 }
 
 uint64_t Daemon::service_command(const std::string& service, Command action, bool force) {
-  uint64_t id = command_waiters_.next_id();
-  command_waiters_.add(id);
+  uint64_t id = answers_.commands.next_id();
+  answers_.commands.add(id);
   feed(ServiceCommand{service, action, id, force});
   return id;
 }
 
 asio::awaitable<CommandFinished> Daemon::wait_command(uint64_t request_id, Duration max) {
-  std::optional<CommandFinished> got = co_await command_waiters_.wait(request_id, max);
+  std::optional<CommandFinished> got = co_await answers_.commands.wait(request_id, max);
   if (got) co_return *got;
   CommandFinished out{request_id, false, ""};
   out.message = max.count() > 0 ? fmt::format("not finished within {}", format_duration(max)) : "";
@@ -73,9 +70,7 @@ asio::awaitable<CommandFinished> Daemon::wait_command(uint64_t request_id, Durat
 }
 
 asio::awaitable<Result<std::vector<CrashRecord>>> Daemon::crashes(std::string service, size_t limit) {
-  auto op = run_on(store_thread_, [store = stores_.crashes, service = std::move(service), limit] {
-    return store->list(service, limit);
-  });
+  auto op = store_.crashes(std::move(service), limit);
   co_return co_await std::move(op);
 }
 

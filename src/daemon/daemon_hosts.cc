@@ -29,7 +29,7 @@ constexpr size_t kSyncedQueued = 256;
 nlohmann::json Daemon::status_snapshot() const {
   Now now = clock_();
   nlohmann::json out = to_json(arbiter_.status(), now);
-  out["host"] = host_;
+  out["host"] = store_.host();
   out["suspend"] = to_json(arbiter_.suspend_offer());
   nlohmann::json faults = nlohmann::json::array();
   for (const auto& f : this->faults())
@@ -48,7 +48,7 @@ nlohmann::json Daemon::host_snapshot() const {
   nlohmann::json leases = nlohmann::json::array();
   for (const auto& l : arbiter_.leases()) {
     nlohmann::json j = to_json(l, arbiter_, now);
-    j["host"] = host_;
+    j["host"] = store_.host();
     leases.push_back(std::move(j));
   }
   out["leases"] = std::move(leases);
@@ -56,40 +56,39 @@ nlohmann::json Daemon::host_snapshot() const {
 }
 
 void Daemon::start_host_beats() {
-  if (!stores_.hosts) return;
-  cluster_ = std::make_unique<ClusterLink>(
-      io_, store_thread_, stores_.hosts, arbiter_.config().daemon.host_timeout,
+  store_.start_cluster(
+      arbiter_.config().daemon.host_timeout,
       ClusterLink::Hooks{
           clock_,
           [this](const Now& now) {
-            ClusterLink::Round round{arbiter_.begin_claim(host_, now),
+            ClusterLink::Round round{arbiter_.begin_claim(store_.host(), now),
                                      arbiter_.cluster_queued(kSyncedQueued), {},
-                                     lease_writer_->unwritten(), arbiter_.cluster_fenced()};
+                                     store_.leases().unwritten(), arbiter_.cluster_fenced()};
             for (uint64_t id : arbiter_.cluster_granted())
-              if (lease_writer_->written(id)) round.granted.push_back(id);  // the store may not know yet
+              if (store_.leases().written(id)) round.granted.push_back(id);  // the store may not know yet
             return round;
           },
           [this] {
             return host_snapshot().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
           },
           [this](const Event& e) { feed(e); },
-          [this](uint64_t id) { lease_writer_->wake(id); },
+          [this](uint64_t id) { store_.leases().wake(id); },
           [this](const std::string& backend, const Status& s) {
             if (s)
               sink_.works(backend);
             else
               sink_.failed(backend, s.error());
           }});
-  cluster_->start();
 }
 
 void Daemon::claim_soon() {
-  if (cluster_) cluster_->claim_soon();
+  if (ClusterLink* cluster = store_.cluster()) cluster->claim_soon();
 }
 
 asio::awaitable<Result<std::optional<nlohmann::json>>> Daemon::lease_elsewhere(uint64_t id) {
-  if (!cluster_) co_return std::optional<nlohmann::json>();
-  auto op = cluster_->find(id);
+  ClusterLink* cluster = store_.cluster();
+  if (!cluster) co_return std::optional<nlohmann::json>();
+  auto op = cluster->find(id);
   Result<std::optional<ElsewhereLease>> r = co_await std::move(op);
   Now now = clock_();
   if (!r) co_return make_error(r.error());
@@ -103,35 +102,38 @@ asio::awaitable<Result<std::optional<nlohmann::json>>> Daemon::lease_elsewhere(u
     j["ended"] = true;
   }
   j["host"] = e.host;
-  j["elsewhere"] = e.host != host_;
+  j["elsewhere"] = e.host != store_.host();
   co_return std::optional<nlohmann::json>(std::move(j));
 }
 
 asio::awaitable<Result<bool>> Daemon::release_elsewhere(uint64_t id, std::string why) {
-  if (!cluster_) co_return false;
-  auto op = cluster_->ask_release(id, std::move(why));
+  ClusterLink* cluster = store_.cluster();
+  if (!cluster) co_return false;
+  auto op = cluster->ask_release(id, std::move(why));
   co_return co_await std::move(op);
 }
 
 asio::awaitable<Result<bool>> Daemon::heartbeat_elsewhere(uint64_t id) {
-  if (!cluster_) co_return false;
-  auto op = cluster_->beat_lease(id);
+  ClusterLink* cluster = store_.cluster();
+  if (!cluster) co_return false;
+  auto op = cluster->beat_lease(id);
   co_return co_await std::move(op);
 }
 
 asio::awaitable<Result<nlohmann::json>> Daemon::hosts() {
   const Duration timeout = arbiter_.config().daemon.host_timeout;
   nlohmann::json out = nlohmann::json::array();
-  if (!cluster_) {
+  ClusterLink* cluster = store_.cluster();
+  if (!cluster) {
     // SQLite: one host, this one, as it is now.
-    out.push_back({{"host", host_},
+    out.push_back({{"host", store_.host()},
                    {"state", "up"},
                    {"heartbeat", format_rfc3339(clock_().wall)},
                    {"age_ms", 0},
                    {"status", host_snapshot()}});
     co_return nlohmann::json{{"hosts", std::move(out)}, {"host_timeout_ms", timeout.count()}};
   }
-  auto op = cluster_->hosts();
+  auto op = cluster->hosts();
   Result<std::vector<HostRow>> rows = co_await std::move(op);
   if (!rows) co_return make_error(rows.error());
   for (const auto& row : *rows) {
@@ -152,8 +154,9 @@ asio::awaitable<Result<nlohmann::json>> Daemon::hosts() {
 }
 
 asio::awaitable<Result<DaemonControl::OtherLeases>> Daemon::leases_elsewhere(std::string only) {
-  if (!cluster_) co_return OtherLeases{{host_}, {}};  // SQLite: this host alone
-  auto op = cluster_->leases_elsewhere(only);
+  ClusterLink* cluster = store_.cluster();
+  if (!cluster) co_return OtherLeases{{store_.host()}, {}};  // SQLite: this host alone
+  auto op = cluster->leases_elsewhere(only);
   Result<ClusterLink::Elsewhere> elsewhere = co_await std::move(op);
   if (!elsewhere) co_return make_error(elsewhere.error());
   const Now now = clock_();
@@ -166,7 +169,7 @@ asio::awaitable<Result<DaemonControl::OtherLeases>> Daemon::leases_elsewhere(std
   std::map<std::string, std::map<uint64_t, nlohmann::json>> seen;  // host -> id -> lease JSON
   for (const auto& row : rows) {
     out.hosts.push_back(row.host);
-    if (row.host == host_ || row.status.empty()) continue;
+    if (row.host == store_.host() || row.status.empty()) continue;
     if (!only.empty() && row.host != only) continue;
     nlohmann::json status = nlohmann::json::parse(row.status, nullptr, false);
     if (!status.is_object() || !status.contains("leases") || !status["leases"].is_array()) continue;

@@ -19,17 +19,8 @@ namespace vramd {
 namespace asio = boost::asio;
 
 Status Daemon::open_store() {
-  const auto& cfg = arbiter_.config();
-  host_ = cfg.daemon.host;
-  if (host_.empty()) {
-    char name[256] = {};
-    host_ = ::gethostname(name, sizeof name - 1) == 0 && name[0] ? name : "localhost";
-  }
-  auto stores = open_configured_stores(cfg.daemon, host_);
-  if (!stores) return make_error(stores.error());
-  stores_ = std::move(*stores);
-  lease_writer_ = std::make_unique<LeaseWriter>(
-      io_, store_thread_, stores_.leases,
+  Status opened = store_.open(
+      arbiter_.config().daemon,
       LeaseWriter::Hooks{
           clock_, [this](uint64_t id) { return arbiter_.lease(id); },
           [this](const Status& written) {
@@ -40,10 +31,11 @@ Status Daemon::open_store() {
           },
           // On the store thread: the event writes' view of the store's health follows.
           [this](bool ok) { sink_.store_thread_saw(ok); }});
-  sink_.open(stores_.events, host_);
-  if (stores_.hosts) {
+  if (!opened) return opened;
+  sink_.open(store_.stores().events, store_.host());
+  if (store_.shared()) {
     // Leases move between hosts: each host gives ids no other host gives.
-    auto slot = stores_.hosts->slot();
+    auto slot = store_.stores().hosts->slot();
     if (!slot) return make_error(slot.error());
     arbiter_.set_lease_id_space(kLeaseIdStride, *slot);
   }
@@ -53,11 +45,7 @@ Status Daemon::open_store() {
 asio::awaitable<Result<std::vector<StoredEvent>>> Daemon::events(int64_t after_id,
                                                                  std::optional<TimePoint> since,
                                                                  size_t limit) {
-  // Named, not a temporary in the co_await expression: GCC 12 may destroy such temporaries twice,
-  // which here released the store's shared_ptr once too often.
-  auto op = run_on(store_thread_, [store = stores_.events, after_id, since, limit] {
-    return store->list(after_id, since, limit);
-  });
+  auto op = store_.events(after_id, since, limit);
   co_return co_await std::move(op);
 }
 
@@ -66,9 +54,9 @@ asio::awaitable<void> Daemon::stream_events(HttpStream& stream, int64_t after_id
 }
 
 Status Daemon::restore_leases() {
-  auto max = stores_.leases->max_id();
+  auto max = store_.stores().leases->max_id();
   if (!max) return make_error(max.error());
-  auto kept = stores_.leases->active(clock_());
+  auto kept = store_.stores().leases->active(clock_());
   if (!kept) return make_error(kept.error());
   std::vector<uint64_t> alive;
   for (const auto& l : *kept)
@@ -89,15 +77,16 @@ Result<uint64_t> Daemon::request_lease(LeaseRequest request) {
   // Several hosts (core/cluster.h): on a shared store a client's lease goes to the one queue,
   // for any host or the one it names; a lease for a service is this host's.
   if (request.host == "any") request.host.clear();
-  if (!stores_.hosts && !request.host.empty() && request.host != host_)
+  const std::string& host = store_.host();
+  if (!store_.shared() && !request.host.empty() && request.host != host)
     return make_error(fmt::format(
         "host: this daemon's store is SQLite, which knows only this host ('{}'); a lease for host "
         "'{}' needs a store the hosts share ([daemon] store = \"postgresql://...\")",
-        host_, request.host));
-  if (!request.service.empty() && !request.host.empty() && request.host != host_)
+        host, request.host));
+  if (!request.service.empty() && !request.host.empty() && request.host != host)
     return make_error(fmt::format("host: service {} is this host's ('{}'), not '{}'",
-                                  request.service, host_, request.host));
-  request.cluster = stores_.hosts && request.service.empty();
+                                  request.service, host, request.host));
+  request.cluster = store_.shared() && request.service.empty();
   if (!request.cluster) request.host.clear();
   uint64_t id = arbiter_.next_lease_id();  // one counter for client and start leases
   feed(LeaseRequested{id, std::move(request)});
@@ -111,30 +100,26 @@ void Daemon::release_lease(uint64_t id, std::optional<int> exit_status) {
 }
 
 asio::awaitable<void> Daemon::wait_lease(uint64_t id, Duration max, bool until_ended) {
-  co_await lease_writer_->wait(id, max, until_ended);
+  co_await store_.leases().wait(id, max, until_ended);
 }
 
 asio::awaitable<Result<std::optional<JobRecord>>> Daemon::job(uint64_t id) {
-  auto op = run_on(store_thread_, [store = stores_.leases, id] { return store->job(id); });
+  auto op = store_.job(id);
   co_return co_await std::move(op);
 }
 
 asio::awaitable<Result<std::vector<DurationRecord>>> Daemon::durations(DurationQuery q) {
-  auto op = run_on(store_thread_, [store = stores_.durations, q = std::move(q)] { return store->list(q); });
+  auto op = store_.durations(std::move(q));
   co_return co_await std::move(op);
 }
 
 asio::awaitable<Result<std::vector<ServiceVariant>>> Daemon::variants(std::string service) {
-  auto op = run_on(store_thread_, [store = stores_.durations, service = std::move(service)] {
-    return store->variants(service);
-  });
+  auto op = store_.variants(std::move(service));
   co_return co_await std::move(op);
 }
 
 asio::awaitable<Result<std::vector<JobRecord>>> Daemon::jobs(std::string label, size_t limit) {
-  auto op = run_on(store_thread_, [store = stores_.leases, label = std::move(label), limit] {
-    return store->jobs(label, limit);
-  });
+  auto op = store_.jobs(std::move(label), limit);
   co_return co_await std::move(op);
 }
 
