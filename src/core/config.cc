@@ -779,7 +779,7 @@ const std::vector<Key<ServiceConfig>> kServiceKeys = {
         R"(Whether vramd starts the service again when it exits (a failure: non-zero status, a signal, or ended by vramd for failing health checks or the start timeout).)"},
     {"max_restarts", (whole<&Svc::max_restarts, 0>), shown<&Svc::max_restarts>,
         R"(integer ≥ 0)", R"()",
-        R"(More restarts than this within `restart_window` make the service `failed` until started by hand.)"},
+        R"(More restarts than this within `restart_window` make the service `failed`: it is stopped (a container or unit that keeps failing its health checks too) and stays down until started by hand.)"},
     {"restart_window", positive<&Svc::restart_window>, shown<&Svc::restart_window>,
         R"(duration)", R"()",
         R"(See `max_restarts`. Restarts wait 1 s, 2 s, 4 s ... up to 5 min between them.)"},

@@ -132,15 +132,18 @@ void Supervision::on_lifecycle_done(const LifecycleDone& e, const Now& now,
     return;
   }
   if (e.action == Command::stop) {
+    // A failed service stopped by vramd (over max_restarts) stays failed, as a stopped one.
+    const ManagedPhase after =
+        m.state == ManagedPhase::failed ? ManagedPhase::failed : ManagedPhase::stopped;
     if (!e.changed) {
       if (c.stop_counted && c.expected_exits > 0) --c.expected_exits;  // no die will come
-      m.state = ManagedPhase::stopped;
+      m.state = after;
       c.known = true;
       finish_waiters(m, Command::stop, true, fmt::format("{} was not running", e.service),
                      actions);
       return;
     }
-    m.state = ManagedPhase::stopped;
+    m.state = after;
     c.known = true;
     m.verify_until = now.mono + kStopVerifyTimeout;  // verify_stops() answers the waiters
     return;
@@ -287,9 +290,17 @@ void Supervision::container_health(const HealthChecked& e, ContainerState& c, co
     m.state = ManagedPhase::failed;
     m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
                            format_duration(cfg->restart_window), why);
-    actions.emplace_back(
-        make_event(now, "service.failed", std::nullopt, e.service,
-                   fmt::format("{} failed: {}; start it by hand once fixed", e.service, m.reason)));
+    actions.emplace_back(make_event(
+        now, "service.failed", std::nullopt, e.service,
+        fmt::format("{} failed: {}; stopping it; start it by hand once fixed", e.service, m.reason)));
+    // Not left running while shown failed: it answers no check and holds its memory (a process
+    // is stopped by its SIGTERM the same way). Its exit is the stop's, and it stays failed.
+    c.stop_counted = true;
+    ++c.expected_exits;
+    m.stop_sent_at = now.mono;
+    m.stop_requested_at = now.mono;
+    m.bytes_at_stop = world.services.at(e.service).bytes;
+    actions.emplace_back(Lifecycle{e.service, Command::stop, c.via, c.target, cfg->stop_timeout});
     return;
   }
   actions.emplace_back(make_event(now, "service.restart", std::nullopt, e.service,

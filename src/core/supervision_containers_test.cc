@@ -198,6 +198,44 @@ TEST(ContainerSupervision, FailedHealthChecksRestartIt) {
   EXPECT_EQ(w.m()->state, ManagedPhase::starting);
 }
 
+// Over max_restarts by failed health checks, a container is stopped, not left running while it is
+// shown failed: it answers no check and still holds its memory (a process is stopped by its
+// SIGTERM the same way). Its stop's own exit is no crash, and the stop leaves it failed.
+TEST(ContainerSupervision, FailedHealthChecksOverTheLimitStopItAndItStaysFailed) {
+  World w(comfy());
+  w.state(true);
+  auto fail_checks = [&] {
+    for (int i = 0; i < 3; ++i) {
+      w.tick(5s);
+      w.feed(HealthChecked{"comfy", false, "timed out"});
+    }
+  };
+  for (int round = 0; round < 2; ++round) {  // max_restarts = 2: two restarts
+    fail_checks();
+    ASSERT_EQ(w.asked.back().action, Command::restart);
+    w.die(0);
+    w.feed(LifecycleDone{"comfy", Command::restart, true, "done"});
+    w.tick(1s);
+    w.feed(HealthChecked{"comfy", true, "ok"});
+    ASSERT_EQ(w.m()->state, ManagedPhase::running);
+  }
+  size_t asked = w.asked.size();
+  fail_checks();
+  EXPECT_EQ(w.m()->state, ManagedPhase::failed);
+  EXPECT_TRUE(w.has("service.failed"));
+  ASSERT_EQ(w.asked.size(), asked + 1);
+  EXPECT_EQ(w.asked.back().action, Command::stop);
+  EXPECT_EQ(w.asked.back().stop_timeout, 7s);
+  EXPECT_EQ(w.crashes.size(), 3u);
+  w.die(0);  // the stop's own exit
+  EXPECT_EQ(w.crashes.size(), 3u);
+  w.feed(LifecycleDone{"comfy", Command::stop, true, "stopped"});
+  EXPECT_EQ(w.m()->state, ManagedPhase::failed);
+  EXPECT_NE(w.m()->reason.find("3 times in"), std::string::npos) << w.m()->reason;
+  w.tick(60s);
+  EXPECT_EQ(w.asked.size(), asked + 1) << "failed: nothing is asked again";
+}
+
 TEST(ContainerSupervision, ACrashLoopEndsInFailed) {
   World w(comfy());
   w.state(true);
