@@ -236,6 +236,90 @@ TEST(ContainerSupervision, FailedHealthChecksOverTheLimitStopItAndItStaysFailed)
   EXPECT_EQ(w.asked.size(), asked + 1) << "failed: nothing is asked again";
 }
 
+// Characterisation (docs/plans/supervision-one-machine.md, step 0): what a container does today
+// where a process differs, pinned before the two state machines become one.
+
+// A container start that times out answers its waiters false and is then counted as a running
+// service that fails its checks (a process is killed as a crash instead).
+TEST(ContainerSupervision, AStartThatTimesOutIsAnsweredFalseThenCheckedAsARunningOne) {
+  ServiceConfig svc = comfy();
+  svc.start_timeout = 30s;
+  World w(svc);
+  w.state(false);
+  w.feed(ServiceCommand{"comfy", Command::start, 5});
+  ASSERT_EQ(w.asked.size(), 1u);
+  EXPECT_EQ(w.asked[0].action, Command::start);
+  w.feed(LifecycleDone{"comfy", Command::start, true, "done"});
+  EXPECT_EQ(w.m()->state, ManagedPhase::starting);
+  w.tick(31s);
+  EXPECT_TRUE(w.has("service.start_timeout"));
+  ASSERT_EQ(w.finished.size(), 1u);
+  EXPECT_EQ(w.finished[0].request_id, 5u);
+  EXPECT_FALSE(w.finished[0].ok);
+  EXPECT_EQ(w.m()->state, ManagedPhase::running);
+  EXPECT_NE(w.m()->reason.find("start_timeout 30s"), std::string::npos) << w.m()->reason;
+  for (int i = 0; i < 3; ++i) {
+    w.tick(5s);
+    w.feed(HealthChecked{"comfy", false, "refused"});
+  }
+  ASSERT_EQ(w.asked.size(), 2u);
+  EXPECT_EQ(w.asked[1].action, Command::restart);
+  EXPECT_EQ(w.crashes.size(), 1u);
+}
+
+// A restart asked by hand: one Lifecycle restart; its own die is no crash; counted once.
+TEST(ContainerSupervision, ARestartByHandIsOneAskAndItsOwnDieIsNoCrash) {
+  World w(comfy());
+  w.state(true);
+  w.feed(ServiceCommand{"comfy", Command::restart, 9});
+  ASSERT_EQ(w.asked.size(), 1u);
+  EXPECT_EQ(w.asked[0].action, Command::restart);
+  EXPECT_EQ(w.asked[0].stop_timeout, 7s);
+  EXPECT_EQ(w.m()->state, ManagedPhase::stopping);
+  w.die(0);
+  EXPECT_TRUE(w.crashes.empty());
+  EXPECT_FALSE(w.has("service.crashed"));
+  w.feed(LifecycleDone{"comfy", Command::restart, true, "done"});
+  EXPECT_EQ(w.m()->state, ManagedPhase::starting);
+  EXPECT_EQ(w.m()->restart_count, 1);
+  w.tick(1s);
+  w.feed(HealthChecked{"comfy", true, "ok"});
+  EXPECT_EQ(w.m()->state, ManagedPhase::running);
+  ASSERT_EQ(w.finished.size(), 1u);
+  EXPECT_TRUE(w.finished[0].ok);
+}
+
+// A crash after more than a minute healthy backs off from 1 s again, not from where the last
+// crash loop left it.
+TEST(ContainerSupervision, ACrashAfterAMinuteHealthyBacksOffFromOneSecondAgain) {
+  ServiceConfig svc = comfy();
+  svc.max_restarts = 5;
+  World w(svc);
+  w.state(true);
+  w.die(1);
+  ASSERT_EQ(w.m()->state, ManagedPhase::backoff);
+  EXPECT_TRUE(w.has("service.backoff"));
+  w.tick(1s);  // 1 s
+  ASSERT_EQ(w.asked.back().action, Command::start);
+  w.feed(LifecycleDone{"comfy", Command::start, true, "done"});
+  w.feed(HealthChecked{"comfy", true, "ok"});
+  ASSERT_EQ(w.m()->state, ManagedPhase::running);
+  w.die(1);  // at once again: 2 s now
+  ASSERT_EQ(w.m()->state, ManagedPhase::backoff);
+  w.tick(1s);
+  EXPECT_EQ(w.m()->state, ManagedPhase::backoff) << "the second backoff is 2 s";
+  w.tick(1s);
+  ASSERT_EQ(w.asked.back().action, Command::start);
+  w.feed(LifecycleDone{"comfy", Command::start, true, "done"});
+  w.feed(HealthChecked{"comfy", true, "ok"});
+  w.tick(61s);  // healthy for more than a minute
+  w.die(1);
+  ASSERT_EQ(w.m()->state, ManagedPhase::backoff);
+  size_t asked = w.asked.size();
+  w.tick(1s);
+  EXPECT_EQ(w.asked.size(), asked + 1) << "back to 1 s";
+}
+
 TEST(ContainerSupervision, ACrashLoopEndsInFailed) {
   World w(comfy());
   w.state(true);

@@ -58,6 +58,8 @@ class World {
     }
   }
   const ManagedState& m(const std::string& name) { return *arbiter_->service(name)->managed; }
+  std::optional<MonoTime> deadline() const { return arbiter_->next_deadline(); }
+  MonoTime now() const { return now_; }
   bool has_event(const std::string& type) const {
     for (const auto& e : events)
       if (e.type == type) return true;
@@ -266,6 +268,61 @@ TEST(ArbiterSupervisor, ServicesWithoutStartCannotBeStarted) {
   ASSERT_EQ(w.finished.size(), 1u);
   EXPECT_FALSE(w.finished[0].ok);
   EXPECT_NE(w.finished[0].message.find("no start command, container or unit"), std::string::npos);
+}
+
+// Characterisation (docs/plans/supervision-one-machine.md, step 0): each phase's deadline is the
+// Arbiter's next one, to the millisecond, pinned before the phases get one deadline each.
+TEST(ArbiterSupervisor, EachPhaseHasItsDeadline) {
+  World w({managed("comfy")});
+  w.feed(ServiceCommand{"comfy", Command::start, 1});
+  w.feed(ChildStarted{"comfy", true, 500, 99, "", false});
+  const MonoTime started = w.now();
+  // Starting: the first check a second after the start, then (one in flight) the start timeout.
+  EXPECT_EQ(w.deadline(), started + 1s);
+  w.tick(1s);
+  ASSERT_EQ(w.checks.size(), 1u);
+  EXPECT_EQ(w.deadline(), started + 10s + Duration(1));
+  w.feed(HealthChecked{"comfy", true, "200"});
+  // Running: the next check, health_interval on.
+  EXPECT_EQ(w.deadline(), w.now() + 2s);
+  // Stopping: SIGKILL at stop_timeout after the SIGTERM (no checks while it stops).
+  w.feed(ServiceCommand{"comfy", Command::stop, 2});
+  const MonoTime stopped = w.now();
+  EXPECT_EQ(w.deadline(), stopped + 5s);
+  // A crash: backoff, the restart 1 s on.
+  w.feed(ChildExited{"comfy", 500, 1, std::nullopt});
+  EXPECT_EQ(w.m("comfy").state, ManagedPhase::stopped) << "an exit it was asked for";
+  w.feed(ServiceCommand{"comfy", Command::start, 3});
+  w.feed(ChildStarted{"comfy", true, 501, 99, "", false});
+  w.tick(1s);
+  w.feed(HealthChecked{"comfy", true, "200"});
+  w.feed(ChildExited{"comfy", 501, 1, std::nullopt});
+  ASSERT_EQ(w.m("comfy").state, ManagedPhase::backoff);
+  EXPECT_EQ(w.deadline(), w.now() + 1s);
+}
+
+// A crash after more than a minute healthy backs off from 1 s again.
+TEST(ArbiterSupervisor, ACrashAfterAMinuteHealthyBacksOffFromOneSecondAgain) {
+  World w({managed("comfy")});
+  start_healthy(w, "comfy", 500);
+  w.feed(ChildExited{"comfy", 500, 1, std::nullopt});
+  ASSERT_EQ(w.m("comfy").state, ManagedPhase::backoff);
+  w.tick(1s);
+  ASSERT_EQ(w.spawns.size(), 2u);
+  w.feed(ChildStarted{"comfy", true, 501, 99, "", false});
+  w.tick(1s);
+  w.feed(HealthChecked{"comfy", true, "200"});
+  w.feed(ChildExited{"comfy", 501, 1, std::nullopt});  // at once: 2 s now
+  EXPECT_EQ(w.deadline(), w.now() + 2s);
+  w.tick(2s);
+  ASSERT_EQ(w.spawns.size(), 3u);
+  w.feed(ChildStarted{"comfy", true, 502, 99, "", false});
+  w.tick(1s);
+  w.feed(HealthChecked{"comfy", true, "200"});
+  w.tick(61s);
+  w.feed(ChildExited{"comfy", 502, 1, std::nullopt});
+  ASSERT_EQ(w.m("comfy").state, ManagedPhase::backoff);
+  EXPECT_EQ(w.deadline(), w.now() + 1s) << "back to 1 s";
 }
 
 }  // namespace supervision_test
