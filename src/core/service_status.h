@@ -64,11 +64,10 @@ struct ManagedState {
   ManagedPhase state = ManagedPhase::stopped;
   std::optional<uint64_t> start_lease;  // the lease its start waits on, or holds until it is up
   std::optional<int> pid;
-  uint64_t start_ticks = 0;
   bool adopted = false;
   std::optional<MonoTime> started_at;
   std::optional<MonoTime> healthy_since;
-  std::optional<MonoTime> stop_sent_at;
+  std::optional<MonoTime> stop_sent_at;  // a process's SIGTERM (its SIGKILL after stop_timeout)
   bool kill_sent = false;
   std::optional<MonoTime> next_health;
   bool health_in_flight = false;
@@ -81,7 +80,6 @@ struct ManagedState {
   std::string crash_on_exit;  // set when vramd ends it for a failure (start timeout, health)
   std::string reason;         // why it failed, or the last thing that happened
   std::optional<int> last_exit_code, last_signal;
-  std::optional<MonoTime> last_exit_at;
   int restart_count = 0;  // since vramd started
   // Stop verification: the GPU holdings must go.
   std::optional<MonoTime> verify_until;

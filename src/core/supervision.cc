@@ -14,6 +14,24 @@ namespace vramd {
 
 using namespace supervision_detail;
 
+void supervision_detail::enter(ManagedState& m, ManagedPhase next, const Now& now) {
+  if (m.state == ManagedPhase::running && next != ManagedPhase::running)
+    forget_backoff_after_a_healthy_run(m, now);
+  m.state = next;
+  if (next != ManagedPhase::backoff) m.restart_at.reset();
+  if (next == ManagedPhase::starting) {
+    m.healthy_since.reset();
+    m.health_failures = 0;
+    m.health_in_flight = false;
+    m.next_health.reset();
+  }
+}
+
+void supervision_detail::forget_backoff_after_a_healthy_run(ManagedState& m, const Now& now) {
+  if (m.healthy_since && now.mono - *m.healthy_since > kHealthyResetsBackoff)
+    m.backoff = Duration(0);
+}
+
 bool supervision_detail::count_health_check(ManagedState& m, const HealthChecked& e,
                                             const ServiceConfig& cfg, const Now& now,
                                             std::vector<Action>& actions) {
@@ -46,12 +64,12 @@ supervision_detail::AfterExit supervision_detail::apply_restart_policy(
   bool again = cfg.restart == RestartPolicy::always ||
                (cfg.restart == RestartPolicy::on_failure && failure);
   if (!again) {
-    m.state = failure ? ManagedPhase::failed : ManagedPhase::stopped;
+    enter(m, failure ? ManagedPhase::failed : ManagedPhase::stopped, now);
     m.reason = how;
     return AfterExit::ended;
   }
   if (restart_over_limit(m, cfg, now)) {
-    m.state = ManagedPhase::failed;
+    enter(m, ManagedPhase::failed, now);
     m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
                            format_duration(cfg.restart_window), how);
     actions.emplace_back(
@@ -61,9 +79,9 @@ supervision_detail::AfterExit supervision_detail::apply_restart_policy(
                                service, m.reason, service)));
     return AfterExit::failed;
   }
+  enter(m, ManagedPhase::backoff, now);  // first: leaving running may end the crash loop
   m.backoff = m.backoff == Duration(0) ? kFirstBackoff : std::min(m.backoff * 2, kMaxBackoff);
   m.restart_at = now.mono + m.backoff;
-  m.state = ManagedPhase::backoff;
   m.reason = how;
   actions.emplace_back(
       make_event(now, "service.backoff", std::nullopt, service,
@@ -126,8 +144,6 @@ std::optional<MonoTime> Supervision::next_deadline() const {
     if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) && m.pid &&
         !m.health_in_flight)
       earliest(m.next_health);
-    if (m.state == ManagedPhase::running && m.healthy_since && m.backoff != Duration(0))
-      earliest(*m.healthy_since + kHealthyResetsBackoff + Duration(1));
   }
   container_deadlines(out);
   return out;
@@ -174,7 +190,6 @@ void Supervision::command(const std::string& service, Command action, uint64_t r
   }
   ManagedState& m = it->second;
   if (action == Command::stop) {
-    m.restart_at.reset();
     m.restart_after_stop = false;
     m.crash_on_exit.clear();
     if (m.pid && m.state != ManagedPhase::stopping) {
@@ -191,7 +206,7 @@ void Supervision::command(const std::string& service, Command action, uint64_t r
             now, "service.start_cancelled", std::nullopt, service,
             fmt::format("{} will not start: stop asked while it waited for GPU room", service)));
       }
-      m.state = ManagedPhase::stopped;
+      enter(m, ManagedPhase::stopped, now);
       actions.emplace_back(
           CommandFinished{request_id, true, fmt::format("{} is not running", service)});
     }
@@ -233,8 +248,7 @@ void Supervision::spawn(const std::string& service, ManagedState& m, bool force,
     // Start admission: the start waits for room like a lease (evicting idle services, stopping
     // its exclusive group's other members), and launches once the lease is granted. Its size is
     // learned (core/wake.h): its measured peak, else vram_estimate, else its last load.
-    m.state = ManagedPhase::queued;
-    m.restart_at.reset();
+    enter(m, ManagedPhase::queued, now);
     if (m.start_lease) return;
     LeaseRequest r;
     r.vram = need->bytes;
@@ -306,9 +320,7 @@ void Supervision::launch(const std::string& service, ManagedState& m, const Worl
       }
     }
   }
-  m.state = ManagedPhase::starting;
-  m.restart_at.reset();
-  m.health_failures = 0;
+  enter(m, ManagedPhase::starting, now);
   m.crash_on_exit.clear();
   actions.emplace_back(SpawnService{service});
 }
@@ -349,7 +361,7 @@ void Supervision::on_shutdown(const Now& now, std::vector<Action>& actions) cons
 
 void Supervision::stop_child(const std::string& service, ManagedState& m, const World& world,
                              const Now& now, std::vector<Action>& actions) {
-  m.state = ManagedPhase::stopping;
+  enter(m, ManagedPhase::stopping, now);
   m.stop_sent_at = now.mono;
   m.kill_sent = false;
   m.stop_requested_at = now.mono;
@@ -363,7 +375,7 @@ void Supervision::on_child_started(const ChildStarted& e, const Now& now,
   if (it == managed_.end()) return;
   ManagedState& m = it->second;
   if (!e.ok) {
-    m.state = ManagedPhase::failed;
+    enter(m, ManagedPhase::failed, now);
     m.reason = e.error;
     actions.emplace_back(make_event(now, "service.start_failed", std::nullopt, e.service,
                                     fmt::format("cannot start {}: {}", e.service, e.error)));
@@ -372,14 +384,13 @@ void Supervision::on_child_started(const ChildStarted& e, const Now& now,
     return;
   }
   if (e.adopted) end_start_lease(e.service, m, "adopted", intents);
+  enter(m, e.adopted ? ManagedPhase::running : ManagedPhase::starting, now);
   m.pid = e.pid;
-  m.start_ticks = e.start_ticks;
   m.adopted = e.adopted;
   m.started_at = now.mono;
   m.healthy_since.reset();
   m.health_in_flight = false;
   m.next_health = now.mono + (e.adopted ? Duration(0) : kStartingHealthInterval);
-  m.state = e.adopted ? ManagedPhase::running : ManagedPhase::starting;
   if (e.adopted) m.healthy_since = now.mono;
   actions.emplace_back(
       make_event(now, e.adopted ? "service.adopted" : "service.started", std::nullopt, e.service,
@@ -398,7 +409,6 @@ void Supervision::on_child_exited(const ChildExited& e, const World& world, cons
   end_start_lease(e.service, m, "exited before it was up", intents);
   m.last_exit_code = e.exit_code;
   m.last_signal = e.signal;
-  m.last_exit_at = now.mono;
   m.health_in_flight = false;
   std::string how = exit_text(e.exit_code, e.signal);
 
@@ -412,7 +422,7 @@ void Supervision::on_child_exited(const ChildExited& e, const World& world, cons
                                       fmt::format("{} {}; starting it again", e.service, how)));
       spawn(e.service, m, false, world, now, actions, intents);
     } else {
-      m.state = ManagedPhase::stopped;
+      enter(m, ManagedPhase::stopped, now);
     }
     return;
   }
@@ -463,7 +473,7 @@ void Supervision::on_health_checked(const HealthChecked& e, const World& world, 
   if (m.state == ManagedPhase::starting) {
     m.next_health = now.mono + kStartingHealthInterval;
     if (!e.ok) return;
-    m.state = ManagedPhase::running;
+    enter(m, ManagedPhase::running, now);
     m.healthy_since = now.mono;
     m.health_failures = 0;
     m.reason.clear();
@@ -519,9 +529,6 @@ void Supervision::on_tick(const World& world, const Now& now, std::vector<Action
       m.health_in_flight = true;
       actions.emplace_back(CheckHealth{name});
     }
-    if (m.state == ManagedPhase::running && m.healthy_since &&
-        now.mono - *m.healthy_since > kHealthyResetsBackoff)
-      m.backoff = Duration(0);
   }
   container_tick(world, now, actions);
 }

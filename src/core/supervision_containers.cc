@@ -85,13 +85,11 @@ void Supervision::container_command(const std::string& service, ContainerState& 
     actions.emplace_back(Lifecycle{service, a, c.via, c.target, cfg->stop_timeout});
   };
   if (action == Command::stop) {
-    m.restart_at.reset();
     if (request_id) m.waiting.emplace_back(request_id, Command::stop);
     if (m.state == ManagedPhase::stopping) return;  // one stop at a time: wait with it
     c.stop_counted = up || !c.known;
     if (c.stop_counted) ++c.expected_exits;
-    m.state = ManagedPhase::stopping;
-    m.stop_sent_at = now.mono;
+    enter(m, ManagedPhase::stopping, now);
     m.stop_requested_at = now.mono;
     m.bytes_at_stop = world.services.at(service).bytes;
     ask(Command::stop);
@@ -105,13 +103,9 @@ void Supervision::container_command(const std::string& service, ContainerState& 
   // A start by hand clears a crash loop's verdict.
   m.restarts.clear();
   m.backoff = Duration(0);
-  m.restart_at.reset();
   if (request_id) m.waiting.emplace_back(request_id, Command::start);
-  if (action == Command::restart) {
-    if (up) ++c.expected_exits;
-    m.stop_sent_at = now.mono;
-  }
-  m.state = action == Command::restart && up ? ManagedPhase::stopping : ManagedPhase::starting;
+  if (action == Command::restart && up) ++c.expected_exits;
+  enter(m, action == Command::restart && up ? ManagedPhase::stopping : ManagedPhase::starting, now);
   m.started_at = now.mono;  // the start timeout counts from the ask; set again when it is done
   m.health_in_flight = false;
   ask(action);
@@ -126,7 +120,7 @@ void Supervision::on_lifecycle_done(const LifecycleDone& e, const Now& now,
   Command waits_for = e.action == Command::stop ? Command::stop : Command::start;
   if (!e.ok) {
     if (e.action != Command::start && c.expected_exits > 0) --c.expected_exits;
-    m.state = ManagedPhase::failed;
+    enter(m, ManagedPhase::failed, now);
     m.reason = e.message;
     finish_waiters(m, waits_for, false, e.message, actions);
     return;
@@ -137,13 +131,13 @@ void Supervision::on_lifecycle_done(const LifecycleDone& e, const Now& now,
         m.state == ManagedPhase::failed ? ManagedPhase::failed : ManagedPhase::stopped;
     if (!e.changed) {
       if (c.stop_counted && c.expected_exits > 0) --c.expected_exits;  // no die will come
-      m.state = after;
+      enter(m, after, now);
       c.known = true;
       finish_waiters(m, Command::stop, true, fmt::format("{} was not running", e.service),
                      actions);
       return;
     }
-    m.state = after;
+    enter(m, after, now);
     c.known = true;
     m.verify_until = now.mono + kStopVerifyTimeout;  // verify_stops() answers the waiters
     return;
@@ -155,12 +149,9 @@ void Supervision::on_lifecycle_done(const LifecycleDone& e, const Now& now,
                  (e.action == Command::restart && m.state == ManagedPhase::stopping);
   if (!current) return;
   if (e.action == Command::restart) ++m.restart_count;
-  m.state = ManagedPhase::starting;
+  enter(m, ManagedPhase::starting, now);
   m.started_at = now.mono;
-  m.healthy_since.reset();
-  m.health_failures = 0;
-  m.health_in_flight = false;
-  m.next_health = now.mono;
+  m.next_health = now.mono;  // confirmed: checked from now
 }
 
 void Supervision::on_container_changed(const ContainerChanged& e, const World& world,
@@ -184,26 +175,22 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
   if (!e.died) {
     if (e.running) {
       if (first) {
-        m.state = ManagedPhase::running;  // it ran before vramd looked: up, checked from now
+        enter(m, ManagedPhase::running, now);  // it ran before vramd looked: up, checked from now
         m.started_at = now.mono;
         m.healthy_since = now.mono;
         m.next_health = now.mono;
       } else if (m.state == ManagedPhase::stopped || m.state == ManagedPhase::failed ||
                  m.state == ManagedPhase::backoff) {
         // Started by someone else: Docker's restart policy, `docker start`, compose.
-        m.restart_at.reset();
-        m.state = ManagedPhase::starting;
+        enter(m, ManagedPhase::starting, now);
         m.started_at = now.mono;
-        m.healthy_since.reset();
-        m.health_failures = 0;
-        m.health_in_flight = false;
-        m.next_health = now.mono;
+        m.next_health = now.mono;  // it runs: checked from now
         actions.emplace_back(make_event(now, "service.started", std::nullopt, e.service,
                                         fmt::format("{} ({}) runs again", e.service, label)));
       }
     } else if (m.state != ManagedPhase::stopping && m.state != ManagedPhase::backoff &&
                m.state != ManagedPhase::failed) {
-      m.state = ManagedPhase::stopped;
+      enter(m, ManagedPhase::stopped, now);
       if (first) c.expected_exits = 0;
     }
     return;
@@ -211,7 +198,7 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
 
   m.last_exit_code = e.exit_code;
   m.last_signal = e.signal;
-  m.last_exit_at = now.mono;
+  forget_backoff_after_a_healthy_run(m, now);  // before its run's healthy_since goes
   if (c.expected_exits > 0) {  // a stop or restart vramd asked for
     --c.expected_exits;
     return;
@@ -241,7 +228,7 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
            : docker_restarts(e, m.docker_restart_policy, failure)) {
     // Docker (systemd) brings it back itself: vramd does not fight its policy (a second start
     // would race its own); its start is seen as a state read.
-    m.state = ManagedPhase::stopped;
+    enter(m, ManagedPhase::stopped, now);
     const char* by = unit ? "systemd" : "Docker";
     std::string_view policy = to_string(*m.docker_restart_policy);  // restarts: it is known
     m.reason = fmt::format("{}; {} restarts it ({} {})", how, by,
@@ -264,7 +251,7 @@ void Supervision::container_health(const HealthChecked& e, ContainerState& c, co
   if (m.state == ManagedPhase::starting) {
     m.next_health = now.mono + kStartingHealthInterval;
     if (!e.ok) return;
-    m.state = ManagedPhase::running;
+    enter(m, ManagedPhase::running, now);
     m.healthy_since = now.mono;
     m.health_failures = 0;
     m.reason.clear();
@@ -287,7 +274,7 @@ void Supervision::container_health(const HealthChecked& e, ContainerState& c, co
                                    world.ledger.holders(kHeld), unit ? "" : c.target,
                                    unit ? c.target : "", false});
   if (restart_over_limit(m, *cfg, now)) {
-    m.state = ManagedPhase::failed;
+    enter(m, ManagedPhase::failed, now);
     m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
                            format_duration(cfg->restart_window), why);
     actions.emplace_back(make_event(
@@ -297,7 +284,6 @@ void Supervision::container_health(const HealthChecked& e, ContainerState& c, co
     // is stopped by its SIGTERM the same way). Its exit is the stop's, and it stays failed.
     c.stop_counted = true;
     ++c.expected_exits;
-    m.stop_sent_at = now.mono;
     m.stop_requested_at = now.mono;
     m.bytes_at_stop = world.services.at(e.service).bytes;
     actions.emplace_back(Lifecycle{e.service, Command::stop, c.via, c.target, cfg->stop_timeout});
@@ -306,8 +292,7 @@ void Supervision::container_health(const HealthChecked& e, ContainerState& c, co
   actions.emplace_back(make_event(now, "service.restart", std::nullopt, e.service,
                                   fmt::format("restarting {}: {}", e.service, why)));
   ++c.expected_exits;
-  m.state = ManagedPhase::stopping;
-  m.stop_sent_at = now.mono;
+  enter(m, ManagedPhase::stopping, now);
   m.reason = why;
   actions.emplace_back(Lifecycle{e.service, Command::restart, c.via, c.target, cfg->stop_timeout});
 }
@@ -319,9 +304,8 @@ void Supervision::container_tick(const World& world, const Now& now,
     ManagedState& m = c.m;
     const ServiceConfig* cfg = config_.find_service(name);
     if (m.state == ManagedPhase::backoff && m.restart_at && now.mono >= *m.restart_at) {
-      m.restart_at.reset();
       ++m.restart_count;
-      m.state = ManagedPhase::starting;
+      enter(m, ManagedPhase::starting, now);  // checked once the engine says it started
       m.started_at = now.mono;
       actions.emplace_back(
           make_event(now, "service.restarting", std::nullopt, name,
@@ -337,8 +321,10 @@ void Supervision::container_tick(const World& world, const Now& now,
       actions.emplace_back(make_event(now, "service.start_timeout", std::nullopt, name,
                                       fmt::format("{} {}", name, why)));
       finish_waiters(m, Command::start, false, fmt::format("{} {}", name, why), actions);
-      // Counted from here as a running service that fails its checks: health_failures restart it.
-      m.state = ManagedPhase::running;
+      // Counted from here as a running service that fails its checks: health_failures restart it
+      // (checked from now if the engine never confirmed the start).
+      enter(m, ManagedPhase::running, now);
+      if (!m.next_health) m.next_health = now.mono;
       m.reason = why;
     }
     if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) &&
@@ -346,9 +332,6 @@ void Supervision::container_tick(const World& world, const Now& now,
       m.health_in_flight = true;
       actions.emplace_back(CheckHealth{name});
     }
-    if (m.state == ManagedPhase::running && m.healthy_since &&
-        now.mono - *m.healthy_since > kHealthyResetsBackoff)
-      m.backoff = Duration(0);
   }
 }
 
@@ -365,8 +348,6 @@ void Supervision::container_deadlines(std::optional<MonoTime>& out) const {
     if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) &&
         !m.health_in_flight)
       earliest(m.next_health);
-    if (m.state == ManagedPhase::running && m.healthy_since && m.backoff != Duration(0))
-      earliest(*m.healthy_since + kHealthyResetsBackoff + Duration(1));
   }
 }
 

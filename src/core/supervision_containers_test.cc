@@ -320,6 +320,28 @@ TEST(ContainerSupervision, ACrashAfterAMinuteHealthyBacksOffFromOneSecondAgain) 
   EXPECT_EQ(w.asked.size(), asked + 1) << "back to 1 s";
 }
 
+// A start asked of the engine is checked only once the engine says it started: a check due from
+// the run before (its schedule) is not sent to a container that is not there yet.
+TEST(ContainerSupervision, NoHealthCheckUntilTheEngineSaysTheStartIsDone) {
+  ServiceConfig svc = comfy();
+  svc.health_interval = 30s;
+  World w(svc);
+  w.state(true);
+  w.tick(1s);
+  ASSERT_EQ(w.checks.size(), 1u);  // seen running: checked at once
+  w.feed(HealthChecked{"comfy", true, "ok"});
+  w.tick(20s);  // the next check is due at 31 s
+  w.die(1);     // backoff 1 s
+  w.tick(1s);
+  ASSERT_EQ(w.asked.back().action, Command::start);
+  ASSERT_EQ(w.m()->state, ManagedPhase::starting);
+  w.tick(15s);  // past the old run's next check, the engine still starting it
+  EXPECT_EQ(w.checks.size(), 1u);
+  w.feed(LifecycleDone{"comfy", Command::start, true, "done"});
+  w.tick(250ms);
+  EXPECT_EQ(w.checks.size(), 2u);
+}
+
 TEST(ContainerSupervision, ACrashLoopEndsInFailed) {
   World w(comfy());
   w.state(true);

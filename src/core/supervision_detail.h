@@ -22,6 +22,21 @@ inline constexpr Duration kStopVerifyTimeout = std::chrono::seconds(10);
 inline constexpr Duration kHealthyResetsBackoff = std::chrono::minutes(1);
 inline constexpr Bytes kHeld = 64 * MiB;  // less than this left on the GPU counts as gone
 
+// The only writer of a supervised service's phase, processes, containers and units alike (after
+// systemd's service_set_state()). What entering a phase always means is done here; what differs
+// by backend stays with the caller, after this call:
+// - a run that leaves `running` after more than kHealthyResetsBackoff healthy ends a crash loop:
+//   its next crash backs off from kFirstBackoff again;
+// - a restart is due only in backoff: `restart_at` goes with every other phase;
+// - `starting` is a new run: its checks start afresh (no healthy_since, no failures, none in
+//   flight) and none is due until the start is confirmed (the pid, or the engine's word): the
+//   caller sets `next_health` then.
+void enter(ManagedState& m, ManagedPhase next, const Now& now);
+
+// A run healthy for more than kHealthyResetsBackoff ends a crash loop: its crash backs off from
+// kFirstBackoff again. At an exit (before its run's healthy_since goes) and when leaving running.
+void forget_backoff_after_a_healthy_run(ManagedState& m, const Now& now);
+
 // A health check's answer while running (a process or a container alike): the next check is
 // scheduled and failures in a row counted, with an event at the first failure and at recovery.
 // True when `health_failures` in a row are reached: the caller restarts it its own way.
