@@ -2,6 +2,8 @@
 // the expected spells from the weekly histogram and from the last hour.
 #include "core/demand.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 namespace vramd {
