@@ -49,6 +49,7 @@ struct RunOptions {
   std::string label;    // default: the program's name
   std::string timeout;  // --timeout: give up waiting after this long
   bool detach = false;
+  bool preemptible = false;  // --preemptible: may be suspended (cuda-checkpoint) for other work
   bool no_cuda_env = false;
   std::string host;          // --host NAME|any (a shared PostgreSQL store); "": the daemon's default
   std::string on_host_lost;  // --on-host-lost requeue|end

@@ -97,6 +97,9 @@ int main(int argc, char** argv) {
                   "lease then ends rather than being re-queued)");
   run->add_option("--stop-timeout", run_opts.stop_timeout,
                   "after SIGTERM, how long a stopped command has before SIGKILL (default 10s)");
+  run->add_flag("--preemptible", run_opts.preemptible,
+                "the command may be suspended (its GPU memory moved to host RAM with NVIDIA's "
+                "cuda-checkpoint) for work of higher priority, and resumed on the same GPU");
   run->add_flag("--detach", run_opts.detach, "wait and run in the background; print the lease id");
   run->add_flag("--no-cuda-env", run_opts.no_cuda_env,
                 "do not set CUDA_VISIBLE_DEVICES to the granted GPU");

@@ -90,6 +90,7 @@ void watch_lease(const DaemonClient& client, uint64_t id, pid_t child, const std
     Clock::time_point last_word = Clock::now();
     milliseconds grace(50);  // past held_until: its host's own word (`lost`, and why) comes first
     bool first = true;
+    bool suspended = false;  // told the user it was suspended (issue 28)
     for (;;) {
       // A shared lease's host is asked often enough to hear it before its fence falls due; the
       // long poll's answer counts from when it was asked (it may have waited that long).
@@ -124,6 +125,26 @@ void watch_lease(const DaemonClient& client, uint64_t id, pid_t child, const std
       first = false;
       std::string state = c.body.value("state", "");
       bool elsewhere = c.body.value("elsewhere", false);
+      // Preemptible: one line when its job is suspended, one when it is resumed.
+      if (state == "suspended" && !suspended) {
+        suspended = true;
+        std::cerr << fmt::format(
+            "vramd run: lease #{} suspended for {}: its GPU memory is in host RAM and the command "
+            "waits (it keeps running)\n",
+            id, c.body.value("suspended_for", json(nullptr)).is_string()
+                    ? c.body["suspended_for"].get<std::string>()
+                    : std::string("other work"));
+      } else if (state == "granted" && suspended) {
+        suspended = false;
+        std::cerr << fmt::format("vramd run: lease #{} resumed on GPU {}\n", id,
+                                 c.body.value("gpu", json(nullptr)).is_number_unsigned()
+                                     ? std::to_string(c.body["gpu"].get<unsigned>())
+                                     : std::string("?"));
+      }
+      if (state == "suspended") {
+        last_word = Clock::now();
+        continue;
+      }
       if (state == "granted" && !elsewhere) {
         last_word = Clock::now();
         if (auto f = c.body.find("fence_in_ms"); f != c.body.end() && f->is_number_integer()) {
@@ -166,6 +187,7 @@ int cmd_run(const CommonOptions& opts, const RunOptions& run) {
     return kExitUsage;
   }
   json body = {{"vram", *vram}, {"holder", "vramd run"}, {"priority", run.priority}};
+  if (run.preemptible) body["preemptible"] = true;
   if (run.gpu != "any") {
     auto gpu = parse_gpu_selector(run.gpu);
     if (!gpu || !*gpu) {

@@ -175,12 +175,24 @@ struct RememberVariant {
 struct RecordDurations {
   std::vector<DurationRecord> records;
 };
+// Suspend a preemptible lease's GPU processes (cuda-checkpoint: lock, checkpoint; each put back
+// to running if any fails); answer with LeaseSuspendDone.
+struct SuspendLease {
+  uint64_t id = 0;
+  std::vector<int> pids;
+  Duration lock_timeout{0};
+};
+// Resume them on their GPU (restore, unlock); answer with LeaseResumeDone.
+struct ResumeLease {
+  uint64_t id = 0;
+  std::vector<int> pids;
+};
 using Action =
     std::variant<EmitEvent, CallUnload, SetFastSampling, UnloadFinished, Lifecycle, LeaseChanged,
                  SpawnService, SignalService, CheckHealth, RecordCrash, CommandFinished,
                  RememberLoadPeak, WatchService, ScheduleProbe, CallWake, WakeFinished,
                  WakeProgressed, RememberWakeTime, RememberDemand, RememberVariant,
-                 RecordDurations>;
+                 RecordDurations, SuspendLease, ResumeLease>;
 
 // An event to emit now ("comfyui now holds 16.3 GiB on GPU 0"), stamped with the wall time.
 inline EmitEvent make_event(const Now& now, std::string type, std::optional<unsigned> gpu,

@@ -43,7 +43,13 @@ Bytes Admission::budget(const GpuStatus& g) const {
   Bytes promised = 0;
   for (uint64_t id : granted_) {  // few; the queue may hold thousands
     const Lease& l = leases_.at(id);
-    if (l.gpu == g.sample.index && l.request.vram > l.held) promised += l.request.vram - l.held;
+    if (l.gpu != g.sample.index) continue;
+    if (l.suspension) {  // suspended: its room is others' until it is resumed
+      if (l.suspension->step == LeaseSuspension::Step::resuming && l.suspension->bytes > l.held)
+        promised += l.suspension->bytes - l.held;
+      continue;
+    }
+    if (l.request.vram > l.held) promised += l.request.vram - l.held;
   }
   Bytes taken = g.sample.used + config_.gpu.reserve + promised;
   return g.sample.total > taken ? g.sample.total - taken : 0;
@@ -54,6 +60,12 @@ std::optional<Bytes> Admission::ram_available(std::optional<Bytes> mem_available
   Bytes promised = 0;
   for (uint64_t id : granted_)
     if (const Lease& l = leases_.at(id); l.request.ram) promised += *l.request.ram;
+  // A suspend under way: its bytes are on their way into host RAM.
+  for (uint64_t id : suspended_)
+    if (const Lease& l = leases_.at(id);
+        l.suspension && (l.suspension->step == LeaseSuspension::Step::suspending ||
+                         l.suspension->step == LeaseSuspension::Step::verifying))
+      promised += l.suspension->bytes;
   return *mem_available > promised ? *mem_available - promised : 0;
 }
 
@@ -125,6 +137,7 @@ std::optional<MonoTime> Admission::next_deadline() const {
     out = *last_deadline_check_ + kDeadlineWalk;
   // The fence is not: it is the margin that keeps a lease from being held twice.
   if (auto fence = fence_due(); fence && (!out || *fence < *out)) out = *fence;
+  if (auto s = suspend_deadline(); s && (!out || *s < *out)) out = *s;
   return out;
 }
 
@@ -187,7 +200,7 @@ void Admission::on_released(const LeaseReleased& e, const Now& now, std::vector<
   auto it = leases_.find(e.id);
   if (it == leases_.end()) return;
   it->second.exit_status = e.exit_status;
-  bool granted = it->second.state == LeaseState::granted;
+  bool granted = holds_grant(it->second.state);
   end_as(e.id, granted ? LeaseState::released : LeaseState::cancelled,
          granted ? "released by its holder" : "cancelled while queued", now, actions);
 }
@@ -208,7 +221,7 @@ void Admission::end(uint64_t id, const std::string& why, const Now& now,
                     std::vector<Action>& actions) {
   auto it = leases_.find(id);
   if (it == leases_.end()) return;
-  bool granted = it->second.state == LeaseState::granted;
+  bool granted = holds_grant(it->second.state);
   end_as(id, granted ? LeaseState::released : LeaseState::cancelled, why, now, actions);
 }
 
@@ -231,9 +244,22 @@ void Admission::restore(std::vector<Lease> kept, const std::vector<uint64_t>& al
       ++queued_for_[l.request.gpu];
     } else {
       granted_.insert(id);
+      // Suspended before the restart: it waits for its room as before (a resume of a process
+      // that runs already does nothing). One caught mid-suspend is put back to running.
+      if (l.suspension) {
+        suspended_.insert(id);
+        if (l.state == LeaseState::suspended) {
+          l.suspension->step = LeaseSuspension::Step::suspended;
+          if (!l.suspension->at) l.suspension->at = now.mono;
+        } else {
+          l.suspension->step = LeaseSuspension::Step::resuming;
+          l.suspension->resume_asked_at = now.mono;
+          actions.emplace_back(ResumeLease{id, l.suspension->pids});
+        }
+      }
     }
     bool start = l.request.start, wake = l.request.wake;
-    bool was_granted = l.state == LeaseState::granted;
+    bool was_granted = holds_grant(l.state);
     leases_.emplace(id, std::move(l));
     if (wake)  // the request it held room for did not survive the restart of vramd
       end_as(id, was_granted ? LeaseState::released : LeaseState::cancelled, "vramd restarted",
@@ -259,6 +285,7 @@ void Admission::end_as(uint64_t id, LeaseState state, const std::string& why, co
     queued_for_.erase(l.request.gpu);
   cluster_queue_.erase(queue_key(l));
   granted_.erase(l.id);
+  suspended_.erase(l.id);
   l.state = state;
   l.ended_at = now.mono;
   l.end_reason = why;
@@ -280,6 +307,7 @@ void Admission::end_as(uint64_t id, LeaseState state, const std::string& why, co
 
 void Admission::check_deadlines(const Now& now, std::vector<Action>& actions) {
   check_fence(now, actions);
+  verify_suspends(now, actions);
   if (last_deadline_check_ && now.mono - *last_deadline_check_ < kDeadlineWalk) return;
   last_deadline_check_ = now.mono;
   std::vector<std::pair<uint64_t, std::pair<LeaseState, std::string>>> ending;
@@ -334,6 +362,7 @@ void Admission::update_holdings(const World& world, const Now& now, std::vector<
                                                   format_size(held), format_size(l.request.vram))));
     }
   }
+  settle_suspends(now, actions);
 }
 
 Bytes Admission::needs_on(const Lease& l, unsigned gpu, const World& world) const {
@@ -365,6 +394,7 @@ Admission::EvictionPlan Admission::plan_evictions(const Lease& l,
     Bytes shortfall = need > have ? need - have : 0;
     Bytes coming = 0;  // what unloads under way for leases will free there
     for (const auto& [svc, for_lease] : evicting_for_) coming += world.services.bytes_on(svc, idx);
+    coming += suspending_on(idx);
     Bytes more = shortfall > coming ? shortfall - coming : 0;
     for (const auto& svc : config_.services) {
       const ServiceStatus& st = world.services.at(svc.name);
@@ -377,7 +407,21 @@ Admission::EvictionPlan Admission::plan_evictions(const Lease& l,
         p.candidates.push_back(
             {svc.name, b, eviction_cost(st, svc, world.services.ram_room()), *idle_since(st)});
     }
+    // Preemptible leases: suspended when that frees what idle services cannot, or costs less.
+    size_t services_only = p.candidates.size();
+    suspend_candidates(l, idx, world, p.candidates);
     p.pick = choose_eviction(p.candidates, more);
+    if (p.pick && p.candidates.size() > services_only) {
+      // Host RAM takes each alone; all the picked together, or the services alone.
+      Bytes to_ram = 0;
+      for (size_t i : *p.pick)
+        if (p.candidates[i].lease) to_ram += p.candidates[i].bytes;
+      std::optional<Bytes> room = suspend_ram_room(world);
+      if (room && to_ram > *room) {
+        p.candidates.resize(services_only);
+        p.pick = choose_eviction(p.candidates, more);
+      }
+    }
     if (p.pick)
       for (size_t i : *p.pick) p.cost += p.candidates[i].reload_cost.count();
     bool better = !best || (p.pick && !best->pick) ||
@@ -389,7 +433,13 @@ Admission::EvictionPlan Admission::plan_evictions(const Lease& l,
   out.gpu = best->gpu;
   out.feasible = best->pick.has_value();
   if (best->pick)
-    for (size_t i : *best->pick) out.evict.push_back(best->candidates[i].service);
+    for (size_t i : *best->pick) {
+      const EvictionCandidate& c = best->candidates[i];
+      if (c.lease)
+        out.suspend.push_back(c.lease);
+      else
+        out.evict.push_back(c.service);
+    }
   return out;
 }
 
@@ -409,7 +459,8 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
                       Intents& intents) {
   end_settled_evictions(world);
   const StatusSnapshot& status = world.ledger.status();
-  if (queue_.empty() || !status.sampled || claiming_) return;  // a claim has the room now
+  if ((queue_.empty() && suspended_.empty()) || !status.sampled || claiming_)
+    return;  // a claim has the room now
 
   std::map<unsigned, Bytes> free;
   std::map<unsigned, const GpuStatus*> gpus;
@@ -418,6 +469,10 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
     free[g.sample.index] = budget(g);
     gpus[g.sample.index] = &g;
   }
+  // Suspended leases first, in priority order: where one waits for its room, nothing new of no
+  // higher priority is granted before it (a start and a request's wake may still suspend it).
+  std::map<unsigned, std::pair<int, uint64_t>> resume_lines = resume_suspended(free, now, actions);
+  if (queue_.empty()) return;
   std::optional<Bytes> ram = ram_available(world.ledger.mem_available());
   std::set<std::string> groups_granted;
   for (uint64_t id : granted_)
@@ -446,6 +501,25 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
     } else {
       for (const auto& [idx, g] : gpus)
         if (!head.count(idx)) choices.push_back(idx);
+    }
+    std::optional<std::pair<unsigned, uint64_t>> behind_suspended;
+    if (!l.request.start && !l.request.wake)
+      std::erase_if(choices, [&](unsigned idx) {
+        auto line = resume_lines.find(idx);
+        if (line == resume_lines.end() || l.request.priority > line->second.first) return false;
+        behind_suspended = {idx, line->second.second};
+        return true;
+      });
+    if (choices.empty() && behind_suspended) {
+      l.reason = LeaseReason{};
+      l.reason.gpu = behind_suspended->first;
+      l.reason.needs = l.request.vram;
+      l.reason.considered = true;
+      l.reason.text = fmt::format("needs {} on GPU {}; queued behind suspended lease #{}, which is "
+                                  "resumed first",
+                                  format_size(l.request.vram), behind_suspended->first,
+                                  behind_suspended->second);
+      continue;
     }
     if (choices.empty()) {  // behind another lease (or its GPU is not readable)
       unsigned g = l.request.gpu.value_or(head.empty() ? 0 : head.begin()->first);
@@ -548,6 +622,8 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
       intents.push_back(UnloadIntent{svc, UnloadReason::eviction, id});
       note_evicted(l, svc);
     }
+    if (plan.feasible && !group_lease_running && !ram_short)
+      for (uint64_t victim : plan.suspend) start_suspend(victim, l, world, now, actions);
 
     WaitContext c;
     c.lease = &l;
@@ -958,6 +1034,9 @@ LeaseReason wait_reason(const WaitContext& c, const World& world, MonoTime now) 
       b.state = blocker_state(st, world.config.find_service(h.owner.name), b.evicting, now);
     } else if (h.owner.kind == OwnerKind::lease) {
       b.state = "granted lease";
+      for (uint64_t id : world.admission.suspensions())
+        if (const Lease* s = world.admission.find(id); s && s->owner_name() == h.owner.name)
+          b.state = "preemptible: being suspended";
     } else if (h.owner.kind == OwnerKind::unknown) {
       b.state = "unknown owner";
       for (const auto& cand : h.candidates)

@@ -17,6 +17,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/events.h"
+#include "core/eviction.h"
 #include "core/intents.h"
 #include "core/lease.h"
 #include "core/ledger.h"
@@ -45,7 +46,9 @@ class Admission {
   void update_holdings(const World& world, const Now& now, std::vector<Action>& actions);
   // One admission pass: grants what fits, plans evictions for the rest and says why each waits.
   void admit(const World& world, const Now& now, std::vector<Action>& actions, Intents& intents);
-  bool wants_admission() const { return !queue_.empty() || !evicting_for_.empty(); }
+  bool wants_admission() const {
+    return !queue_.empty() || !evicting_for_.empty() || !suspended_.empty();
+  }
   // Someone wants room: a lease queued (other than a prewarm's claim), an eviction under way, a
   // shared lease queued here. A prewarm waits for none of these.
   bool wants_room() const;
@@ -67,6 +70,13 @@ class Admission {
   // Whether suspend is offered here (issue 28): said once, as an event.
   void on_suspend_probed(const SuspendProbed& e, const Now& now, std::vector<Action>& actions);
   const SuspendOffer& suspend_offer() const { return suspend_; }
+  // Preemptible leases (issue 28, core/admission_suspend.cc): the utility's answers.
+  void on_suspend_done(const LeaseSuspendDone& e, const Now& now, std::vector<Action>& actions);
+  void on_resume_done(const LeaseResumeDone& e, const Now& now, std::vector<Action>& actions);
+  // Leases being suspended, suspended or being resumed.
+  const std::set<uint64_t>& suspensions() const { return suspended_; }
+  // A suspend or resume under way (its bytes are watched leaving or coming back).
+  bool moving_memory() const;
   // Self-fencing (docs/api.md "Guarantees"). The store took a heartbeat sent at `e.sent`.
   void on_store_contact(const StoreContact& e);
   // A host cut off from the store for host_timeout × 0.5 (or never in touch since it started)
@@ -116,7 +126,8 @@ class Admission {
   struct EvictionPlan {
     unsigned gpu = 0;
     std::vector<std::string> evict;  // least recently used first
-    bool feasible = false;           // evicting them frees enough
+    std::vector<uint64_t> suspend;   // preemptible leases to suspend (issue 28)
+    bool feasible = false;           // evicting (and suspending) them frees enough
   };
   EvictionPlan plan_evictions(const Lease& l, const std::vector<unsigned>& choices,
                               const std::map<unsigned, Bytes>& free,
@@ -151,6 +162,28 @@ class Admission {
   std::set<uint64_t> fenced_;
   uint64_t last_token_ = 0;  // the last fencing token this host gave (local grants)
   // When the shared leases granted here are given up; nullopt: none is granted here.
+  // Suspend (core/admission_suspend.cc). May `l` suspend others' work? Which granted leases
+  // on `gpu` it may suspend, as eviction candidates (lease set), within the host RAM `ram_room`.
+  bool may_preempt(const Lease& l) const;
+  void suspend_candidates(const Lease& l, unsigned gpu, const World& world,
+                          std::vector<EvictionCandidate>& out) const;
+  Bytes suspending_on(unsigned gpu) const;  // bytes on their way off `gpu`
+  std::optional<Bytes> suspend_ram_room(const World& world) const;
+  void start_suspend(uint64_t id, const Lease& for_lease, const World& world, const Now& now,
+                     std::vector<Action>& actions);
+  // Resumes what fits, in priority order; the GPUs where one waits, with its priority and id:
+  // work of no higher priority does not take them first.
+  std::map<unsigned, std::pair<int, uint64_t>> resume_suspended(std::map<unsigned, Bytes>& free,
+                                                                const Now& now,
+                                                                std::vector<Action>& actions);
+  void settle_suspends(const Now& now, std::vector<Action>& actions);
+  void verify_suspends(const Now& now, std::vector<Action>& actions);
+  std::optional<MonoTime> suspend_deadline() const;
+  // Its processes that hold memory on its GPU (the holdings the ledger gave it).
+  std::vector<int> lease_pids(const Lease& l, const World& world) const;
+  std::set<uint64_t> suspended_;       // leases with a suspension under way or in force
+  double copy_bytes_per_s_ = 0;        // learned from suspends and resumes (0: not yet)
+
   std::optional<MonoTime> fence_due() const;
   void end_settled_evictions(const World& world);
   void prune_cluster_evictions();

@@ -103,6 +103,8 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
           [&](const WakeCallDone& e) { wakes_.on_call_done(e, w, now, actions, intents); },
           [&](const StoreContact& e) { admission_.on_store_contact(e); },
           [&](const SuspendProbed& e) { admission_.on_suspend_probed(e, now, actions); },
+          [&](const LeaseSuspendDone& e) { admission_.on_suspend_done(e, now, actions); },
+          [&](const LeaseResumeDone& e) { admission_.on_resume_done(e, now, actions); },
           [&](const ShuttingDown&) {}},  // answered above
       event);
   // What may have changed a service's answers: its probe is not left backed off.
@@ -126,8 +128,8 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
       route(intents, now, actions);
     }
   }
-  // Fast sampling while any unload is being verified.
-  bool want_fast = services_.any_unloading();
+  // Fast sampling while any unload, suspend or resume is being verified.
+  bool want_fast = services_.any_unloading() || admission_.moving_memory();
   if (want_fast != fast_sampling_on_) {
     fast_sampling_on_ = want_fast;
     actions.emplace_back(SetFastSampling{want_fast});

@@ -166,6 +166,20 @@ struct StoreContact {
 struct SuspendProbed {
   SuspendOffer offer;
 };
+// The shell ran cuda-checkpoint on a lease's processes (SuspendLease, ResumeLease): done, or
+// failed with the utility's own words (a failed suspend leaves them running).
+struct LeaseSuspendDone {
+  uint64_t id = 0;
+  bool ok = false;
+  std::string error;
+  Duration took{0};
+};
+struct LeaseResumeDone {
+  uint64_t id = 0;
+  bool ok = false;
+  std::string error;
+  Duration took{0};
+};
 // vramd is stopping (SIGTERM, or `vramd serve` ends): the core answers with what becomes of the
 // services it runs (on_shutdown) and decides nothing more.
 struct ShuttingDown {};
@@ -174,6 +188,6 @@ using Event = std::variant<SampleTaken, ProbeDone, UnloadRequested, UnloadCallDo
                            ServiceCommand, ChildStarted, ChildExited, HealthChecked,
                            RequestsInFlight, ServiceDiscovered, ContainerChanged, ClusterSynced,
                            WakeRequested, WakeCancelled, WakeCallDone, StoreContact, SuspendProbed,
-                           ShuttingDown>;
+                           LeaseSuspendDone, LeaseResumeDone, ShuttingDown>;
 
 }  // namespace vramd

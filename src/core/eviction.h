@@ -22,6 +22,7 @@ struct EvictionCandidate {
   Bytes bytes = 0;          // what it holds on the GPU in question
   Duration reload_cost{0};  // how long bringing it back takes (learned, or per-kind default)
   MonoTime last_activity{};
+  uint64_t lease = 0;  // not a service: a preemptible lease to suspend (issue 28), `service` its owner
 };
 
 // May this service be unloaded to make room now? Up (its API answers), idle for at least

@@ -20,10 +20,17 @@ std::optional<OnHostLost> parse_on_host_lost(std::string_view s);
 
 // lost: a shared lease this host gave up while cut off from the store (self-fencing, issue 30),
 // or that another host re-queued while this one was taken for lost: its holder must stop.
-enum class LeaseState { queued, granted, released, expired, cancelled, timed_out, lost };
+// suspended: a granted preemptible lease whose GPU memory vramd moved into host RAM (NVIDIA's
+// cuda-checkpoint, issue 28) to make room for higher-priority work; its holder still runs (its
+// CUDA calls block) and it is resumed on the same GPU once its room is back. Still granted.
+enum class LeaseState { queued, granted, released, expired, cancelled, timed_out, lost, suspended };
 const char* to_string(LeaseState s);
 std::optional<LeaseState> parse_lease_state(std::string_view s);
-inline bool is_active(LeaseState s) { return s == LeaseState::queued || s == LeaseState::granted; }
+// Holds its grant: granted, or suspended (its grant kept, its memory in host RAM).
+inline bool holds_grant(LeaseState s) {
+  return s == LeaseState::granted || s == LeaseState::suspended;
+}
+inline bool is_active(LeaseState s) { return s == LeaseState::queued || holds_grant(s); }
 
 struct LeaseRequest {
   std::optional<unsigned> gpu;  // nullopt: any GPU
@@ -52,7 +59,32 @@ struct LeaseRequest {
   bool cluster = false;
   std::string host;  // the host it must run on; empty: any
   OnHostLost on_host_lost = OnHostLost::requeue;
+  // Its GPU processes may be suspended (cuda-checkpoint) for work of higher priority, a
+  // request's wake or a service's start, and resumed on the same GPU later (issue 28).
+  bool preemptible = false;
 };
+
+// A preemptible lease being suspended, suspended, or being resumed (issue 28).
+struct LeaseSuspension {
+  enum class Step {
+    suspending,  // the utility runs on its processes
+    verifying,   // it said done: waiting for the samples to show the bytes gone from the GPU
+    suspended,   // its bytes are in host RAM (LeaseState::suspended)
+    resuming,    // the utility restores them (still LeaseState::suspended)
+  };
+  Step step = Step::suspending;
+  std::vector<int> pids;   // its processes that held GPU memory when it was suspended
+  Bytes bytes = 0;         // what they held on its GPU then: charged to host RAM meanwhile
+  std::string for_whom;    // "lease #9 (flux-hi)", "ollama's request", "the start of comfyui"
+  MonoTime asked_at{};     // the suspend was asked
+  MonoTime told_at{};      // the utility said it was done (verifying from then)
+  Duration took{0};        // how long the utility took to suspend
+  std::optional<MonoTime> at;  // suspended (the bytes seen gone)
+  MonoTime resume_asked_at{};
+  std::optional<MonoTime> retry_at;  // a resume that failed is tried again then
+};
+const char* to_string(LeaseSuspension::Step s);
+std::optional<LeaseSuspension::Step> parse_suspension_step(std::string_view s);
 
 // One owner in the way of a queued lease: who, how much, and what vramd does about it.
 struct LeaseBlocker {
@@ -102,6 +134,8 @@ struct Lease {
   // A cluster lease this host queued that another host claimed: that host (not kept in the
   // store; this host shows the lease as granted there and asks the store for more).
   std::string elsewhere;
+  std::optional<LeaseSuspension> suspension;  // while being suspended, suspended or resumed
+  std::string suspend_refused;  // a suspend failed: the tool's words; it is not tried again
 
   // Owner name of the holder's memory in holdings: "flux#7" (label, else holder, else "lease").
   std::string owner_name() const;

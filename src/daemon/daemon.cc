@@ -197,7 +197,9 @@ void Daemon::feed(const Event& event) {
       std::holds_alternative<HolderExited>(event) ||
       std::holds_alternative<ContainerChanged>(event) ||
       std::holds_alternative<LifecycleDone>(event) || std::holds_alternative<UnloadCallDone>(event) ||
-      std::holds_alternative<WakeCallDone>(event))
+      std::holds_alternative<WakeCallDone>(event) ||
+      std::holds_alternative<LeaseSuspendDone>(event) ||
+      std::holds_alternative<LeaseResumeDone>(event))
     sampling_.list_processes();
   apply(arbiter_.handle(event, clock_()));
   // A deadline sooner than the tick loop's wake-up: wake it to wait for that one instead.
@@ -277,6 +279,12 @@ void Daemon::apply(std::vector<Action> actions) {
         },
         [&](WatchService& w) {
           watch_service(w.service);
+        },
+        [&](SuspendLease& sl) {
+          runtime_.suspend_lease(sl);
+        },
+        [&](ResumeLease& rl) {
+          runtime_.resume_lease(rl);
         },
         [&](SignalService& sig) {
           runtime_.runner().signal(sig.pid, sig.signal);

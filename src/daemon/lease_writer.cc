@@ -86,10 +86,14 @@ void LeaseWriter::wake(uint64_t id) {
 asio::awaitable<void> LeaseWriter::wait(uint64_t id, Duration max, bool until_ended) {
   auto deadline = std::chrono::steady_clock::now() + max;
   asio::steady_timer timer(io_);
+  // A watch also answers a change of state on the way (a preemptible lease suspended, resumed).
+  const Lease* at_first = hooks_.find(id);
+  std::optional<LeaseState> first = at_first ? std::optional(at_first->state) : std::nullopt;
   for (;;) {
     const Lease* l = hooks_.find(id);
     bool on_disk = written(id) || (l && l->state == LeaseState::lost);
-    bool settled = !l || (until_ended ? !is_active(l->state) : l->state != LeaseState::queued);
+    bool settled = !l || (until_ended ? !is_active(l->state) || l->state != first
+                                      : l->state != LeaseState::queued);
     if (on_disk && (settled || std::chrono::steady_clock::now() >= deadline || stopping_)) break;
     // Waiting only for the write: it takes milliseconds, the deadline does not apply.
     bool write_only = settled || std::chrono::steady_clock::now() >= deadline;

@@ -59,7 +59,8 @@ class LeaseWriter {
   // Wakes the waits on lease `id` to look again (its state changed without a write: a lost lease
   // is told at once).
   void wake(uint64_t id);
-  // Returns once lease `id` is written and no longer queued (`until_ended`: ended), or after
+  // Returns once lease `id` is written and no longer queued (`until_ended`: ended, or its state
+  // changed since the call: suspended or resumed), or after
   // `max`; a wait for the write alone gives up after kWriteWait (the store may be down). A `lost`
   // lease counts as written: it is this host's word alone (its write may wait for a store that
   // cannot be reached, the reason it was lost).

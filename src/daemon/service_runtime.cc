@@ -78,9 +78,60 @@ SuspendOffer suspend_offer_of(const std::string& tool, const Result<CudaCheckpoi
 void ServiceRuntime::probe_suspend() {
   // Its --help runs the utility (up to its call timeout): off the loop, once.
   asio::post(worker_, [this, tool = config_.gpu.cuda_checkpoint] {
-    SuspendOffer offer = suspend_offer_of(tool, CudaCheckpoint::probe(tool));
+    Result<CudaCheckpoint> probed = CudaCheckpoint::probe(tool);
+    SuspendOffer offer = suspend_offer_of(tool, probed);
+    if (probed) checkpoint_ = *probed;
     asio::post(io_, [this, offer = std::move(offer)] {
       if (!stopping_) hooks_.feed(SuspendProbed{offer});
+    });
+  });
+}
+
+void ServiceRuntime::suspend_lease(const SuspendLease& s) {
+  asio::post(worker_, [this, s] {
+    auto began = std::chrono::steady_clock::now();
+    LeaseSuspendDone done{s.id, true, "", Duration{0}};
+    if (!checkpoint_) {
+      done = {s.id, false, "suspend is not offered here", Duration{0}};
+    } else {
+      std::vector<int> suspended;
+      for (int pid : s.pids) {
+        Status st = checkpoint_->suspend(pid, s.lock_timeout);
+        if (!st) {
+          done.ok = false;
+          done.error = fmt::format("pid {}: {}", pid, st.error());
+          // All or none: the ones suspended already run again.
+          for (int back : suspended)
+            if (Status r = checkpoint_->resume(back); !r)
+              done.error += fmt::format("; pid {} could not be put back: {}", back, r.error());
+          break;
+        }
+        suspended.push_back(pid);
+      }
+    }
+    done.took = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - began);
+    asio::post(io_, [this, done = std::move(done)] {
+      if (!stopping_) hooks_.feed(done);
+    });
+  });
+}
+
+void ServiceRuntime::resume_lease(const ResumeLease& r) {
+  asio::post(worker_, [this, r] {
+    auto began = std::chrono::steady_clock::now();
+    LeaseResumeDone done{r.id, true, "", Duration{0}};
+    if (!checkpoint_) {
+      done = {r.id, false, "suspend is not offered here", Duration{0}};
+    } else {
+      for (int pid : r.pids)  // each is tried: one that fails leaves the others running
+        if (Status st = checkpoint_->resume(pid); !st) {
+          done.ok = false;
+          done.error += fmt::format("{}pid {}: {}", done.error.empty() ? "" : "; ", pid, st.error());
+        }
+    }
+    done.took = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - began);
+    asio::post(io_, [this, done = std::move(done)] {
+      if (!stopping_) hooks_.feed(done);
     });
   });
 }

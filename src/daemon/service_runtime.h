@@ -76,6 +76,11 @@ class ServiceRuntime {
   // Whether [gpu] cuda_checkpoint can suspend here: its --help run once on the worker (from
   // start()), told to the core as SuspendProbed.
   void probe_suspend();
+  // Suspends a preemptible lease's processes with the probed utility, one after the other; one
+  // that fails puts back those done before it. Its LeaseSuspendDone through `feed`. Resumes
+  // them likewise (LeaseResumeDone). On the worker, as the probe: they never run at once.
+  void suspend_lease(const SuspendLease& s);
+  void resume_lease(const ResumeLease& r);
 
   // Lease holders (lease id, pid, start ticks): each whose process is gone, or whose pid another
   // process has taken, is fed as HolderExited. /proc is read on the worker; one check at a time
@@ -108,6 +113,7 @@ class ServiceRuntime {
   std::unique_ptr<LifecycleBackend> lifecycle_;
   std::unique_ptr<ContainerWatch> container_watch_;  // when any service is a container
   std::unique_ptr<UnitWatch> unit_watch_;            // when any service is a unit
+  std::optional<CudaCheckpoint> checkpoint_;  // the probed utility (worker thread only)
   bool holder_check_running_ = false;
   bool stopping_ = false;
 };

@@ -74,6 +74,13 @@ Result<LeaseRequest> parse_lease_request(const std::string& text) {
       return make_error("priority: expected a whole number");
     r.priority = p.get<int>();
   }
+  if (body.contains("preemptible") && !body["preemptible"].is_null()) {
+    if (!body["preemptible"].is_boolean()) return make_error("preemptible: expected true or false");
+    r.preemptible = body["preemptible"].get<bool>();
+    if (r.preemptible && !r.service.empty())
+      return make_error("preemptible: a lease for a service cannot be suspended (its service's "
+                        "processes are not the lease's)");
+  }
   if (body.contains("on_host_lost") && !body["on_host_lost"].is_null()) {
     auto o = body["on_host_lost"].is_string()
                  ? parse_on_host_lost(body["on_host_lost"].get<std::string>())
@@ -289,7 +296,7 @@ boost::asio::awaitable<HttpResponse> Api::get_lease(const Call& c) {
     uint64_t token = std::stoull(*token_text);
     json now_is;  // the lease as the one who knows best has it: state, token, host
     const Lease* mine = arbiter.lease(*id);
-    if (mine && mine->state == LeaseState::granted && mine->elsewhere.empty()) {
+    if (mine && holds_grant(mine->state) && mine->elsewhere.empty()) {
       now_is = lease_json(*mine, daemon_.now());
     } else if (daemon_.shared_queue()) {
       auto op = daemon_.lease_elsewhere(*id);

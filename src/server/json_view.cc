@@ -312,6 +312,13 @@ json lease_json(const Lease& l, const Arbiter* local, const Now& now) {
           {"shared_queue", r.cluster},
           {"host_requested", r.cluster ? json(r.host.empty() ? "any" : r.host) : json(nullptr)},
           {"on_host_lost", to_string(r.on_host_lost)},
+          {"preemptible", r.preemptible},
+          // Suspended (issue 28): since when, for whom, and the step of a suspend under way.
+          {"suspended_at", time(l.suspension ? l.suspension->at : std::nullopt)},
+          {"suspended_for", l.suspension ? json(l.suspension->for_whom) : json(nullptr)},
+          {"suspension", l.suspension ? json(to_string(l.suspension->step)) : json(nullptr)},
+          {"suspended_bytes", l.suspension ? json(l.suspension->bytes) : json(nullptr)},
+          {"suspend_refused", l.suspend_refused.empty() ? json(nullptr) : json(l.suspend_refused)},
           {"position", opt(position)},
           {"reason", reason},
           {"requested_at", when(now, l.requested_at)},

@@ -69,6 +69,20 @@ const std::vector<double>& MetricsCounters::wait_buckets() {
 
 void MetricsCounters::observe(const Action& action) {
   if (const auto* e = std::get_if<EmitEvent>(&action)) {
+    const EventRecord& ev = e->event;
+    if (ev.lease && ev.type == "lease.suspended") {
+      suspended_since_[*ev.lease] = ev.at;
+      ++suspends;
+    } else if (ev.lease && ev.type == "lease.suspend_failed") {
+      ++suspend_failures;
+    } else if (auto s = ev.lease ? suspended_since_.find(*ev.lease) : suspended_since_.end();
+               s != suspended_since_.end() &&
+               (ev.type == "lease.resumed" || ev.type.starts_with("lease.") &&
+                                                  (ev.type != "lease.resuming" &&
+                                                   ev.type != "lease.resume_failed"))) {
+      suspended_seconds += std::chrono::duration<double>(ev.at - s->second).count();
+      suspended_since_.erase(s);
+    }
     if (const auto& v = e->event.verdict) {
       ++unloads[{v->service, to_string(v->outcome)}];
       freed[v->service] += v->before_bytes > v->after_bytes ? v->before_bytes - v->after_bytes : 0;
@@ -170,10 +184,31 @@ std::string render_metrics(const Arbiter& arbiter, const MetricsCounters& c, con
     o.sample("vramd_unload_freed_bytes_total", label("service", svc), static_cast<double>(bytes));
 
   o.family("vramd_leases", "gauge", "Active leases by state.");
-  size_t queued = 0, granted = 0;
-  for (const auto& l : arbiter.leases()) (l.state == LeaseState::queued ? queued : granted)++;
+  size_t queued = 0, granted = 0, suspended = 0;
+  Bytes suspended_bytes = 0;
+  for (const auto& l : arbiter.leases()) {
+    if (l.state == LeaseState::suspended) {
+      ++suspended;
+      if (l.suspension) suspended_bytes += l.suspension->bytes;
+    } else {
+      (l.state == LeaseState::queued ? queued : granted)++;
+    }
+  }
   o.sample("vramd_leases", label("state", "queued"), static_cast<double>(queued));
   o.sample("vramd_leases", label("state", "granted"), static_cast<double>(granted));
+  o.sample("vramd_leases", label("state", "suspended"), static_cast<double>(suspended));
+  o.family("vramd_suspended_bytes", "gauge",
+           "GPU memory of suspended preemptible leases, held in host RAM (cuda-checkpoint).");
+  o.sample("vramd_suspended_bytes", "", static_cast<double>(suspended_bytes));
+  o.family("vramd_lease_suspends_total", "counter",
+           "Preemptible leases suspended, and suspends that failed, since vramd started.");
+  o.sample("vramd_lease_suspends_total", label("outcome", "suspended"),
+           static_cast<double>(c.suspends));
+  o.sample("vramd_lease_suspends_total", label("outcome", "failed"),
+           static_cast<double>(c.suspend_failures));
+  o.family("vramd_lease_suspended_seconds_total", "counter",
+           "Seconds preemptible leases spent suspended (counted when each is resumed or ends).");
+  o.sample("vramd_lease_suspended_seconds_total", "", c.suspended_seconds);
 
   o.family("vramd_lease_ends_total", "counter", "Leases that ended, by how, since vramd started.");
   for (const auto& [state, n] : c.lease_ends)

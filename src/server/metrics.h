@@ -32,11 +32,14 @@ class MetricsCounters {
   std::vector<uint64_t> wait_counts;  // per bucket (not cumulative), then +Inf
   uint64_t wait_count = 0;
   double wait_sum = 0;
+  double suspended_seconds = 0;  // preemptible leases' time suspended, summed at each resume
+  uint64_t suspends = 0, suspend_failures = 0;
   // NVML calls by entry point, as the last sample's reader counted them (GpuReading::nvml_calls).
   std::vector<std::pair<std::string, uint64_t>> nvml_calls;
 
  private:
   std::set<uint64_t> waited_;  // granted leases already observed (until they end)
+  std::map<uint64_t, TimePoint> suspended_since_;  // lease -> when its lease.suspended was told
 };
 
 // The whole exposition: HELP and TYPE lines, then samples.

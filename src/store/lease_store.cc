@@ -53,7 +53,15 @@ std::string lease_to_json(const Lease& l, const Now& now) {
               {"wake", r.wake},
               {"cluster", r.cluster},
               {"host", r.host},
-              {"on_host_lost", to_string(r.on_host_lost)}}}};
+              {"on_host_lost", to_string(r.on_host_lost)},
+              {"preemptible", r.preemptible}}}};
+  if (!l.suspend_refused.empty()) j["suspend_refused"] = l.suspend_refused;
+  if (const auto& s = l.suspension)
+    j["suspension"] = {{"step", to_string(s->step)},
+                       {"pids", s->pids},
+                       {"bytes", s->bytes},
+                       {"for", s->for_whom},
+                       {"at_ms", s->at ? json(ms(now, *s->at)) : json(nullptr)}};
   return j.dump();
 }
 
@@ -94,6 +102,21 @@ Result<Lease> lease_from_json(const std::string& text, const Now& now) {
     l.request.host = r.value("host", "");
     l.request.on_host_lost =
         parse_on_host_lost(r.value("on_host_lost", "requeue")).value_or(OnHostLost::requeue);
+    l.request.preemptible = r.value("preemptible", false);
+    l.suspend_refused = j.value("suspend_refused", "");
+    if (j.contains("suspension") && j["suspension"].is_object()) {
+      const json& s = j["suspension"];
+      LeaseSuspension susp;
+      auto step = parse_suspension_step(s.value("step", ""));
+      if (!step) return make_error("bad suspension step");
+      susp.step = *step;
+      susp.pids = s.at("pids").get<std::vector<int>>();
+      susp.bytes = s.value("bytes", Bytes{0});
+      susp.for_whom = s.value("for", "");
+      if (s.contains("at_ms") && !s["at_ms"].is_null())
+        susp.at = from_ms(now, s["at_ms"].get<int64_t>());
+      l.suspension = std::move(susp);
+    }
     return l;
   } catch (const std::exception& e) {
     return make_error(fmt::format("bad stored lease: {}", e.what()));

@@ -257,6 +257,48 @@ TEST_P(StoreContract, ActiveLeasesSurviveReopenAndAnEndedOneBecomesAJob) {
   EXPECT_EQ(s.leases->jobs("", 1)->size(), 1u);
 }
 
+// A suspended preemptible lease (issue 28) comes back suspended, with its processes, its bytes,
+// for whom and since when: a restarted vramd resumes it when its room is back.
+TEST_P(StoreContract, ASuspendedLeaseSurvivesReopenWithItsSuspension) {
+  Now now(MonoTime(std::chrono::hours(5)), TimePoint(std::chrono::hours(400000)));
+  {
+    Stores s = open();
+    ASSERT_TRUE(s.leases);
+    Lease l = lease(7, LeaseState::suspended, now);
+    l.gpu = 0;
+    l.granted_at = now.mono - std::chrono::seconds(30);
+    l.request.preemptible = true;
+    LeaseSuspension susp;
+    susp.step = LeaseSuspension::Step::suspended;
+    susp.pids = {4242, 4243};
+    susp.bytes = 16 * GiB;
+    susp.for_whom = "ollama's request";
+    susp.at = now.mono - std::chrono::seconds(20);
+    l.suspension = susp;
+    ASSERT_TRUE(s.leases->save(l, now).ok());
+    Lease refused = lease(8, LeaseState::granted, now);
+    refused.request.preemptible = true;
+    refused.suspend_refused = "pid 9: Could not checkpoint on process ID 9";
+    ASSERT_TRUE(s.leases->save(refused, now).ok());
+  }
+  Now later = now + std::chrono::hours(1);
+  Stores s = open();
+  auto active = s.leases->active(later);
+  ASSERT_TRUE(active.ok()) << active.error();
+  ASSERT_EQ(active->size(), 2u);
+  const Lease& back = (*active)[0];
+  EXPECT_EQ(back.state, LeaseState::suspended);
+  EXPECT_TRUE(back.request.preemptible);
+  ASSERT_TRUE(back.suspension);
+  EXPECT_EQ(back.suspension->step, LeaseSuspension::Step::suspended);
+  EXPECT_EQ(back.suspension->pids, (std::vector<int>{4242, 4243}));
+  EXPECT_EQ(back.suspension->bytes, 16 * GiB);
+  EXPECT_EQ(back.suspension->for_whom, "ollama's request");
+  EXPECT_EQ(back.suspension->at, now.mono - std::chrono::seconds(20));
+  EXPECT_FALSE((*active)[1].suspension);
+  EXPECT_EQ((*active)[1].suspend_refused, "pid 9: Could not checkpoint on process ID 9");
+}
+
 TEST_P(StoreContract, CrashesNewestFirstPerService) {
   Stores s = open();
   ASSERT_TRUE(s.crashes);
