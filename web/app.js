@@ -637,15 +637,20 @@
     const rows = list.map((l) => {
       const who = l.label || l.holder || l.owner;
       const reason = l.reason && l.reason.text ? el('span', { class: 'lease-reason', text: l.reason.text }) : null;
-      const stateTone = l.state === 'granted' ? 'ok' : l.state === 'queued' ? 'warn' : '';
+      const stateTone = l.state === 'granted' ? 'ok' : l.state === 'queued' || l.state === 'suspended' ? 'warn' : '';
       const command = Array.isArray(l.command) ? l.command.join(' ') : l.command;
-      const details = [command, l.holder && l.holder !== who ? 'by ' + l.holder : '', l.priority ? 'priority ' + l.priority : '']
-        .filter(Boolean).join(' · ');
+      const details = [command, l.holder && l.holder !== who ? 'by ' + l.holder : '', l.priority ? 'priority ' + l.priority : '',
+        l.preemptible ? 'preemptible' : ''].filter(Boolean).join(' · ');
+      // A preemptible lease suspended (docs/api.md "Preemptible leases"): since when, for whom.
+      const suspension = l.suspension ? el('span', { class: 'lease-reason lease-suspension', text:
+        l.suspended_at
+          ? `suspended at ${new Date(l.suspended_at).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })} for ${l.suspended_for}: ${fmtBytes(l.suspended_bytes)} in host RAM`
+          : `${l.suspension} for ${l.suspended_for}` }) : null;
       const position = l.state === 'queued' && l.position !== null && l.position !== undefined ? ` #${l.position + 1}` : '';
       return el('tr', { dataset: { lease: l.id, state: l.state, host: l.host } },
         withHost ? el('td', { class: 'lease-host', text: l.host }) : null,
         el('td', {}, el('strong', { text: '#' + l.id }), ' ', who,
-          details ? el('span', { class: 'sub', text: details }) : null, reason),
+          details ? el('span', { class: 'sub', text: details }) : null, reason, suspension),
         el('td', {}, badge(l.state + position, stateTone)),
         el('td', { class: 'num' }, fmtBytes(l.vram_bytes), el('span', { class: 'sub', text: l.gpu === null || l.gpu === undefined ? 'any GPU' : 'GPU ' + (l.gpu_label || l.gpu) })));
     });
