@@ -77,9 +77,9 @@ void MetricsCounters::observe(const Action& action) {
       ++suspend_failures;
     } else if (auto s = ev.lease ? suspended_since_.find(*ev.lease) : suspended_since_.end();
                s != suspended_since_.end() &&
-               (ev.type == "lease.resumed" || ev.type.starts_with("lease.") &&
-                                                  (ev.type != "lease.resuming" &&
-                                                   ev.type != "lease.resume_failed"))) {
+               (ev.type == "lease.resumed" || ev.type == "lease.released" ||
+                ev.type == "lease.expired" || ev.type == "lease.cancelled" ||
+                ev.type == "lease.lost")) {
       suspended_seconds += std::chrono::duration<double>(ev.at - s->second).count();
       suspended_since_.erase(s);
     }
