@@ -375,7 +375,8 @@ Admission::EvictionPlan Admission::plan_evictions(const Lease& l,
                                                   const std::vector<unsigned>& choices,
                                                   const std::map<unsigned, Bytes>& free,
                                                   const std::vector<std::string>& group_members,
-                                                  const World& world, MonoTime now) const {
+                                                  const World& world, MonoTime now,
+                                                  bool may_suspend) const {
   // On each GPU it may take, the cheapest set of idle services that frees what is missing
   // (beyond what unloads under way will free); the cheapest feasible plan wins, else the GPU
   // with the most free.
@@ -409,7 +410,7 @@ Admission::EvictionPlan Admission::plan_evictions(const Lease& l,
     }
     // Preemptible leases: suspended when that frees what idle services cannot, or costs less.
     size_t services_only = p.candidates.size();
-    suspend_candidates(l, idx, world, p.candidates);
+    if (may_suspend) suspend_candidates(l, idx, world, p.candidates);
     p.pick = choose_eviction(p.candidates, more);
     if (p.pick && p.candidates.size() > services_only) {
       // Host RAM takes each alone; all the picked together, or the services alone.
@@ -471,7 +472,7 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
   }
   // Suspended leases first, in priority order: where one waits for its room, nothing new of no
   // higher priority is granted before it (a start and a request's wake may still suspend it).
-  std::map<unsigned, std::pair<int, uint64_t>> resume_lines = resume_suspended(free, now, actions);
+  std::map<unsigned, std::pair<int, uint64_t>> resume_lines = resume_suspended(free, world, now, actions, intents);
   if (queue_.empty()) return;
   std::optional<Bytes> ram = ram_available(world.ledger.mem_available());
   std::set<std::string> groups_granted;

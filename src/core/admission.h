@@ -132,7 +132,7 @@ class Admission {
   EvictionPlan plan_evictions(const Lease& l, const std::vector<unsigned>& choices,
                               const std::map<unsigned, Bytes>& free,
                               const std::vector<std::string>& group_members, const World& world,
-                              MonoTime now) const;
+                              MonoTime now, bool may_suspend = true) const;
   // Free for a new lease on a GPU: total − reserve − used − what granted leases still reserve.
   Bytes budget(const GpuStatus& g) const;
   std::string group_of(const LeaseRequest& r) const;
@@ -171,11 +171,13 @@ class Admission {
   std::optional<Bytes> suspend_ram_room(const World& world) const;
   void start_suspend(uint64_t id, const Lease& for_lease, const World& world, const Now& now,
                      std::vector<Action>& actions);
-  // Resumes what fits, in priority order; the GPUs where one waits, with its priority and id:
-  // work of no higher priority does not take them first.
+  // Resumes what fits, in priority order, and unloads idle services for one that does not; the
+  // GPUs where one waits, with its priority and id: work of no higher priority does not take
+  // them first.
   std::map<unsigned, std::pair<int, uint64_t>> resume_suspended(std::map<unsigned, Bytes>& free,
-                                                                const Now& now,
-                                                                std::vector<Action>& actions);
+                                                                const World& world, const Now& now,
+                                                                std::vector<Action>& actions,
+                                                                Intents& intents);
   void settle_suspends(const Now& now, std::vector<Action>& actions);
   void verify_suspends(const Now& now, std::vector<Action>& actions);
   std::optional<MonoTime> suspend_deadline() const;

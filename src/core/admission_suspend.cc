@@ -241,7 +241,8 @@ std::optional<MonoTime> Admission::suspend_deadline() const {
 }
 
 std::map<unsigned, std::pair<int, uint64_t>> Admission::resume_suspended(
-    std::map<unsigned, Bytes>& free, const Now& now, std::vector<Action>& actions) {
+    std::map<unsigned, Bytes>& free, const World& world, const Now& now,
+    std::vector<Action>& actions, Intents& intents) {
   std::vector<Lease*> waiting;
   for (uint64_t id : suspended_) {
     Lease& v = leases_.at(id);
@@ -268,8 +269,8 @@ std::map<unsigned, std::pair<int, uint64_t>> Admission::resume_suspended(
     LeaseSuspension& s = *v->suspension;
     auto room = free.find(gpu);
     bool retry_due = !s.retry_at || now.mono >= *s.retry_at;
-    if (!lines.count(gpu) && retry_due && room != free.end() &&
-        room->second >= s.bytes + wanted_by_higher(*v, gpu)) {
+    Bytes wanted = wanted_by_higher(*v, gpu);
+    if (!lines.count(gpu) && retry_due && room != free.end() && room->second >= s.bytes + wanted) {
       room->second -= s.bytes;
       s.step = LeaseSuspension::Step::resuming;
       s.resume_asked_at = now.mono;
@@ -280,6 +281,20 @@ std::map<unsigned, std::pair<int, uint64_t>> Admission::resume_suspended(
                       format_size(s.bytes), gpu)));
       actions.emplace_back(ResumeLease{v->id, s.pids});
       continue;
+    }
+    // Its room held by idle services: they are unloaded for it, as for a queued lease of its
+    // priority (never another suspend). Nothing outranking it may want that room.
+    bool evicting = false;
+    for (const auto& [svc, for_lease] : evicting_for_) evicting = evicting || for_lease == v->id;
+    if (!lines.count(gpu) && wanted == 0 && !evicting && room != free.end()) {
+      // As soon as min_idle allows: waiting longer (5 min more was tried) held the jobs queued
+      // behind it longer and saved few suspends (bench/RESULTS.md, "suspend").
+      EvictionPlan plan = plan_evictions(*v, {gpu}, free, {}, world, now.mono, false);
+      if (plan.feasible)
+        for (const auto& svc : plan.evict) {
+          evicting_for_[svc] = v->id;
+          intents.push_back(UnloadIntent{svc, UnloadReason::eviction, v->id});
+        }
     }
     if (!lines.count(gpu)) lines[gpu] = {v->request.priority, v->id};
   }
