@@ -270,7 +270,10 @@ Result<std::unique_ptr<Policy>> make_policy(const std::string& spec, const Confi
     if (arg == "prewarm")
       return std::unique_ptr<Policy>(
           new VramdPolicy(config, config_from_file, VramdVariant::prewarm));
-    return bad_arg("vramd, vramd:fixed-depth or vramd:prewarm");
+    if (arg == "no-suspend")
+      return std::unique_ptr<Policy>(
+          new VramdPolicy(config, config_from_file, VramdVariant::no_suspend));
+    return bad_arg("vramd, vramd:fixed-depth, vramd:prewarm or vramd:no-suspend");
   }
   if (name == "ttl") {
     if (arg.empty()) return bad_arg("a duration: ttl:300s");
@@ -314,7 +317,7 @@ Result<std::unique_ptr<Policy>> make_policy(const std::string& spec, const Confi
   }
   return make_error(fmt::format(
       "unknown policy '{}': expected never, ttl:DURATION, free-at-end, ollama, localai[:max=N], "
-      "llama-swap[:ttl=DURATION] or vramd[:fixed-depth|:prewarm]",
+      "llama-swap[:ttl=DURATION] or vramd[:fixed-depth|:prewarm|:no-suspend]",
       spec));
 }
 

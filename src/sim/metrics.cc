@@ -44,6 +44,9 @@ nlohmann::json to_json(const Metrics& m) {
       {"job_wait_p50_s", r3(m.job_wait_p50_s)},
       {"job_wait_p95_s", r3(m.job_wait_p95_s)},
       {"job_wait_max_s", r3(m.job_wait_max_s)},
+      {"job_completion_p50_s", r3(m.job_completion_p50_s)},
+      {"job_completion_p95_s", r3(m.job_completion_p95_s)},
+      {"suspends", m.suspends},
       {"blocked_by_idle_job_s", r3(m.blocked_by_idle_job_s)},
       {"reloads", m.reloads},
       {"reload_s", r3(m.reload_s)},
@@ -83,6 +86,11 @@ std::string format_table(const std::vector<Metrics>& rows, bool markdown) {
          return fmt::format("{:.0f}/{:.0f}/{:.0f}", m.job_wait_p50_s, m.job_wait_p95_s,
                             m.job_wait_max_s);
        }},
+      {"job done p50/p95 s",
+       [](const Metrics& m) {
+         return fmt::format("{:.0f}/{:.0f}", m.job_completion_p50_s, m.job_completion_p95_s);
+       }},
+      {"suspends", [](const Metrics& m) { return fmt::format("{}", m.suspends); }},
       {"blocked by idle job-s",
        [](const Metrics& m) { return fmt::format("{:.0f}", m.blocked_by_idle_job_s); }},
       {"reloads", [](const Metrics& m) { return fmt::format("{}", m.reloads); }},

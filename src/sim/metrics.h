@@ -11,6 +11,9 @@ namespace vramd::sim {
 struct Metrics {
   std::string policy;
   double job_wait_p50_s = 0, job_wait_p95_s = 0, job_wait_max_s = 0;
+  // From a job's arrival to its end (a preemptible job's suspensions included).
+  double job_completion_p50_s = 0, job_completion_p95_s = 0;
+  int suspends = 0;                  // preemptible jobs suspended (vramd)
   double blocked_by_idle_job_s = 0;  // job-seconds waiting while idle services held the room
   int reloads = 0;                   // loads of a service after its first
   double reload_s = 0;               // their load seconds (what requests paid)

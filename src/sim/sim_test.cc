@@ -408,5 +408,50 @@ unload_after_idle = "300s"
   EXPECT_EQ(a.metrics.reloads, b.metrics.reloads);
 }
 
+// Issue 28: a preemptible 16 GiB job for 600 s on a 24 GiB card, and one request at 60 s for a
+// 10 GiB service that is not loaded. vramd suspends the job for the request's load, serves it,
+// unloads the service once it has been idle min_idle (30 s) for the job's resume, and the job
+// ends late by its time suspended; without suspend, the request waits for the job's end.
+const char* kPreemptible = R"({"t":0,"type":"gpu","index":0,"total":"24GiB","baseline":"0"}
+{"t":0,"type":"host","ram":"64GiB"}
+{"t":0,"type":"service","name":"chat","gpu":0,"model_bytes":"10GiB","load_seconds":5,"unload_seconds":1}
+{"t":0,"type":"job","name":"batch","gpu":0,"bytes":"16GiB","duration":600,"preemptible":true}
+{"t":60,"type":"request","service":"chat","duration":5}
+{"t":1200,"type":"end"}
+)";
+
+TEST(SimVramd, APreemptibleJobIsSuspendedForARequestAndResumedOnceTheServiceIsIdle) {
+  Trace t = parse(kPreemptible);
+  ASSERT_TRUE(t.jobs[0].preemptible);
+  RunResult with = run(t, "vramd"), without = run(t, "vramd:no-suspend");
+  Lines d = decisions(with);
+  auto at = [&](const std::string& what) {
+    for (const auto& x : with.decisions)
+      if (x.what == what) return x.t;
+    return Ms{-1};
+  };
+  ASSERT_GE(at("suspend batch"), 60000) << fmt::format("{}", fmt::join(d, "; "));
+  EXPECT_LT(at("suspend batch"), at("load chat")) << fmt::format("{}", fmt::join(d, "; "));
+  EXPECT_LT(at("load chat"), at("unload chat")) << fmt::format("{}", fmt::join(d, "; "));
+  EXPECT_LE(at("unload chat"), at("resume batch")) << fmt::format("{}", fmt::join(d, "; "));
+  EXPECT_EQ(with.metrics.suspends, 1);
+  EXPECT_EQ(without.metrics.suspends, 0);
+  // The request is served in seconds, not after the job's 600 s.
+  EXPECT_LT(with.metrics.request_latency_p95_s, 20) << fmt::format("{}", fmt::join(d, "; "));
+  EXPECT_GT(without.metrics.request_latency_p95_s, 500);
+  // The job pays its time suspended (the request, min_idle, the copies), no more.
+  double suspended_s = double(at("resume batch") - at("suspend batch")) / 1000.0;
+  EXPECT_GT(with.metrics.job_completion_p95_s, 600 + suspended_s);
+  EXPECT_LT(with.metrics.job_completion_p95_s, 600 + suspended_s + 5);
+  EXPECT_NEAR(without.metrics.job_completion_p95_s, 600, 1);
+  EXPECT_EQ(with.metrics.requests_never_served, 0);
+}
+
+TEST(SimTrace, PreemptibleMustBeTrueOrFalse) {
+  EXPECT_EQ(parse_error(R"({"t":0,"type":"gpu","index":0,"total":"24GiB"}
+{"t":1,"type":"job","name":"j","gpu":0,"bytes":"1GiB","duration":3,"preemptible":"yes"})"),
+            "t.jsonl:2:68: 'preemptible' must be true or false");
+}
+
 }  // namespace
 }  // namespace vramd::sim

@@ -28,7 +28,7 @@ const std::map<std::string, std::vector<std::string>>& keys_by_type() {
        {"name", "gpu", "model_bytes", "context_bytes", "load_seconds", "unload_seconds",
         "unload_effective", "restart_seconds", "sleep1_seconds", "host_bytes"}},
       {"request", {"service", "duration"}},
-      {"job", {"name", "gpu", "bytes", "duration", "priority"}},
+      {"job", {"name", "gpu", "bytes", "duration", "priority", "preemptible"}},
       {"end", {}},
   };
   return k;
@@ -247,6 +247,11 @@ class Reader {
     auto priority = l.integer("priority", -1000, 1000, int64_t{0});
     if (!priority) return Error{priority.error()};
     j.priority = int(*priority);
+    if (l.has("preemptible")) {
+      if (!l.at("preemptible").is_boolean())
+        return l.error("preemptible", "'preemptible' must be true or false");
+      j.preemptible = l.at("preemptible").get<bool>();
+    }
     trace_.jobs.push_back(std::move(j));
     return Ok{};
   }

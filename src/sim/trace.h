@@ -50,6 +50,7 @@ struct TraceJob {
   Bytes bytes = 0;
   Ms duration = 0;  // held this long once granted
   int priority = 0;
+  bool preemptible = false;  // vramd may suspend it (cuda-checkpoint) for other work
 };
 
 struct Trace {

@@ -60,6 +60,16 @@ Config sim_config(const Trace& trace, const Config& base, bool base_from_file,
 
 void VramdPolicy::start(World& w) {
   arbiter_ = std::make_unique<Arbiter>(sim_config(w.trace(), base_, from_file_, variant_));
+  // The sim's GPUs have a driver whose cuda-checkpoint works (issue 28), but in the ablation.
+  SuspendOffer offer;
+  offer.tool = "cuda-checkpoint";
+  if (variant_ == VramdVariant::no_suspend) {
+    offer.why = "suspend is not offered: the no-suspend ablation";
+  } else {
+    offer.offered = true;
+    offer.form = "action";
+  }
+  feed(w, SuspendProbed{offer});
   for (size_t i = 0; i < w.services().size(); ++i) probe(w, i, true);
   next_sample_ = w.now();
 }
@@ -102,7 +112,8 @@ SampleTaken VramdPolicy::sample(const World& w) const {
     }
     for (size_t j = 0; j < w.jobs().size(); ++j) {
       const JobSim& job = w.jobs()[j];
-      if (job.state == JobSim::State::running && job.spec->gpu == g.index)
+      bool on_gpu = !job.suspended || w.now() < job.copy_end;  // a suspend's copy runs
+      if (job.state == JobSim::State::running && job.spec->gpu == g.index && on_gpu)
         gs.processes.push_back({kJobPid + int(j), job.spec->bytes, "job"});
     }
     s.gpus.gpus.push_back(std::move(gs));
@@ -219,6 +230,7 @@ void VramdPolicy::on_job_arrived(World& w, size_t j) {
   r.pid_start_ticks = 1;
   r.priority = job.priority;
   r.label = job.name;
+  r.preemptible = job.preemptible;
   uint64_t id = arbiter_->next_lease_id();
   job_of_lease_[id] = j;
   lease_of_job_[j] = id;
@@ -290,6 +302,22 @@ void VramdPolicy::apply(World& w, const std::vector<Action>& actions) {
                                            {UnloadCall::Result::requested, "POST /wake_up → 200"},
                                            Duration(0)});
       }
+    } else if (auto* sl = std::get_if<SuspendLease>(&a)) {
+      // cuda-checkpoint returns once the copy is done; the samples show the bytes gone then.
+      std::optional<Ms> took;
+      for (int pid : sl->pids)
+        if (pid >= kJobPid && size_t(pid - kJobPid) < w.jobs().size())
+          took = w.suspend(size_t(pid - kJobPid));
+      pending_.emplace_back(LeaseSuspendDone{sl->id, took.has_value(),
+                                             took ? "" : "not a running job",
+                                             Duration(took.value_or(0))});
+    } else if (auto* rl = std::get_if<ResumeLease>(&a)) {
+      std::optional<Ms> took;
+      for (int pid : rl->pids)
+        if (pid >= kJobPid && size_t(pid - kJobPid) < w.jobs().size())
+          took = w.resume(size_t(pid - kJobPid));
+      // A job that was never suspended (an undone suspend) resumes as a no-op, as the tool does.
+      pending_.emplace_back(LeaseResumeDone{rl->id, true, "", Duration(took.value_or(0))});
     } else if (auto* wf = std::get_if<WakeFinished>(&a)) {
       on_wake_finished(*wf);
     } else if (auto* f = std::get_if<SetFastSampling>(&a)) {

@@ -26,7 +26,8 @@ namespace vramd::sim {
 // `vramd` is the daemon as configured (its defaults: the depth of each sleep its own choice,
 // prewarm off). Its variants: `vramd:fixed-depth` fixes every level-1 sleeper at level 1
 // (sleep_level 1, vLLM's default before vramd chose); `vramd:prewarm` turns prewarm on for all.
-enum class VramdVariant { full, fixed_depth, prewarm };
+// no_suspend: the ablation of issue 28, suspend never offered (preemptible jobs are not).
+enum class VramdVariant { full, fixed_depth, prewarm, no_suspend };
 Config sim_config(const Trace& trace, const Config& base, bool base_from_file,
                   VramdVariant variant = VramdVariant::full);
 
@@ -37,6 +38,7 @@ class VramdPolicy : public Policy {
   std::string name() const override {
     return variant_ == VramdVariant::fixed_depth  ? "vramd:fixed-depth"
            : variant_ == VramdVariant::prewarm    ? "vramd:prewarm"
+           : variant_ == VramdVariant::no_suspend ? "vramd:no-suspend"
                                                   : "vramd";
   }
 

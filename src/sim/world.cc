@@ -1,6 +1,9 @@
 #include "sim/world.h"
 
 #include <algorithm>
+#include <cmath>
+
+#include "core/units.h"
 
 #include "sim/policy.h"
 
@@ -86,7 +89,8 @@ Bytes World::used(unsigned gpu) const {
   for (size_t i = 0; i < services_.size(); ++i)
     if (services_[i].spec->gpu == gpu) u += observed_bytes(i);
   for (size_t j : running_)
-    if (jobs_[j].spec->gpu == gpu) u += jobs_[j].spec->bytes;
+    if (jobs_[j].spec->gpu == gpu && (!jobs_[j].suspended || now_ < jobs_[j].copy_end))
+      u += jobs_[j].spec->bytes;
   return u;
 }
 
@@ -97,7 +101,7 @@ Bytes World::free_committed(unsigned gpu) const {
   for (size_t i = 0; i < services_.size(); ++i)
     if (services_[i].spec->gpu == gpu) taken += committed_bytes(i);
   for (size_t j : running_)
-    if (jobs_[j].spec->gpu == gpu) taken += jobs_[j].spec->bytes;
+    if (jobs_[j].spec->gpu == gpu && !jobs_[j].suspended) taken += jobs_[j].spec->bytes;
   return taken >= g->total ? 0 : g->total - taken;
 }
 
@@ -207,6 +211,34 @@ void World::grant(size_t j) {
   decisions_.push_back({now_, "grant " + job.spec->name});
 }
 
+// Device memory copied to host RAM and back (a PCIe 4 x16 link's practical rate).
+constexpr double kSuspendCopyRate = 12.0 * double(GiB);  // bytes per second
+
+std::optional<Ms> World::suspend(size_t j) {
+  JobSim& job = jobs_[j];
+  if (job.state != JobSim::State::running || job.suspended) return std::nullopt;
+  Ms copy = Ms(std::ceil(double(job.spec->bytes) / kSuspendCopyRate * 1000.0));
+  job.suspended = true;
+  job.work_left = std::max<Ms>(job_end_[j] - now_, 0);
+  job.copy_end = now_ + copy;
+  ++job.suspends;
+  ++m_.suspends;
+  host_used_ += job.spec->bytes;
+  decisions_.push_back({now_, "suspend " + job.spec->name});
+  return copy;
+}
+
+std::optional<Ms> World::resume(size_t j) {
+  JobSim& job = jobs_[j];
+  if (job.state != JobSim::State::running || !job.suspended) return std::nullopt;
+  Ms copy = Ms(std::ceil(double(job.spec->bytes) / kSuspendCopyRate * 1000.0));
+  job.suspended = false;
+  job_end_[j] = std::max(now_, job.copy_end) + copy + job.work_left;
+  host_used_ -= std::min(host_used_, job.spec->bytes);
+  decisions_.push_back({now_, "resume " + job.spec->name});
+  return copy;
+}
+
 std::optional<Ms> World::next_completion() const {
   std::optional<Ms> out;
   auto earliest = [&](Ms t) { out = out ? std::min(*out, t) : t; };
@@ -215,7 +247,12 @@ std::optional<Ms> World::next_completion() const {
       earliest(s.phase_end);
     if (s.serving) earliest(s.serve_end);
   }
-  for (size_t j : running_) earliest(job_end_[j]);
+  for (size_t j : running_) {
+    if (!jobs_[j].suspended)
+      earliest(job_end_[j]);
+    else if (jobs_[j].copy_end > now_)
+      earliest(jobs_[j].copy_end);  // its bytes leave the GPU then
+  }
   return out;
 }
 
@@ -287,9 +324,10 @@ void World::complete_due(Policy& policy) {
   for (size_t i = 0; i < services_.size(); ++i) finish_service(i, policy);
   std::vector<size_t> ended;
   for (size_t j : running_)
-    if (job_end_[j] <= now_) ended.push_back(j);
+    if (!jobs_[j].suspended && job_end_[j] <= now_) ended.push_back(j);
   for (size_t j : ended) {
     jobs_[j].state = JobSim::State::done;
+    jobs_[j].done_at = now_;
     running_.erase(std::find(running_.begin(), running_.end(), j));
     policy.on_job_done(*this, j);
   }
@@ -383,14 +421,19 @@ void World::record_timeline() {
 Metrics World::finish(const std::string& policy_name) {
   Metrics m = m_;
   m.policy = policy_name;
-  std::vector<double> waits, latencies;
+  std::vector<double> waits, latencies, completions;
   for (auto& job : jobs_) {
     if (job.spec->t > trace_.end) continue;
     ++m.jobs;
     bool granted = job.state == JobSim::State::running || job.state == JobSim::State::done;
     if (!granted) ++m.jobs_never_admitted;
     waits.push_back(double((granted ? job.granted_at : trace_.end) - job.spec->t) / 1000.0);
+    // From its arrival to its end; one not done by the trace's end counts until then.
+    Ms end = job.state == JobSim::State::done ? job.done_at : std::max(trace_.end, job.spec->t);
+    completions.push_back(double(end - job.spec->t) / 1000.0);
   }
+  m.job_completion_p50_s = percentile(completions, 50);
+  m.job_completion_p95_s = percentile(completions, 95);
   for (size_t r = 0; r < request_done_.size(); ++r) {
     const TraceRequest& req = trace_.requests[r];
     if (req.t > trace_.end) continue;

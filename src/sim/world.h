@@ -47,6 +47,13 @@ struct JobSim {
   const TraceJob* spec = nullptr;
   State state = State::future;
   Ms granted_at = 0;
+  Ms done_at = 0;
+  // Suspended (cuda-checkpoint, running still): its work stops; its bytes leave the GPU once
+  // copied out (copy_end), for host RAM, and come back with the resume, which copies them in.
+  bool suspended = false;
+  Ms copy_end = 0;
+  Ms work_left = 0;  // its work still to do when it was suspended
+  int suspends = 0;
 };
 
 // One decision the world saw, for tests and `--json`'s log: "unload comfyui", "grant whisper-1".
@@ -93,6 +100,12 @@ class World {
   void restart(size_t svc);
   // REQUIRES: job waiting.
   void grant(size_t job);
+  // Suspends a running job: its work stops at once, its bytes leave the GPU once copied out
+  // (the copy's time, returned, at kSuspendCopyRate). nullopt unless running and not suspended.
+  std::optional<Ms> suspend(size_t job);
+  // Resumes it: its bytes are back on the GPU at once, its work goes on once they are copied in.
+  // nullopt unless suspended.
+  std::optional<Ms> resume(size_t job);
   std::vector<Decision>& decisions() { return decisions_; }
   // A load the server tried unadmitted found too little free (counted once per load).
   void count_unadmitted_oom() { ++m_.unadmitted_load_ooms; }
