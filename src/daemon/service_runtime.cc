@@ -87,22 +87,32 @@ void ServiceRuntime::probe_suspend() {
   });
 }
 
+Result<const CudaCheckpoint*> ServiceRuntime::checkpoint_tool() {
+  if (!checkpoint_) {
+    Result<CudaCheckpoint> probed = CudaCheckpoint::probe(config_.gpu.cuda_checkpoint);
+    if (!probed) return Error{probed.error()};
+    checkpoint_ = *probed;
+  }
+  return &*checkpoint_;
+}
+
 void ServiceRuntime::suspend_lease(const SuspendLease& s) {
   asio::post(worker_, [this, s] {
     auto began = std::chrono::steady_clock::now();
     LeaseSuspendDone done{s.id, true, "", Duration{0}};
-    if (!checkpoint_) {
-      done = {s.id, false, "suspend is not offered here", Duration{0}};
+    Result<const CudaCheckpoint*> tool = checkpoint_tool();
+    if (!tool) {
+      done = {s.id, false, tool.error(), Duration{0}};
     } else {
       std::vector<int> suspended;
       for (int pid : s.pids) {
-        Status st = checkpoint_->suspend(pid, s.lock_timeout);
+        Status st = (*tool)->suspend(pid, s.lock_timeout);
         if (!st) {
           done.ok = false;
           done.error = fmt::format("pid {}: {}", pid, st.error());
           // All or none: the ones suspended already run again.
           for (int back : suspended)
-            if (Status r = checkpoint_->resume(back); !r)
+            if (Status r = (*tool)->resume(back); !r)
               done.error += fmt::format("; pid {} could not be put back: {}", back, r.error());
           break;
         }
@@ -120,11 +130,12 @@ void ServiceRuntime::resume_lease(const ResumeLease& r) {
   asio::post(worker_, [this, r] {
     auto began = std::chrono::steady_clock::now();
     LeaseResumeDone done{r.id, true, "", Duration{0}};
-    if (!checkpoint_) {
-      done = {r.id, false, "suspend is not offered here", Duration{0}};
+    Result<const CudaCheckpoint*> tool = checkpoint_tool();
+    if (!tool) {
+      done = {r.id, false, tool.error(), Duration{0}};
     } else {
       for (int pid : r.pids)  // each is tried: one that fails leaves the others running
-        if (Status st = checkpoint_->resume(pid); !st) {
+        if (Status st = (*tool)->resume(pid); !st) {
           done.ok = false;
           done.error += fmt::format("{}pid {}: {}", done.error.empty() ? "" : "; ", pid, st.error());
         }

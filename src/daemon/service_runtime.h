@@ -113,6 +113,10 @@ class ServiceRuntime {
   std::unique_ptr<LifecycleBackend> lifecycle_;
   std::unique_ptr<ContainerWatch> container_watch_;  // when any service is a container
   std::unique_ptr<UnitWatch> unit_watch_;            // when any service is a unit
+  // The utility, probed on first use if probe_suspend() has not run yet (a resume that a
+  // restored suspended lease asks for can come first); the probe's error when there is none.
+  // Worker thread only.
+  Result<const CudaCheckpoint*> checkpoint_tool();
   std::optional<CudaCheckpoint> checkpoint_;  // the probed utility (worker thread only)
   bool holder_check_running_ = false;
   bool stopping_ = false;

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 
 #include "host/proc_table.h"
+#include "testgpu/fake_gpu_state.h"
 
 namespace vramd {
 namespace service_runtime_test {
@@ -171,6 +172,44 @@ TEST(ServiceRuntimeTest, SuspendIsProbedOffTheLoopAndToldToTheCore) {
       EXPECT_EQ(o.why.find('\n'), std::string::npos) << o.why;  // one line
     }
   }
+}
+
+// A preemptible lease's processes are suspended and resumed on the worker with the fake utility
+// (its pid leaves the fake GPU and comes back), answered on the loop. A resume asked before the
+// start's probe ran (a suspended lease restored at start) probes the utility itself.
+TEST(ServiceRuntimeTest, ALeaseIsSuspendedAndResumedOnTheWorkerEvenBeforeTheProbe) {
+  Fixture f;
+  std::string state = (f.dir / "gpu.json").string();
+  ASSERT_TRUE(write_fake_gpu_state(state, make_fake_gpu_state({{"NVIDIA GeForce RTX 3090", 24 * GiB}})).ok());
+  ASSERT_TRUE(add_fake_process(state, 0, 4242, 16 * GiB).ok());
+  ::setenv("FAKE_NVML_STATE", state.c_str(), 1);  // the utility inherits it
+  f.config.gpu.cuda_checkpoint = VRAMD_BUILD_DIR "/fake-bin/cuda-checkpoint";
+  auto on_gpu = [&] {
+    nlohmann::json gpus = read_fake_gpu_state(state).value();
+    for (const auto& p : gpus["gpus"][0]["processes"])
+      if (p["pid"] == 4242) return true;
+    return false;
+  };
+  auto fed = [&]<typename T>(T*) {
+    std::vector<T> out;
+    for (const auto& e : f.seen.fed)
+      if (const auto* d = std::get_if<T>(&e)) out.push_back(*d);
+    return out;
+  };
+  ASSERT_TRUE(on_gpu());
+  // Running already: the resume is a no-op, and it works without probe_suspend().
+  f.runtime->resume_lease(ResumeLease{7, {4242}});
+  ASSERT_TRUE(f.run_until([&] { return fed((LeaseResumeDone*)nullptr).size() == 1; }));
+  EXPECT_TRUE(fed((LeaseResumeDone*)nullptr)[0].ok) << fed((LeaseResumeDone*)nullptr)[0].error;
+  f.runtime->suspend_lease(SuspendLease{7, {4242}, 5s});
+  ASSERT_TRUE(f.run_until([&] { return fed((LeaseSuspendDone*)nullptr).size() == 1; }));
+  EXPECT_TRUE(fed((LeaseSuspendDone*)nullptr)[0].ok) << fed((LeaseSuspendDone*)nullptr)[0].error;
+  EXPECT_FALSE(on_gpu()) << read_fake_gpu_state(state).value().dump();
+  f.runtime->resume_lease(ResumeLease{7, {4242}});
+  ASSERT_TRUE(f.run_until([&] { return fed((LeaseResumeDone*)nullptr).size() == 2; }));
+  EXPECT_TRUE(fed((LeaseResumeDone*)nullptr)[1].ok) << fed((LeaseResumeDone*)nullptr)[1].error;
+  EXPECT_TRUE(on_gpu()) << read_fake_gpu_state(state).value().dump();
+  ::unsetenv("FAKE_NVML_STATE");
 }
 
 // A lease's holder is checked on the worker: one that runs stays, one that exited and one whose
