@@ -446,15 +446,31 @@ int cmd_leases(const CommonOptions& opts, bool as_json, const std::string& host)
   }
   // With --all-hosts or --host, each row names the host that holds (or keeps queued) the lease.
   const bool by_host = !host.empty();
-  std::string head = fmt::format("{:>5}  {:<20} {:<8} {:>4} {:>10} {:>10}  {}", "ID", "OWNER",
+  std::string head = fmt::format("{:>5}  {:<20} {:<9} {:>4} {:>10} {:>10}  {}", "ID", "OWNER",
                                  "STATE", "GPU", "LEASED", "HELD", "WHY / SINCE");
   std::cout << (by_host ? fmt::format("{:<12} ", "HOST") : std::string()) << head << "\n";
+  auto text = [](const json& l, const char* key) {
+    return l.value(key, json(nullptr)).is_string() ? l[key].get<std::string>() : std::string();
+  };
   for (const auto& l : (*body)["leases"]) {
     std::string gpu = l["gpu"].is_number() ? gpu_label(l["gpu"].get<unsigned>()) : "any";
-    std::string why = l["state"] == "queued" ? reason_text(l) : l["granted_at"].get<std::string>();
+    std::string why = l["state"] == "queued" ? reason_text(l) : text(l, "granted_at");
+    // A preemptible lease says where its suspension stands (issue 28): since when, for whom,
+    // and what its bytes hold of host RAM meanwhile.
+    std::string step = text(l, "suspension");
+    std::string for_whom = text(l, "suspended_for");
+    if (step == "suspended" || step == "resuming") {
+      why = fmt::format("suspended since {} for {}: {} in host RAM", text(l, "suspended_at"),
+                        for_whom, format_size(l.value("suspended_bytes", Bytes{0})));
+      if (step == "resuming") why = "resuming; " + why;
+    } else if (step == "suspending" || step == "verifying") {
+      why += fmt::format("; suspending for {}", for_whom);
+    } else if (!text(l, "suspend_refused").empty()) {
+      why += fmt::format("; not suspended: {}", text(l, "suspend_refused"));
+    }
     if (by_host) std::cout << fmt::format("{:<12} ", l.value("host", "?"));
     std::cout << fmt::format(
-        "{:>5}  {:<20} {:<8} {:>4} {:>10} {:>10}  {}\n", l["id"].get<uint64_t>(),
+        "{:>5}  {:<20} {:<9} {:>4} {:>10} {:>10}  {}\n", l["id"].get<uint64_t>(),
         l["owner"].get<std::string>(), l["state"].get<std::string>(), gpu,
         format_size(l["vram_bytes"].get<Bytes>()), format_size(l["held_bytes"].get<Bytes>()), why);
   }

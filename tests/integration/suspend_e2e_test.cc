@@ -135,6 +135,20 @@ TEST(SuspendE2E, APreemptibleJobIsSuspendedForARequestsWakeAndResumedWhenTheServ
   std::string m = metrics(f);
   EXPECT_NE(m.find("vramd_leases{state=\"suspended\"} 1"), std::string::npos) << m;
   EXPECT_NE(m.find(fmt::format("vramd_suspended_bytes {}", 16 * GiB)), std::string::npos) << m;
+  // `vramd leases` says so: since when, for whom, and what host RAM holds for it.
+  auto listed =
+      testing::run_cli({"leases", "--url", "unix:" + f.dir.file("vramd.sock")}, {}, f.dir);
+  EXPECT_EQ(listed.code, 0) << listed.err;
+  EXPECT_NE(listed.out.find("STATE "), std::string::npos) << listed.out;
+  // (Its time within a second: each answer converts the monotonic moment to the wall clock anew.)
+  size_t at = listed.out.find("suspended since ");
+  ASSERT_NE(at, std::string::npos) << listed.out;
+  auto since = parse_rfc3339(listed.out.substr(at + 16, 24));
+  ASSERT_TRUE(since) << listed.out;
+  EXPECT_LT(std::chrono::abs(*since - *parse_rfc3339(suspended["suspended_at"].get<std::string>())),
+            1s);
+  EXPECT_NE(listed.out.find(" for vllm's request: 16.0 GiB in host RAM", at), std::string::npos)
+      << listed.out;
   // `vramd run` in the foreground says so, once.
   EXPECT_TRUE(eventually([&] {
     return slurp(job.log).find("suspended for vllm's request") != std::string::npos;
