@@ -49,12 +49,14 @@ struct CallUnload {
   std::string service;
   uint64_t unload_id = 0;
   SleepDepth depth = SleepDepth::sleep2;
+  std::vector<int> pids;  // suspend: its processes, for cuda-checkpoint rather than its server
 };
 // Call the service's wake, undoing a sleep at `depth`; answer with WakeCallDone.
 struct CallWake {
   std::string service;
   uint64_t wake_id = 0;
   SleepDepth depth = SleepDepth::sleep1;
+  std::vector<int> pids;  // suspend: the processes to restore (Asleep::pids)
 };
 // How a wake (WakeRequested) ended.
 enum class WakeOutcome {
@@ -187,12 +189,20 @@ struct ResumeLease {
   uint64_t id = 0;
   std::vector<int> pids;
 };
+// At vramd's start: read processes' CUDA state (`--get-state`), those of a lease kept suspended
+// (the store may be behind them) or of a service holding nothing (suspended before vramd
+// started?); answer with SuspensionChecked. `lease` 0: the service's.
+struct CheckSuspension {
+  uint64_t lease = 0;
+  std::string service;
+  std::vector<int> pids;
+};
 using Action =
     std::variant<EmitEvent, CallUnload, SetFastSampling, UnloadFinished, Lifecycle, LeaseChanged,
                  SpawnService, SignalService, CheckHealth, RecordCrash, CommandFinished,
                  RememberLoadPeak, WatchService, ScheduleProbe, CallWake, WakeFinished,
                  WakeProgressed, RememberWakeTime, RememberDemand, RememberVariant,
-                 RecordDurations, SuspendLease, ResumeLease>;
+                 RecordDurations, SuspendLease, ResumeLease, CheckSuspension>;
 
 // An event to emit now ("comfyui now holds 16.3 GiB on GPU 0"), stamped with the wall time.
 inline EmitEvent make_event(const Now& now, std::string type, std::optional<unsigned> gpu,

@@ -244,16 +244,18 @@ void Admission::restore(std::vector<Lease> kept, const std::vector<uint64_t>& al
       ++queued_for_[l.request.gpu];
     } else {
       granted_.insert(id);
-      // Suspended before the restart: it waits for its room as before (a resume of a process
-      // that runs already does nothing). One caught mid-suspend is put back to running.
+      // Suspended before the restart: it waits for its room as before, once the utility says
+      // its processes are still checkpointed (the store may be behind them: a resume that ended
+      // as vramd stopped). One caught mid-suspend is put back to running (a resume of a process
+      // that runs already does nothing).
       if (l.suspension) {
         suspended_.insert(id);
         if (l.state == LeaseState::suspended) {
           l.suspension->step = LeaseSuspension::Step::suspended;
           if (!l.suspension->at) l.suspension->at = now.mono;
+          if (holder_alive) actions.emplace_back(CheckSuspension{id, "", l.suspension->pids});
         } else {
           l.suspension->step = LeaseSuspension::Step::resuming;
-          l.suspension->resume_asked_at = now.mono;
           actions.emplace_back(ResumeLease{id, l.suspension->pids});
         }
       }
@@ -406,7 +408,9 @@ Admission::EvictionPlan Admission::plan_evictions(const Lease& l,
       Bytes b = world.services.bytes_on(svc.name, idx);
       if (b >= kWorthUnloading)
         p.candidates.push_back(
-            {svc.name, b, eviction_cost(st, svc, world.services.ram_room()), *idle_since(st)});
+            {svc.name, b,
+             eviction_cost(st, svc, world.services.ram_room(), world.services.may_suspend(st)),
+             *idle_since(st)});
     }
     // Preemptible leases: suspended when that frees what idle services cannot, or costs less.
     size_t services_only = p.candidates.size();
@@ -749,7 +753,9 @@ ClaimContext Admission::claim_context(const World& world, const std::string& hos
       Bytes b = world.services.bytes_on(svc.name, c.index);
       if (b >= kWorthUnloading)
         c.evictable.push_back(
-            {svc.name, b, eviction_cost(st, svc, world.services.ram_room()), *idle_since(st)});
+            {svc.name, b,
+             eviction_cost(st, svc, world.services.ram_room(), world.services.may_suspend(st)),
+             *idle_since(st)});
     }
     ctx.gpus.push_back(std::move(c));
   }

@@ -73,6 +73,8 @@ class Admission {
   // Preemptible leases (issue 28, core/admission_suspend.cc): the utility's answers.
   void on_suspend_done(const LeaseSuspendDone& e, const Now& now, std::vector<Action>& actions);
   void on_resume_done(const LeaseResumeDone& e, const Now& now, std::vector<Action>& actions);
+  void on_suspension_checked(const SuspensionChecked& e, const Now& now,
+                             std::vector<Action>& actions);
   // Leases being suspended, suspended or being resumed.
   const std::set<uint64_t>& suspensions() const { return suspended_; }
   // A suspend or resume under way (its bytes are watched leaving or coming back).

@@ -30,6 +30,10 @@ std::string suspend_for_text(const Lease& l) {
   return fmt::format("lease #{} ({})", l.id, l.owner_name());
 }
 
+std::string pid_list(const std::vector<int>& pids) {
+  return pids.empty() ? std::string("none") : fmt::format("{}", fmt::join(pids, ", "));
+}
+
 std::string suspend_seconds_text(Duration d) {
   return fmt::format("{:.1f} s", std::chrono::duration<double>(d).count());
 }
@@ -114,7 +118,6 @@ void Admission::start_suspend(uint64_t id, const Lease& for_lease, const World& 
   s.pids = lease_pids(v, world);
   s.bytes = v.held;
   s.for_whom = suspend_for_text(for_lease);
-  s.asked_at = now.mono;
   v.suspension = s;
   suspended_.insert(id);
   actions.emplace_back(lease_event(
@@ -183,6 +186,48 @@ void Admission::on_resume_done(const LeaseResumeDone& e, const Now& now,
   actions.emplace_back(LeaseChanged{v});
 }
 
+// After a restart: what the utility says of a suspended lease's processes. All still
+// checkpointed: it waits for its room as before. All running (a resume that ended as vramd
+// stopped, or one by hand): it runs again, and holds its grant. Some running or locked: all are
+// resumed now, since the job cannot go on half on the GPU. Unreadable: it stays suspended, said.
+void Admission::on_suspension_checked(const SuspensionChecked& e, const Now& now,
+                                      std::vector<Action>& actions) {
+  auto it = leases_.find(e.lease);
+  if (it == leases_.end() || !it->second.suspension ||
+      it->second.suspension->step != LeaseSuspension::Step::suspended)
+    return;  // ended, or its resume was asked meanwhile (that reads the state itself)
+  Lease& v = it->second;
+  LeaseSuspension& s = *v.suspension;
+  if (!e.error.empty())
+    actions.emplace_back(lease_event(
+        now, "lease.suspension_unknown", v.id, v.gpu, v.owner_name(),
+        fmt::format("lease #{} ({}): its CUDA state could not all be read at vramd's start; "
+                    "kept suspended: {}",
+                    v.id, v.owner_name(), e.error)));
+  if (e.running.empty() && e.locked.empty()) return;
+  if (e.checkpointed.empty() && e.locked.empty() && e.error.empty()) {
+    v.state = LeaseState::granted;
+    v.suspension.reset();
+    suspended_.erase(v.id);
+    actions.emplace_back(lease_event(
+        now, "lease.resumed", v.id, v.gpu, v.owner_name(),
+        fmt::format("lease #{} ({}) found running on GPU {} at vramd's start: it was resumed "
+                    "while vramd was down",
+                    v.id, v.owner_name(), v.gpu.value_or(0))));
+    actions.emplace_back(LeaseChanged{v});
+    return;
+  }
+  s.step = LeaseSuspension::Step::resuming;
+  s.retry_at.reset();
+  actions.emplace_back(lease_event(
+      now, "lease.resuming", v.id, v.gpu, v.owner_name(),
+      fmt::format("resuming lease #{} ({}) on GPU {} at vramd's start: a suspend or resume was "
+                  "cut short (running: {}; locked: {}; checkpointed: {})",
+                  v.id, v.owner_name(), v.gpu.value_or(0), pid_list(e.running),
+                  pid_list(e.locked), pid_list(e.checkpointed))));
+  actions.emplace_back(ResumeLease{v.id, s.pids});
+}
+
 // A suspend under way whose bytes left the GPU: the lease is suspended now.
 void Admission::settle_suspends(const Now& now, std::vector<Action>& actions) {
   for (uint64_t id : suspended_) {
@@ -216,7 +261,6 @@ void Admission::verify_suspends(const Now& now, std::vector<Action>& actions) {
     v.suspend_refused = fmt::format("suspended, but {} stayed on GPU {}", format_size(v.held),
                                     v.gpu.value_or(0));
     v.suspension->step = LeaseSuspension::Step::resuming;
-    v.suspension->resume_asked_at = now.mono;
     actions.emplace_back(lease_event(
         now, "lease.suspend_ineffective", v.id, v.gpu, v.owner_name(),
         fmt::format("lease #{} ({}): {} within {} of the suspend; resuming it", v.id,
@@ -273,7 +317,6 @@ std::map<unsigned, std::pair<int, uint64_t>> Admission::resume_suspended(
     if (!lines.count(gpu) && retry_due && room != free.end() && room->second >= s.bytes + wanted) {
       room->second -= s.bytes;
       s.step = LeaseSuspension::Step::resuming;
-      s.resume_asked_at = now.mono;
       s.retry_at.reset();
       actions.emplace_back(lease_event(
           now, "lease.resuming", v->id, v->gpu, v->owner_name(),

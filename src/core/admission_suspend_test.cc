@@ -26,7 +26,12 @@ class Host {
     offer.form = "action";
     feed(SuspendProbed{offer});
   }
-  void hold(int pid, Bytes bytes, bool checkpointed = false) { procs_[pid] = {bytes, checkpointed}; }
+  void hold(int pid, Bytes bytes, bool checkpointed = false) {
+    procs_[pid] = {bytes, checkpointed, false, 1};
+  }
+  void parent(int pid, int ppid) { procs_.at(pid).ppid = ppid; }
+  // Locked by a suspend cut short: its memory still on the GPU, its CUDA calls blocked.
+  void lock(int pid) { procs_.at(pid).locked = true; }
   void drop(int pid) { procs_.erase(pid); }
   Bytes mem_available = 64 * GiB;
   std::string fail_suspend;  // the utility's words when a suspend fails; "" succeeds
@@ -42,7 +47,7 @@ class Host {
     for (const auto& [pid, p] : procs_) {
       ProcessInfo info;
       info.pid = pid;
-      info.ppid = 1;
+      info.ppid = p.ppid;
       info.comm = "python3";
       info.cmdline = "job";
       s.host.processes.push_back(info);
@@ -62,8 +67,17 @@ class Host {
       all_.push_back(a);
       if (const auto* s = std::get_if<SuspendLease>(&a)) suspends_.push_back(*s);
       if (const auto* r = std::get_if<ResumeLease>(&a)) resumes_.push_back(*r);
+      if (const auto* c = std::get_if<CheckSuspension>(&a)) checks_.push_back(*c);
     }
     return actions;
+  }
+  // vramd starts again with the leases its store kept (`alive`: their holders still run).
+  void restore(std::vector<Lease> kept, const std::vector<uint64_t>& alive) {
+    for (const auto& a : arbiter_->restore_leases(std::move(kept), alive, now_)) {
+      all_.push_back(a);
+      if (const auto* r = std::get_if<ResumeLease>(&a)) resumes_.push_back(*r);
+      if (const auto* c = std::get_if<CheckSuspension>(&a)) checks_.push_back(*c);
+    }
   }
   void run(Duration total) {
     for (Duration t{0}; t < total; t += 250ms) {
@@ -76,8 +90,18 @@ class Host {
       }
       for (const auto& r : std::exchange(resumes_, {})) {
         ++resume_calls;
-        for (int pid : r.pids) procs_.at(pid).checkpointed = false;
+        for (int pid : r.pids) procs_.at(pid).checkpointed = procs_.at(pid).locked = false;
         feed(LeaseResumeDone{r.id, true, "", 1s});
+      }
+      for (const auto& c : std::exchange(checks_, {})) {  // --get-state of each pid
+        ++check_calls;
+        SuspensionChecked checked{c.lease, c.service, {}, {}, {}, ""};
+        for (int pid : c.pids) {
+          const Proc& p = procs_.at(pid);
+          (p.locked ? checked.locked : p.checkpointed ? checked.checkpointed : checked.running)
+              .push_back(pid);
+        }
+        feed(checked);
       }
       sample();
       feed(Tick{});
@@ -106,17 +130,20 @@ class Host {
       if (const auto* e = std::get_if<EmitEvent>(&a)) out.push_back(e->event.type);
     return out;
   }
-  int suspend_calls = 0, resume_calls = 0;
+  int suspend_calls = 0, resume_calls = 0, check_calls = 0;
 
  private:
   struct Proc {
     Bytes bytes;
     bool checkpointed;
+    bool locked;
+    int ppid;
   };
   std::unique_ptr<Arbiter> arbiter_;
   std::map<int, Proc> procs_;
   std::vector<SuspendLease> suspends_;
   std::vector<ResumeLease> resumes_;
+  std::vector<CheckSuspension> checks_;
   MonoTime now_{Duration(1'800'000'000'000)};
   std::vector<Action> all_;
   uint64_t next_id_ = 1;
@@ -316,13 +343,15 @@ TEST(PreemptibleLeases, SuspendedSurvivesARestartAndResumesWhenItsRoomIsBack) {
   h.hold(100, 16 * GiB, true);
   h.hold(200, 10 * GiB);
   h.sample();
-  h.arbiter().restore_leases(kept, {batch, urgent}, h.now());
+  h.restore(kept, {batch, urgent});
   EXPECT_EQ(h.state(batch), LeaseState::suspended);
   ASSERT_TRUE(h.lease(batch).suspension);
   EXPECT_EQ(h.lease(batch).suspension->step, LeaseSuspension::Step::suspended);
   EXPECT_EQ(h.lease(batch).suspension->pids, std::vector<int>{100});
   EXPECT_EQ(h.lease(batch).suspension->for_whom, "lease #2 (urgent#2)");
   h.run(2s);
+  EXPECT_EQ(h.check_calls, 1);   // the utility is asked again: still checkpointed
+  EXPECT_EQ(h.state(batch), LeaseState::suspended);
   EXPECT_EQ(h.resume_calls, 0);  // its 16 GiB do not fit beside urgent's 10
   h.drop(200);
   h.feed(LeaseReleased{urgent, 0});
@@ -330,6 +359,105 @@ TEST(PreemptibleLeases, SuspendedSurvivesARestartAndResumesWhenItsRoomIsBack) {
   EXPECT_EQ(h.resume_calls, 1);
   EXPECT_EQ(h.state(batch), LeaseState::granted);
   EXPECT_FALSE(h.checkpointed(100));
+}
+
+// The store said suspended, but the job's resume ended as vramd stopped: the utility says it
+// runs, so it holds its grant again (its room is not handed to others), with no resume asked.
+TEST(PreemptibleLeases, AResumeThatEndedWhileVramdWasDownIsSeenAtItsStart) {
+  std::vector<Lease> kept;
+  uint64_t batch = 0;
+  {
+    Host h;
+    batch = start_batch(h);
+    uint64_t urgent = h.request(job(10 * GiB, 5, "urgent", 200));
+    h.run(1s);
+    ASSERT_EQ(h.state(batch), LeaseState::suspended);
+    h.feed(LeaseReleased{urgent, 0});
+    kept = h.arbiter().leases();  // saved as the resume was asked
+  }
+  Host h;
+  h.hold(100, 16 * GiB);  // resumed: on the GPU again
+  h.sample();
+  h.restore(kept, {batch});
+  h.run(1s);
+  EXPECT_EQ(h.check_calls, 1);
+  EXPECT_EQ(h.resume_calls, 0);
+  EXPECT_EQ(h.state(batch), LeaseState::granted);
+  EXPECT_FALSE(h.lease(batch).suspension);
+  auto resumed = h.events("lease.resumed");
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_NE(resumed[0].message.find("found running on GPU 0 at vramd's start"), std::string::npos)
+      << resumed[0].message;
+  // Its room is its own: a lease of 10 GiB more waits (only 8 GiB are free).
+  uint64_t next = h.request(job(10 * GiB, 0, "next", 300));
+  h.run(1s);
+  EXPECT_EQ(h.state(next), LeaseState::queued);
+}
+
+// vramd died while the utility suspended the job: whatever it got to, the job runs again (a
+// locked process is unlocked, a checkpointed one restored) and nothing is left half-suspended.
+TEST(PreemptibleLeases, ASuspendCutShortByARestartIsPutBackToRunning) {
+  std::vector<Lease> kept;
+  uint64_t batch = 0;
+  {
+    Host h;
+    batch = start_batch(h);
+    h.request(job(10 * GiB, 5, "urgent", 200));  // asks the suspend; the utility never answers
+    ASSERT_TRUE(h.lease(batch).suspension);
+    ASSERT_EQ(h.lease(batch).suspension->step, LeaseSuspension::Step::suspending);
+    kept = h.arbiter().leases();
+  }
+  Host h;
+  h.hold(100, 16 * GiB);
+  h.lock(100);  // the lock went through, the checkpoint did not
+  h.sample();
+  h.restore(kept, {batch});
+  h.run(1s);
+  EXPECT_EQ(h.resume_calls, 1);
+  EXPECT_FALSE(h.checkpointed(100));
+  EXPECT_EQ(h.state(batch), LeaseState::granted);
+  EXPECT_FALSE(h.lease(batch).suspension);
+  EXPECT_EQ(h.events("lease.resumed").size(), 1u);
+}
+
+// Two processes: the restart caught one checkpointed and one locked. Both are resumed at once,
+// room or not: the job cannot go on half suspended.
+TEST(PreemptibleLeases, AJobFoundHalfSuspendedAtStartIsResumedAtOnce) {
+  std::vector<Lease> kept;
+  uint64_t batch = 0;
+  {
+    Host h;
+    h.sample();
+    batch = h.request(job(16 * GiB, 0, "batch", 100, true));
+    h.hold(100, 8 * GiB);
+    h.hold(101, 8 * GiB);  // its child, on the GPU too
+    h.parent(101, 100);
+    h.run(500ms);
+    uint64_t urgent = h.request(job(10 * GiB, 5, "urgent", 200));
+    h.run(1s);
+    ASSERT_EQ(h.state(batch), LeaseState::suspended);
+    ASSERT_EQ(h.lease(batch).suspension->pids, (std::vector<int>{100, 101}));
+    h.feed(LeaseReleased{urgent, 0});
+    kept = h.arbiter().leases();
+  }
+  Host h;
+  h.hold(100, 8 * GiB, true);
+  h.hold(101, 8 * GiB);
+  h.parent(101, 100);
+  h.lock(101);
+  h.hold(300, 4 * GiB);  // something else holds room meanwhile: the resume does not wait
+  h.sample();
+  h.restore(kept, {batch});
+  h.run(1s);
+  EXPECT_EQ(h.check_calls, 1);
+  EXPECT_EQ(h.resume_calls, 1);
+  EXPECT_EQ(h.state(batch), LeaseState::granted);
+  EXPECT_FALSE(h.checkpointed(100));
+  auto resuming = h.events("lease.resuming");
+  ASSERT_EQ(resuming.size(), 1u);
+  EXPECT_NE(resuming[0].message.find("running: none; locked: 101; checkpointed: 100"),
+            std::string::npos)
+      << resuming[0].message;
 }
 
 }  // namespace suspend_lease_test

@@ -102,9 +102,18 @@ std::vector<Action> Arbiter::handle(const Event& event, const Now& now) {
           [&](const WakeCancelled& e) { wakes_.on_cancelled(e, w, now, actions, intents); },
           [&](const WakeCallDone& e) { wakes_.on_call_done(e, w, now, actions, intents); },
           [&](const StoreContact& e) { admission_.on_store_contact(e); },
-          [&](const SuspendProbed& e) { admission_.on_suspend_probed(e, now, actions); },
+          [&](const SuspendProbed& e) {
+            services_.set_suspend_offered(e.offer.offered);
+            admission_.on_suspend_probed(e, now, actions);
+          },
           [&](const LeaseSuspendDone& e) { admission_.on_suspend_done(e, now, actions); },
           [&](const LeaseResumeDone& e) { admission_.on_resume_done(e, now, actions); },
+          [&](const SuspensionChecked& e) {
+            if (e.lease)
+              admission_.on_suspension_checked(e, now, actions);
+            else
+              services_.on_suspension_checked(e, now, actions);
+          },
           [&](const ShuttingDown&) {}},  // answered above
       event);
   // What may have changed a service's answers: its probe is not left backed off.

@@ -651,7 +651,7 @@ const std::vector<Key<GpuConfig>> kGpuKeys = {
         R"(The longest the process lists go unread (see `process_scan_threshold`). At least `"100ms"`; set it to `sample_interval` to read them on every sample.)"},
     {"cuda_checkpoint", nonempty<&GpuConfig::cuda_checkpoint>, nullptr,
         R"(string)", R"(`"cuda-checkpoint"` (from `PATH`))",
-        R"(NVIDIA's [`cuda-checkpoint`](https://github.com/NVIDIA/cuda-checkpoint) utility (driver 550 and later), which suspends a process's GPU memory into host RAM and resumes it on the same GPU: a path, or a name looked up in `PATH`. vramd asks its `--help` which form it speaks (`--action` from 555, `--toggle` with `--get-state` before). Without it, or on a driver without support, suspend is not offered: `vramd status` and `/v1/status` (`suspend`) say why, and the event `suspend.not_offered` says it once.)"},
+        R"(NVIDIA's [`cuda-checkpoint`](https://github.com/NVIDIA/cuda-checkpoint) utility (driver 550 and later), which suspends a process's GPU memory into host RAM and resumes it on the same GPU: a path, or a name looked up in `PATH`. vramd asks its `--help` which form it speaks (`--action` from 555, `--toggle` with `--get-state` before). Without it, or on a driver without support, suspend is not offered: `vramd status` and `/v1/status` (`suspend`) say why, and the event `suspend.not_offered` says it once. Where it works, preemptible leases may be suspended ([api.md](api.md#preemptible-leases)) and services without an unload call sleep at `suspend` rather than being stopped ([proxy.md](proxy.md#suspend-depth)).)"},
 };
 
 // ---- [host] ----

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "core/config.h"
 #include "core/cluster.h"
@@ -180,6 +181,16 @@ struct LeaseResumeDone {
   std::string error;
   Duration took{0};
 };
+// What `cuda-checkpoint --get-state` says of a lease's or a service's processes at vramd's start
+// (CheckSuspension): the pids still checkpointed, those running, those locked (a suspend cut
+// short: their memory still on the GPU, their CUDA calls blocked), and the utility's words for
+// any it could not read or found failed.
+struct SuspensionChecked {
+  uint64_t lease = 0;
+  std::string service;
+  std::vector<int> checkpointed, running, locked;
+  std::string error;
+};
 // vramd is stopping (SIGTERM, or `vramd serve` ends): the core answers with what becomes of the
 // services it runs (on_shutdown) and decides nothing more.
 struct ShuttingDown {};
@@ -188,6 +199,7 @@ using Event = std::variant<SampleTaken, ProbeDone, UnloadRequested, UnloadCallDo
                            ServiceCommand, ChildStarted, ChildExited, HealthChecked,
                            RequestsInFlight, ServiceDiscovered, ContainerChanged, ClusterSynced,
                            WakeRequested, WakeCancelled, WakeCallDone, StoreContact, SuspendProbed,
-                           LeaseSuspendDone, LeaseResumeDone, ShuttingDown>;
+                           LeaseSuspendDone, LeaseResumeDone, SuspensionChecked,
+                           ShuttingDown>;
 
 }  // namespace vramd

@@ -76,11 +76,9 @@ struct LeaseSuspension {
   std::vector<int> pids;   // its processes that held GPU memory when it was suspended
   Bytes bytes = 0;         // what they held on its GPU then: charged to host RAM meanwhile
   std::string for_whom;    // "lease #9 (flux-hi)", "ollama's request", "the start of comfyui"
-  MonoTime asked_at{};     // the suspend was asked
   MonoTime told_at{};      // the utility said it was done (verifying from then)
   Duration took{0};        // how long the utility took to suspend
   std::optional<MonoTime> at;  // suspended (the bytes seen gone)
-  MonoTime resume_asked_at{};
   std::optional<MonoTime> retry_at;  // a resume that failed is tried again then
 };
 const char* to_string(LeaseSuspension::Step s);

@@ -153,11 +153,15 @@ void Ledger::on_sample(const SampleTaken& s, const OwnerHints& hints,
 
   // Host RAM of each service's processes.
   service_rss_.clear();
+  service_pids_.clear();
   for (const auto& p : s.host.processes) {
     auto it = owners.find(p.pid);
-    if (it != owners.end() && it->second.owner.kind == OwnerKind::service)
+    if (it != owners.end() && it->second.owner.kind == OwnerKind::service) {
       service_rss_[it->second.owner.name] += p.rss;
+      service_pids_[it->second.owner.name].push_back(p.pid);
+    }
   }
+  for (auto& [name, pids] : service_pids_) std::sort(pids.begin(), pids.end());
 }
 
 }  // namespace vramd

@@ -59,6 +59,8 @@ class Ledger {
   HistoryView history(unsigned gpu, MonoTime now, Duration window, size_t max_points) const;
   // Host RAM of each service's processes in the last sample (services with none are absent).
   const std::map<std::string, Bytes>& service_rss() const { return service_rss_; }
+  // Each service's host processes, ascending.
+  const std::map<std::string, std::vector<int>>& service_pids() const { return service_pids_; }
   std::optional<Bytes> mem_available() const { return mem_available_; }
   std::optional<Bytes> mem_total() const { return mem_total_; }
   // Who held GPU memory in the last sample, largest first (owner name, bytes >= at_least).
@@ -74,6 +76,7 @@ class Ledger {
   std::map<unsigned, GpuHealth> health_;
   std::map<unsigned, History> history_;
   std::map<std::string, Bytes> service_rss_;
+  std::map<std::string, std::vector<int>> service_pids_;
   std::optional<Bytes> mem_available_;
   std::optional<Bytes> mem_total_;
 };

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/eviction.h"
 #include "core/service_kinds.h"
@@ -245,8 +246,11 @@ void ServicePolicy::on_sample(const Ledger& ledger, const std::set<std::string>&
   for (auto& [name, st] : services_) {
     auto it = ledger.service_rss().find(name);
     st.rss = it != ledger.service_rss().end() ? std::optional<Bytes>(it->second) : std::nullopt;
+    auto pids = ledger.service_pids().find(name);
+    st.host_pids = pids != ledger.service_pids().end() ? pids->second : std::vector<int>{};
   }
   update_holdings(ledger, now);
+  check_suspended_at_start(actions);
   for (auto& [name, st] : services_) {
     // A load seen (a request that loaded it itself, a wake by hand): awake. A server that says
     // whether it sleeps is believed instead (its bytes before the first sample are unknown).
@@ -278,6 +282,7 @@ void ServicePolicy::update_holdings(const Ledger& ledger, const Now& now) {
   for (auto& [name, st] : services_) {
     st.bytes = 0;
     st.per_gpu.clear();
+    st.gpu_pids.clear();
     st.pace.gpu_working = false;
   }
   for (const auto& g : ledger.status().gpus) {
@@ -291,6 +296,10 @@ void ServicePolicy::update_holdings(const Ledger& ledger, const Now& now) {
       if (it == services_.end()) continue;
       it->second.bytes += h.bytes;
       it->second.per_gpu.emplace_back(g.sample.index, h.bytes);
+      for (int pid : h.pids)
+        if (std::find(it->second.gpu_pids.begin(), it->second.gpu_pids.end(), pid) ==
+            it->second.gpu_pids.end())
+          it->second.gpu_pids.push_back(pid);
       if (h.bytes >= kOnGpu) it->second.last_gpu = g.sample.index;
       if (h.bytes >= kOnGpu && g.sample.utilization_pct.value_or(0) > kActiveUtilizationPct)
         it->second.pace.gpu_working = true;
@@ -385,22 +394,71 @@ void ServicePolicy::start_unload(const std::string& service, UnloadReason reason
                     service, to_string(reason), format_age(now.mono - *st.prewarmed))));
     st.prewarmed.reset();
   }
-  // As shallow as the host RAM allows (core/wake.h), unless sleep_level fixes it. A kind whose
-  // only sleep is a stop is called all the same: its adapter answers not_supported, and the
-  // escalation stops it.
-  run.depth = cfg ? choose_depth(st, *cfg, ram_room_) : SleepDepth::sleep2;
-  SleepDepth call_depth = run.depth == SleepDepth::stop ? SleepDepth::sleep2 : run.depth;
+  // As shallow as the host RAM allows (core/wake.h), unless sleep_level fixes it; suspended
+  // where it has no unload call of its own (or it was refused) and host RAM takes its bytes. A
+  // kind whose only sleep is a stop is called all the same: its adapter answers not_supported,
+  // and the escalation stops it.
+  run.depth = cfg ? choose_depth(st, *cfg, ram_room_, may_suspend(st)) : SleepDepth::sleep2;
+  if (run.depth == SleepDepth::stop) run.depth = SleepDepth::sleep2;
   st.state = ServiceState::unloading;
-  std::string keeps =
-      run.depth == SleepDepth::sleep1
-          ? fmt::format(", keeping ~{} in host RAM", format_size(host_ram_estimate(st, run.depth)))
-          : "";
+  std::string keeps = run.depth == SleepDepth::sleep1 || run.depth == SleepDepth::suspend
+                          ? fmt::format(", keeping ~{} in host RAM",
+                                        format_size(host_ram_estimate(st, run.depth)))
+                          : "";
   actions.emplace_back(make_event(
       now, "unload.started", std::nullopt, service,
       fmt::format("unloading {} ({}): holds {}; sleeps at {}{}", service, to_string(reason),
-                  format_size(st.bytes), describe_depth(call_depth, st.kind), keeps)));
-  actions.emplace_back(CallUnload{service, run.id, call_depth});
+                  format_size(st.bytes), describe_depth(run.depth, st.kind), keeps)));
+  call_unload(run, st, actions);
   unloads_.emplace(run.id, std::move(run));
+}
+
+void ServicePolicy::call_unload(UnloadRun& run, const ServiceStatus& st,
+                                std::vector<Action>& actions) {
+  if (run.depth == SleepDepth::suspend) run.pids = st.gpu_pids;
+  actions.emplace_back(CallUnload{run.service, run.id, run.depth, run.pids});
+}
+
+bool ServicePolicy::may_suspend(const ServiceStatus& st) const {
+  if (!suspend_offered_ || st.gpu_pids.empty() || !st.suspend_refused.empty()) return false;
+  const ServiceConfig* cfg = config_.find_service(st.name);
+  if (!cfg || (st.discovered && !config_.daemon.discover_unload)) return false;
+  return !st.can_unload || st.unload_refused;
+}
+
+void ServicePolicy::check_suspended_at_start(std::vector<Action>& actions) {
+  if (!suspend_offered_) return;
+  for (auto& [name, st] : services_) {
+    if (st.host_pids.empty() || st.bytes >= kWorthUnloading || st.asleep ||
+        !suspension_checked_.insert(name).second)
+      continue;
+    actions.emplace_back(CheckSuspension{0, name, st.host_pids});
+  }
+}
+
+void ServicePolicy::on_suspension_checked(const SuspensionChecked& e, const Now& now,
+                                          std::vector<Action>& actions) {
+  auto it = services_.find(e.service);
+  if (it == services_.end()) return;
+  ServiceStatus& st = it->second;
+  // Locked ones too: a suspend cut short. The restore of the wake unlocks them.
+  std::vector<int> pids = e.checkpointed;
+  pids.insert(pids.end(), e.locked.begin(), e.locked.end());
+  std::sort(pids.begin(), pids.end());
+  if (pids.empty() || st.asleep || st.bytes >= kWorthUnloading) return;
+  Asleep a;
+  a.depth = SleepDepth::suspend;
+  a.since = now.mono;
+  a.pids = pids;
+  a.models = st.models;
+  // Its device memory is in its own host memory now: its RSS holds it.
+  a.host_ram = st.rss.value_or(0);
+  st.asleep = a;
+  actions.emplace_back(make_event(
+      now, "service.found_suspended", std::nullopt, st.name,
+      fmt::format("{}: pids {} are suspended by cuda-checkpoint from before vramd started (its "
+                  "GPU memory in host RAM): asleep at suspend, restored by its next wake",
+                  st.name, fmt::join(pids, ", "))));
 }
 
 void ServicePolicy::on_unload_requested(const UnloadRequested& e, const Now& now,
@@ -442,6 +500,38 @@ void ServicePolicy::on_unload_call_done(const UnloadCallDone& e, const Now& now,
   if (it == unloads_.end()) return;
   UnloadRun& run = it->second;
   run.call_duration = e.took;
+  ServiceStatus& st = services_.at(run.service);
+  if (run.depth == SleepDepth::suspend && e.call.result != UnloadCall::Result::requested) {
+    // The utility failed: the processes run on. Not tried again; what the server's call would
+    // have come to (a stop where it has none) happens instead.
+    st.suspend_refused = e.call.message;
+    std::optional<IneffectiveUnload> fallback = run.fallback;
+    if (!fallback && !st.can_unload) fallback = IneffectiveUnload::stop;
+    finish_unload(run, UnloadOutcome::failed, "the suspend failed: " + e.call.message, fallback,
+                  now, actions, intents);
+    unloads_.erase(it);
+    return;
+  }
+  if (e.call.result != UnloadCall::Result::requested) {
+    // Refused, or no unload API after all: its processes are suspended instead where host RAM
+    // allows, from now on (its server is not asked again while vramd runs).
+    bool refused = e.call.result == UnloadCall::Result::failed;
+    st.unload_refused = true;
+    const ServiceConfig* cfg = config_.find_service(run.service);
+    if (cfg && choose_depth(st, *cfg, ram_room_, may_suspend(st)) == SleepDepth::suspend) {
+      run.fallback = refused ? std::nullopt : std::optional(IneffectiveUnload::stop);
+      run.depth = SleepDepth::suspend;
+      actions.emplace_back(make_event(
+          now, "unload.suspending", std::nullopt, run.service,
+          fmt::format("{}: {}; suspending its processes instead (pids {}), keeping ~{} in host "
+                      "RAM",
+                      run.service,
+                      refused ? "its unload call failed: " + e.call.message : e.call.message,
+                      fmt::join(st.gpu_pids, ", "), format_size(st.bytes))));
+      call_unload(run, st, actions);
+      return;
+    }
+  }
   if (e.call.result == UnloadCall::Result::failed) {
     finish_unload(run, UnloadOutcome::failed, "the unload call failed: " + e.call.message,
                   std::nullopt, now, actions, intents);
@@ -546,6 +636,16 @@ void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const s
   } else {
     st.backoff_until.reset();
   }
+  // A suspend the utility called done whose bytes stayed (UVM, IPC memory): its processes are
+  // restored, and it is not suspended again.
+  if (run.depth == SleepDepth::suspend && outcome == UnloadOutcome::ineffective) {
+    st.suspend_refused =
+        fmt::format("suspended, but {} stayed on the GPU", format_size(v.after_bytes));
+    if (v.escalation != Escalation::restart && v.escalation != Escalation::stop) {
+      v.message += "; its processes are restored";
+      actions.emplace_back(CallWake{run.service, 0, SleepDepth::suspend, run.pids});
+    }
+  }
   // Asleep from the verdict until a wake or a load is seen (core/sleep.h), whatever it still
   // holds: a sleeping vLLM keeps its CUDA context.
   v.depth = run.depth == SleepDepth::stop ? SleepDepth::sleep2 : run.depth;
@@ -561,7 +661,14 @@ void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const s
         v.escalation == Escalation::none || v.escalation == Escalation::report ? v.after_bytes : 0;
     a.models = st.models;
     a.reason = run.reason;
-    if (a.depth == SleepDepth::sleep1) {
+    if (a.depth == SleepDepth::suspend) {
+      // The utility copied what left the GPU into the processes' host memory.
+      a.host_ram = v.before_bytes - std::min(v.before_bytes, v.after_bytes);
+      a.pids = run.pids;
+      v.host_ram_kept = a.host_ram;
+      v.message += fmt::format("; asleep at suspend (pids {}), keeping {} in host RAM",
+                               fmt::join(a.pids, ", "), format_size(a.host_ram));
+    } else if (a.depth == SleepDepth::sleep1) {
       if (v.rss_before && v.rss_after && *v.rss_after > *v.rss_before) {
         a.host_ram = *v.rss_after - *v.rss_before;
         a.host_ram_measured = true;
@@ -661,7 +768,8 @@ bool ServicePolicy::deepen(const DeepenIntent& d, const Now& now, std::vector<Ac
   if (last_deepen_ && now.mono - *last_deepen_ < kDeepenSettle) return false;
   ServiceStatus* pick = nullptr;
   for (auto& [name, st] : services_) {
-    if (!st.asleep || st.asleep->depth != SleepDepth::sleep1 || st.asleep->host_ram == 0)
+    if (!st.asleep || st.asleep->host_ram == 0 ||
+        (st.asleep->depth != SleepDepth::sleep1 && st.asleep->depth != SleepDepth::suspend))
       continue;
     if (st.control == Control::none) {
       if (cannot_deepen_told_.insert(name).second)

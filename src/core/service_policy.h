@@ -83,6 +83,17 @@ class ServicePolicy {
   bool deepen(const DeepenIntent& d, const Now& now, std::vector<Action>& actions,
               Intents& intents);
 
+  // Whether NVIDIA's cuda-checkpoint works here (SuspendProbed): suspend is then a depth for a
+  // service without an unload call or refused one (docs/proxy.md "Depths").
+  void set_suspend_offered(bool offered) { suspend_offered_ = offered; }
+  // Suspend is a depth this service may sleep at: offered, its GPU processes known, and no
+  // unload call of its own (or its last was refused), nor a suspend that failed before.
+  bool may_suspend(const ServiceStatus& st) const;
+  // What the utility says of a service's processes at vramd's start (CheckSuspension): those
+  // checkpointed make it asleep at suspend, woken by a restore.
+  void on_suspension_checked(const SuspensionChecked& e, const Now& now,
+                             std::vector<Action>& actions);
+
   // nullptr for an unknown name. `managed` is not filled here (the Arbiter joins it).
   const ServiceStatus* find(const std::string& name) const;
   // REQUIRES: `name` is configured.
@@ -121,7 +132,15 @@ class ServicePolicy {
     Duration timeout{0};
     Duration call_duration{0};
     SleepDepth depth = SleepDepth::sleep2;
+    std::vector<int> pids;  // suspend: the processes the utility checkpoints
+    // suspend chosen after the server's call: what would have become of the unload without it
+    std::optional<IneffectiveUnload> fallback;
   };
+  // Sends the run's call: its server's unload, or at `suspend` the utility's.
+  void call_unload(UnloadRun& run, const ServiceStatus& st, std::vector<Action>& actions);
+  // Services holding nothing whose processes may be checkpointed from before vramd's start:
+  // their CUDA state is read once (CheckSuspension).
+  void check_suspended_at_start(std::vector<Action>& actions);
   void update_holdings(const Ledger& ledger, const Now& now);
   // A request or a busy probe: a new busy spell when it had been idle kSpellGap; the end of a
   // prewarm's wait (used).
@@ -149,6 +168,8 @@ class ServicePolicy {
   std::optional<MonoTime> last_deepen_;  // one shortage deepens one sleeper at a time
   std::set<std::string> cannot_deepen_told_;  // said once per service
   std::map<std::string, Demand> demand_;      // by service
+  bool suspend_offered_ = false;
+  std::set<std::string> suspension_checked_;  // services whose CUDA state was read at start
 };
 
 }  // namespace vramd

@@ -85,19 +85,22 @@ const char* to_string(SleepDepth d) {
       return "sleep2";
     case SleepDepth::stop:
       return "stop";
+    case SleepDepth::suspend:
+      return "suspend";
   }
   return "?";
 }
 
 std::optional<SleepDepth> parse_sleep_depth(std::string_view s) {
-  for (SleepDepth d : {SleepDepth::sleep1, SleepDepth::sleep2, SleepDepth::stop})
+  for (SleepDepth d :
+       {SleepDepth::sleep1, SleepDepth::sleep2, SleepDepth::stop, SleepDepth::suspend})
     if (s == to_string(d)) return d;
   return std::nullopt;
 }
 
 std::string describe_depth(SleepDepth d, std::string_view kind) {
   const ServiceKind* k = find_service_kind(kind);
-  if (k && k->sleep_levels && d != SleepDepth::stop)
+  if (k && k->sleep_levels && (d == SleepDepth::sleep1 || d == SleepDepth::sleep2))
     return d == SleepDepth::sleep1 ? "level 1" : "level 2";
   return to_string(d);
 }

@@ -135,6 +135,13 @@ struct ServiceStatus {
   Control control = Control::none;       // how vramd can start, stop or restart it
   // It has an unload call (not a `process`, not generic_http without unload_url, ...).
   bool can_unload = true;
+  // Its last unload call was refused (an error from its server), or answered that it has none:
+  // suspend may be chosen instead while vramd runs.
+  bool unload_refused = false;
+  // A suspend of its processes that failed, or left its bytes on the GPU: not tried again.
+  std::string suspend_refused;
+  std::vector<int> gpu_pids;   // its processes that hold GPU memory (a suspend's targets)
+  std::vector<int> host_pids;  // all its processes (their CUDA state is read at vramd's start)
   Duration reload_cost{0};               // how long a load took (measured), or the kind's default
   std::optional<MonoTime> load_started;  // its memory is growing from (almost) nothing
   bool reload_measured = false;

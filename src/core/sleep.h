@@ -23,8 +23,12 @@ enum class SleepDepth {
   // The process ended by vramd (a service without an unload call, or one deepened past sleep2):
   // the wake is a start.
   stop,
+  // Its processes suspended by NVIDIA's cuda-checkpoint (a service without an unload call, or
+  // one whose unload was refused, where host RAM can take its bytes): its GPU memory is in host
+  // RAM, its CPU side runs on, and the wake is a restore onto the same GPU.
+  suspend,
 };
-const char* to_string(SleepDepth d);  // "sleep1", "sleep2", "stop"
+const char* to_string(SleepDepth d);  // "sleep1", "sleep2", "stop", "suspend"
 std::optional<SleepDepth> parse_sleep_depth(std::string_view s);
 // For people: "level 1" for vLLM's sleep1, else to_string's word.
 std::string describe_depth(SleepDepth d, std::string_view kind);
@@ -41,6 +45,7 @@ struct Asleep {
   // Why it was put to sleep: the unload's reason (none when it says so itself). A prewarm reads
   // it (docs/proxy.md "Prewarm").
   std::optional<UnloadReason> reason;
+  std::vector<int> pids;  // suspend: the processes checkpointed, restored by the wake
 };
 
 // How long a wake took from the call to ready: per service, model ("" none named) and depth.

@@ -524,8 +524,12 @@ void Supervision::on_tick(const World& world, const Now& now, std::vector<Action
       ++m.restart_count;
       spawn(name, m, false, world, now, actions, intents);
     }
+    // Suspended (cuda-checkpoint): its server may block on the GPU until restored; its health
+    // is checked again once it is.
+    const ServiceStatus* st = world.services.find(name);
+    bool suspended = st && st->asleep && st->asleep->depth == SleepDepth::suspend;
     if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) && m.pid &&
-        !m.health_in_flight && m.next_health && now.mono >= *m.next_health) {
+        !m.health_in_flight && m.next_health && now.mono >= *m.next_health && !suspended) {
       m.health_in_flight = true;
       actions.emplace_back(CheckHealth{name});
     }

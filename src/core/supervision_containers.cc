@@ -327,8 +327,11 @@ void Supervision::container_tick(const World& world, const Now& now,
       if (!m.next_health) m.next_health = now.mono;
       m.reason = why;
     }
+    // Suspended (cuda-checkpoint): checked again once restored, as a process service.
+    const ServiceStatus* st = world.services.find(name);
+    bool suspended = st && st->asleep && st->asleep->depth == SleepDepth::suspend;
     if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) &&
-        !m.health_in_flight && m.next_health && now.mono >= *m.next_health) {
+        !m.health_in_flight && m.next_health && now.mono >= *m.next_health && !suspended) {
       m.health_in_flight = true;
       actions.emplace_back(CheckHealth{name});
     }

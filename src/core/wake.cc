@@ -11,6 +11,9 @@ namespace vramd {
 
 std::optional<LoadNeed> load_need(const ServiceStatus& st, const ServiceConfig& cfg,
                                   const std::string& model) {
+  // Suspended: the restore brings back exactly what left the GPU.
+  if (st.asleep && st.asleep->depth == SleepDepth::suspend && st.asleep->host_ram > 0)
+    return LoadNeed{st.asleep->host_ram, "what it held when it was suspended"};
   if (!model.empty()) {
     auto it = st.load_peaks.find(model);
     if (it != st.load_peaks.end() && it->second > 0)
@@ -38,7 +41,8 @@ bool sleeping(const ServiceStatus& st) {
 }
 
 SleepDepth choose_depth(const ServiceStatus& st, const ServiceConfig& cfg,
-                        std::optional<Bytes> ram_room) {
+                        std::optional<Bytes> ram_room, bool may_suspend) {
+  if (may_suspend && (!ram_room || st.bytes <= *ram_room)) return SleepDepth::suspend;
   const ServiceKind* kind = find_service_kind(cfg.kind);
   if (!kind || kind->sleeps.empty()) return SleepDepth::stop;
   const std::vector<SleepDepth>& sleeps = kind->sleeps;
@@ -57,6 +61,7 @@ SleepDepth choose_depth(const ServiceStatus& st, const ServiceConfig& cfg,
 }
 
 Bytes host_ram_estimate(const ServiceStatus& st, SleepDepth depth) {
+  if (depth == SleepDepth::suspend) return st.bytes;
   if (depth != SleepDepth::sleep1) return 0;
   if (st.sleep1_host_ram) return *st.sleep1_host_ram;
   return st.bytes;
@@ -77,14 +82,22 @@ Duration expected_wake(const ServiceStatus& st, const std::string& model, SleepD
       return reload;
     case SleepDepth::stop:
       return 2 * reload;
+    case SleepDepth::suspend: {
+      // Until a restore has been timed: its bytes back at a PCIe copy's pace.
+      Bytes b = st.asleep && st.asleep->depth == SleepDepth::suspend ? st.asleep->host_ram
+                                                                     : st.bytes;
+      auto copy = std::chrono::duration<double>(static_cast<double>(b) / (4.0 * GiB));
+      return std::max<Duration>(std::chrono::seconds(1),
+                                std::chrono::duration_cast<Duration>(copy));
+    }
   }
   return reload;
 }
 
 Duration eviction_cost(const ServiceStatus& st, const ServiceConfig& cfg,
-                       std::optional<Bytes> ram_room) {
+                       std::optional<Bytes> ram_room, bool may_suspend) {
   std::string model = st.models.size() == 1 ? st.models[0] : std::string();
-  return expected_wake(st, model, choose_depth(st, cfg, ram_room));
+  return expected_wake(st, model, choose_depth(st, cfg, ram_room, may_suspend));
 }
 
 const char* to_string(WakeStep s) {
@@ -117,6 +130,8 @@ WakePlan plan_wake(const ServiceStatus& st, const ServiceConfig& cfg, bool can_w
     return plan;
   }
   bool asleep = sleeping(st);
+  // Suspended: the restore is its wake, whatever its server offers.
+  if (asleep && st.asleep->depth == SleepDepth::suspend) can_wake = true;
   if (can_wake && asleep && st.asleep->depth != SleepDepth::stop) {
     plan.step = WakeStep::wake;
     plan.room = load_need(st, cfg, model);

@@ -34,26 +34,29 @@ bool sleeping(const ServiceStatus& st);
 // The depth of the next unload of `st` (core/sleep.h): its `sleep_level` when set; else the
 // shallowest of its kind's sleeps whose host RAM (host_ram_estimate) fits `ram_room` (the host
 // RAM a new sleeper may keep: MemAvailable, less what leases were promised, less [host]
-// ram_reserve; nullopt when unknown: the deepest sleep then).
+// ram_reserve; nullopt when unknown: the deepest sleep then). `may_suspend`
+// (ServicePolicy::may_suspend): `suspend` where host RAM takes all it holds (or is unknown).
 SleepDepth choose_depth(const ServiceStatus& st, const ServiceConfig& cfg,
-                        std::optional<Bytes> ram_room);
+                        std::optional<Bytes> ram_room, bool may_suspend);
 // What a sleep at `depth` keeps in host RAM: for sleep1, what its last sleep1 was measured to
-// keep, else what it holds on the GPU now (its weights are at most that); 0 for deeper ones.
+// keep, else what it holds on the GPU now (its weights are at most that); for suspend, all it
+// holds on the GPU; 0 for deeper ones.
 Bytes host_ram_estimate(const ServiceStatus& st, SleepDepth depth);
 // How long a wake from `depth` is expected to take: learned for this model and depth, else for
 // any model at that depth, else the kind's first guess (sleep1_wake; sleep2: reload_cost; stop:
-// twice that).
+// twice that; suspend: its bytes copied back at 4 GiB/s, a second at least).
 Duration expected_wake(const ServiceStatus& st, const std::string& model, SleepDepth depth);
 // What an eviction of `st` costs the next request: its expected wake from the depth it would be
-// put to sleep at now (`ram_room` as for choose_depth).
+// put to sleep at now (`ram_room`, `may_suspend` as for choose_depth).
 Duration eviction_cost(const ServiceStatus& st, const ServiceConfig& cfg,
-                       std::optional<Bytes> ram_room);
+                       std::optional<Bytes> ram_room, bool may_suspend);
 
 enum class WakeStep {
   ready,  // forward the request now (it loads on the request itself, or is loaded)
   start,  // a service vramd runs that is not running: start it (start admission sizes it)
   wait,   // being unloaded: wait for the verdict, then wake
-  wake,   // asleep: call the adapter's wake, after admitting `room` like a lease when it is known
+  wake,   // asleep: call the adapter's wake (at suspend: the utility's restore), after admitting
+          // `room` like a lease when it is known
   admit,  // empty, and it loads on the request itself: admit `room` like a lease, then forward
 };
 const char* to_string(WakeStep s);

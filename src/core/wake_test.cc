@@ -105,24 +105,30 @@ TEST(ChooseDepth, TheShallowestWhoseHostRamFits) {
   // Its weights are at most what it holds on the GPU until a sleep1 was measured.
   EXPECT_EQ(host_ram_estimate(st, SleepDepth::sleep1), 14 * GiB);
   EXPECT_EQ(host_ram_estimate(st, SleepDepth::sleep2), 0u);
-  EXPECT_EQ(choose_depth(st, cfg, 20 * GiB), SleepDepth::sleep1);   // RAM fits: level 1
-  EXPECT_EQ(choose_depth(st, cfg, 10 * GiB), SleepDepth::sleep2);   // RAM short: level 2
-  EXPECT_EQ(choose_depth(st, cfg, std::nullopt), SleepDepth::sleep2);  // unknown: keep none
+  EXPECT_EQ(choose_depth(st, cfg, 20 * GiB, false), SleepDepth::sleep1);   // RAM fits: level 1
+  EXPECT_EQ(choose_depth(st, cfg, 10 * GiB, false), SleepDepth::sleep2);   // RAM short: level 2
+  EXPECT_EQ(choose_depth(st, cfg, std::nullopt, false), SleepDepth::sleep2);  // unknown: keep none
   st.sleep1_host_ram = 9 * GiB;  // measured at its last sleep1
-  EXPECT_EQ(choose_depth(st, cfg, 10 * GiB), SleepDepth::sleep1);
+  EXPECT_EQ(choose_depth(st, cfg, 10 * GiB, false), SleepDepth::sleep1);
   // sleep_level fixes it.
   cfg.sleep_level = 2;
-  EXPECT_EQ(choose_depth(st, cfg, 100 * GiB), SleepDepth::sleep2);
+  EXPECT_EQ(choose_depth(st, cfg, 100 * GiB, false), SleepDepth::sleep2);
   cfg.sleep_level = 1;
-  EXPECT_EQ(choose_depth(st, cfg, 0), SleepDepth::sleep1);
+  EXPECT_EQ(choose_depth(st, cfg, 0, false), SleepDepth::sleep1);
   // One sleep only (Ollama: the model file stays in the page cache, not the process's RAM).
   ServiceConfig ollama;
   ollama.kind = "ollama";
-  EXPECT_EQ(choose_depth(st, ollama, 0), SleepDepth::sleep2);
+  EXPECT_EQ(choose_depth(st, ollama, 0, false), SleepDepth::sleep2);
   // No unload call at all: only a stop frees it.
   ServiceConfig process;
   process.kind = "process";
-  EXPECT_EQ(choose_depth(st, process, 100 * GiB), SleepDepth::stop);
+  EXPECT_EQ(choose_depth(st, process, 100 * GiB, false), SleepDepth::stop);
+  // ... unless cuda-checkpoint may suspend it (ServicePolicy::may_suspend) and host RAM takes
+  // all it holds: its bytes go to host RAM, and its wake is a restore.
+  EXPECT_EQ(choose_depth(st, process, 14 * GiB, true), SleepDepth::suspend);
+  EXPECT_EQ(choose_depth(st, process, std::nullopt, true), SleepDepth::suspend);
+  EXPECT_EQ(choose_depth(st, process, 13 * GiB, true), SleepDepth::stop);
+  EXPECT_EQ(host_ram_estimate(st, SleepDepth::suspend), 14 * GiB);
 }
 
 TEST(ExpectedWake, LearnedForTheModelThenTheDepthThenTheKind) {
@@ -141,8 +147,15 @@ TEST(ExpectedWake, LearnedForTheModelThenTheDepthThenTheKind) {
   cfg.kind = "vllm";
   st.bytes = 14 * GiB;
   st.models = {"m"};
-  EXPECT_EQ(eviction_cost(st, cfg, 64 * GiB), seconds(1));   // room for level 1
-  EXPECT_EQ(eviction_cost(st, cfg, 1 * GiB), seconds(60));   // level 2: a reload
+  EXPECT_EQ(eviction_cost(st, cfg, 64 * GiB, false), seconds(1));   // room for level 1
+  EXPECT_EQ(eviction_cost(st, cfg, 1 * GiB, false), seconds(60));   // level 2: a reload
+  // Suspended: its bytes copied back at 4 GiB/s until a restore was timed.
+  EXPECT_EQ(expected_wake(st, "m", SleepDepth::suspend), std::chrono::milliseconds(3500));
+  ServiceConfig process;
+  process.kind = "process";
+  EXPECT_EQ(eviction_cost(st, process, 64 * GiB, true), std::chrono::milliseconds(3500));
+  st.wake_times[{"m", SleepDepth::suspend}] = seconds(2);
+  EXPECT_EQ(eviction_cost(st, process, 64 * GiB, true), seconds(2));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "core/admission.h"
 #include "core/ledger.h"
+#include "core/service_kinds.h"
 #include "core/service_policy.h"
 #include "core/supervision.h"
 
@@ -43,6 +44,12 @@ ServiceStatus status_of(const World& w, const std::string& service) {
 
 Duration wake_timeout(const ServiceConfig& cfg) {
   return cfg.proxy.wake_timeout.value_or(cfg.start_timeout);
+}
+
+// A wake from suspend restores the processes the utility checkpointed.
+std::vector<int> suspended_pids(const ServiceStatus& st, SleepDepth depth) {
+  if (depth != SleepDepth::suspend || !st.asleep) return {};
+  return st.asleep->pids;
 }
 
 }  // namespace
@@ -156,7 +163,7 @@ bool Wakes::plan(Run& run, const World& world, const Now& now, std::vector<Actio
            fmt::format("waking {} from {}, ~{}", run.service, describe_depth(depth, st.kind),
                        seconds_text(expected_wake(st, run.model, depth))),
            actions);
-  actions.emplace_back(CallWake{run.service, 0, depth});
+  actions.emplace_back(CallWake{run.service, 0, depth, suspended_pids(st, depth)});
   return true;
 }
 
@@ -194,7 +201,7 @@ void Wakes::on_granted(uint64_t lease, const World& world, const Now& now,
            fmt::format("waking {} from {}, ~{}", run.service, describe_depth(depth, st.kind),
                        seconds_text(expected_wake(st, run.model, depth))),
            actions);
-  actions.emplace_back(CallWake{run.service, lease, depth});
+  actions.emplace_back(CallWake{run.service, lease, depth, suspended_pids(st, depth)});
 }
 
 void Wakes::on_call_done(const WakeCallDone& e, const World& world, const Now& now,
@@ -209,7 +216,7 @@ void Wakes::on_call_done(const WakeCallDone& e, const World& world, const Now& n
   } else {
     Duration took = now.mono - run.call_at.value_or(now.mono);
     intents.push_back(WokenIntent{run.service, run.model, run.depth.value_or(SleepDepth::sleep1),
-                                  took, true, run.prewarm && run.ids.empty()});
+                                  took, true, run.prewarm && run.ids.empty() && !run.unasked});
     hold_until_loaded(run, world, now);
     finish(run, WakeOutcome::ready, e.call.message, world, now, actions, intents);
   }
@@ -259,12 +266,13 @@ void Wakes::finish(Run& run, WakeOutcome outcome, const std::string& message, co
       text = fmt::format("admitted the load of {} for {} in {}{}{}", run.service,
                          for_what(run.model), seconds_text(took), room, evicted_text);
     } else {
-      type = run.prewarm && run.ids.empty() ? "service.prewarmed" : "service.woken";
+      type = run.prewarm && run.ids.empty() && !run.unasked ? "service.prewarmed"
+                                                            : "service.woken";
       text = fmt::format("woke {}{} for {} in {}{}{}{}", run.service, depth, what_for(run),
                          seconds_text(took), room, evicted_text,
                          message.empty() ? "" : ": " + message);
     }
-  } else if (run.prewarm && run.ids.empty()) {
+  } else if (run.prewarm && run.ids.empty() && !run.unasked) {
     type = fmt::format("service.prewarm_{}", to_string(outcome));
     text = fmt::format("prewarm of {}{} {} after {}: {}", run.service, depth, to_string(outcome),
                        seconds_text(took), message);
@@ -286,6 +294,7 @@ void Wakes::finish(Run& run, WakeOutcome outcome, const std::string& message, co
 }
 
 std::string Wakes::what_for(const Run& run) const {
+  if (run.unasked) return "its room, free again";
   if (!run.prewarm) return for_what(run.model);
   std::string ahead = fmt::format("a prewarm ({:.0f}% chance of a request within {})",
                                   run.chance * 100, format_duration(kPrewarmHorizon));
@@ -309,12 +318,19 @@ void Wakes::consider_prewarm(const World& world, const Now& now, std::vector<Act
     std::string model;
     double chance = 0;
     double saves = 0;  // expected wake seconds saved: chance × expected wake
+    bool unasked = false;
   };
   std::optional<Pick> best;
   for (const ServiceConfig& cfg : config_.services) {
-    if (!cfg.prewarm.value_or(config_.daemon.prewarm)) continue;
     ServiceStatus st = status_of(world, cfg.name);
-    if (!st.can_wake || !sleeping(st) || st.asleep->depth == SleepDepth::stop ||
+    // Suspended, and nothing can ask for it (it has no request path): taken back whatever its
+    // demand, once its room is free and nobody wants it, as a suspended lease is resumed.
+    const ServiceKind* kind = find_service_kind(cfg.kind);
+    bool unasked = sleeping(st) && st.asleep->depth == SleepDepth::suspend && kind &&
+                   !kind->needs_url;
+    if (!unasked && !cfg.prewarm.value_or(config_.daemon.prewarm)) continue;
+    if (!sleeping(st) || st.asleep->depth == SleepDepth::stop ||
+        (!st.can_wake && st.asleep->depth != SleepDepth::suspend) ||
         st.state != ServiceState::up || !st.last_gpu)
       continue;
     // Put to sleep by hand: not prewarmed until it is asked again (which ends the sleep).
@@ -324,21 +340,24 @@ void Wakes::consider_prewarm(const World& world, const Now& now, std::vector<Act
       if (now.mono < n->second) continue;
       no_prewarm_until_.erase(n);
     }
-    const Demand* demand = world.services.demand(cfg.name);
-    if (!demand) continue;
-    // Put to sleep to make room (an eviction, an exclusive group): its last hour counts, so it
-    // comes back when the room does. Put to sleep idle: only its weekly pattern does.
-    bool made_room =
-        st.asleep->reason == UnloadReason::eviction || st.asleep->reason == UnloadReason::group;
-    double chance = demand->chance(now, kPrewarmHorizon, made_room);
-    if (chance < kPrewarmChance) continue;
+    double chance = 1;
+    if (!unasked) {
+      const Demand* demand = world.services.demand(cfg.name);
+      if (!demand) continue;
+      // Put to sleep to make room (an eviction, an exclusive group): its last hour counts, so
+      // it comes back when the room does. Put to sleep idle: only its weekly pattern does.
+      bool made_room =
+          st.asleep->reason == UnloadReason::eviction || st.asleep->reason == UnloadReason::group;
+      chance = demand->chance(now, kPrewarmHorizon, made_room);
+      if (chance < kPrewarmChance) continue;
+    }
     std::string model = st.asleep->models.size() == 1 ? st.asleep->models[0] : std::string();
     std::optional<LoadNeed> need = load_need(st, cfg, model);
     std::optional<Bytes> room = world.admission.room_on(world, *st.last_gpu);
     if (!need || !room || *room < need->bytes) continue;  // it takes only room nobody wants
     double saves =
         chance * std::chrono::duration<double>(expected_wake(st, model, st.asleep->depth)).count();
-    if (!best || saves > best->saves) best = Pick{&cfg, model, chance, saves};
+    if (!best || saves > best->saves) best = Pick{&cfg, model, chance, saves, unasked};
   }
   if (!best) return;
   Run run;
@@ -346,6 +365,7 @@ void Wakes::consider_prewarm(const World& world, const Now& now, std::vector<Act
   run.model = best->model;
   run.can_wake = true;
   run.prewarm = true;
+  run.unasked = best->unasked;
   run.chance = best->chance;
   run.requested_at = now.mono;
   run.deadline = now.mono + wake_timeout(*best->cfg);
@@ -391,8 +411,8 @@ void Wakes::advance(const World& world, const Now& now, std::vector<Action>& act
     bool done = false;
     if (run.prewarm && run.ids.empty() && room_wanted && run.phase != Phase::calling) {
       // A lease (or a request's wake) wants room: the prewarm gives way, and its service is not
-      // prewarmed again this hour.
-      no_prewarm_until_[run.service] = end_of_hour(now);
+      // prewarmed again this hour (one nothing can ask is taken back once the room is free).
+      if (!run.unasked) no_prewarm_until_[run.service] = end_of_hour(now);
       finish(run, WakeOutcome::cancelled, "a lease or a request wants the room", world, now,
              actions, intents);
       done = true;

@@ -80,6 +80,9 @@ class Wakes {
     // within kPrewarmHorizon. Requests may join it; it is then theirs as well.
     bool prewarm = false;
     double chance = 0;
+    // Of a prewarm: a suspended service nothing can ask (no request path: a `process`), taken
+    // back as soon as its room is free, as a suspended lease is; not a prewarm for its counts.
+    bool unasked = false;
   };
   // A load that was let through, whose claim holds its room until it shows on the GPU.
   struct Load {

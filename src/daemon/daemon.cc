@@ -199,7 +199,8 @@ void Daemon::feed(const Event& event) {
       std::holds_alternative<LifecycleDone>(event) || std::holds_alternative<UnloadCallDone>(event) ||
       std::holds_alternative<WakeCallDone>(event) ||
       std::holds_alternative<LeaseSuspendDone>(event) ||
-      std::holds_alternative<LeaseResumeDone>(event))
+      std::holds_alternative<LeaseResumeDone>(event) ||
+      std::holds_alternative<SuspensionChecked>(event))
     sampling_.list_processes();
   apply(arbiter_.handle(event, clock_()));
   // A deadline sooner than the tick loop's wake-up: wake it to wait for that one instead.
@@ -227,10 +228,17 @@ void Daemon::apply(std::vector<Action> actions) {
             sink_.store(std::move(published));
         },
         [&](CallUnload& c) {
-          calls_.unload(std::move(c));
+          // At suspend its processes are checkpointed, whatever its server offers.
+          if (c.depth == SleepDepth::suspend)
+            runtime_.suspend_service(c);
+          else
+            calls_.unload(std::move(c));
         },
         [&](CallWake& cw) {
-          calls_.wake(std::move(cw));
+          if (cw.depth == SleepDepth::suspend)
+            runtime_.resume_service(cw);
+          else
+            calls_.wake(std::move(cw));
         },
         [&](WakeFinished& wf) {
           requests_.wake_finished(wf);
@@ -285,6 +293,9 @@ void Daemon::apply(std::vector<Action> actions) {
         },
         [&](ResumeLease& rl) {
           runtime_.resume_lease(rl);
+        },
+        [&](CheckSuspension& cs) {
+          runtime_.check_suspension(cs);
         },
         [&](SignalService& sig) {
           runtime_.runner().signal(sig.pid, sig.signal);

@@ -5,6 +5,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -96,53 +97,125 @@ Result<const CudaCheckpoint*> ServiceRuntime::checkpoint_tool() {
   return &*checkpoint_;
 }
 
-void ServiceRuntime::suspend_lease(const SuspendLease& s) {
-  asio::post(worker_, [this, s] {
-    auto began = std::chrono::steady_clock::now();
-    LeaseSuspendDone done{s.id, true, "", Duration{0}};
-    Result<const CudaCheckpoint*> tool = checkpoint_tool();
-    if (!tool) {
-      done = {s.id, false, tool.error(), Duration{0}};
-    } else {
-      std::vector<int> suspended;
-      for (int pid : s.pids) {
-        Status st = (*tool)->suspend(pid, s.lock_timeout);
-        if (!st) {
-          done.ok = false;
-          done.error = fmt::format("pid {}: {}", pid, st.error());
-          // All or none: the ones suspended already run again.
-          for (int back : suspended)
-            if (Status r = (*tool)->resume(back); !r)
-              done.error += fmt::format("; pid {} could not be put back: {}", back, r.error());
-          break;
-        }
-        suspended.push_back(pid);
-      }
+namespace {
+
+// Suspends each pid in turn, all or none: the ones done before one that fails run again. "" when
+// all were suspended, else what failed (and what could not be put back).
+std::string suspend_all(const CudaCheckpoint& tool, const std::vector<int>& pids,
+                        Duration lock_timeout) {
+  std::vector<int> suspended;
+  for (int pid : pids) {
+    Status st = tool.suspend(pid, lock_timeout);
+    if (!st) {
+      std::string error = fmt::format("pid {}: {}", pid, st.error());
+      for (int back : suspended)
+        if (Status r = tool.resume(back); !r)
+          error += fmt::format("; pid {} could not be put back: {}", back, r.error());
+      return error;
     }
-    done.took = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - began);
-    asio::post(io_, [this, done = std::move(done)] {
-      if (!stopping_) hooks_.feed(done);
+    suspended.push_back(pid);
+  }
+  return "";
+}
+
+// Resumes each pid: one that fails leaves the others running. "" when all run.
+std::string resume_all(const CudaCheckpoint& tool, const std::vector<int>& pids) {
+  std::string error;
+  for (int pid : pids)
+    if (Status st = tool.resume(pid); !st)
+      error += fmt::format("{}pid {}: {}", error.empty() ? "" : "; ", pid, st.error());
+  return error;
+}
+
+// A service's processes are given this long to reach a point where they may be locked.
+constexpr Duration kServiceLockTimeout = std::chrono::seconds(10);
+
+}  // namespace
+
+void ServiceRuntime::checkpoint_op(
+    std::function<std::string(const CudaCheckpoint&)> op,
+    std::function<Event(const std::string& error, Duration took)> done) {
+  asio::post(worker_, [this, op = std::move(op), done = std::move(done)] {
+    auto began = std::chrono::steady_clock::now();
+    Result<const CudaCheckpoint*> tool = checkpoint_tool();
+    std::string error = tool ? op(**tool) : tool.error();
+    Event e = done(error, std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() -
+                                                               began));
+    asio::post(io_, [this, e = std::move(e)] {
+      if (!stopping_) hooks_.feed(e);
     });
   });
 }
 
+void ServiceRuntime::suspend_lease(const SuspendLease& s) {
+  checkpoint_op(
+      [s](const CudaCheckpoint& tool) { return suspend_all(tool, s.pids, s.lock_timeout); },
+      [id = s.id](const std::string& error, Duration took) -> Event {
+        return LeaseSuspendDone{id, error.empty(), error, took};
+      });
+}
+
 void ServiceRuntime::resume_lease(const ResumeLease& r) {
-  asio::post(worker_, [this, r] {
-    auto began = std::chrono::steady_clock::now();
-    LeaseResumeDone done{r.id, true, "", Duration{0}};
+  checkpoint_op([r](const CudaCheckpoint& tool) { return resume_all(tool, r.pids); },
+                [id = r.id](const std::string& error, Duration took) -> Event {
+                  return LeaseResumeDone{id, error.empty(), error, took};
+                });
+}
+
+void ServiceRuntime::suspend_service(const CallUnload& c) {
+  checkpoint_op(
+      [c](const CudaCheckpoint& tool) {
+        if (c.pids.empty()) return std::string("none of its processes holds GPU memory");
+        return suspend_all(tool, c.pids, kServiceLockTimeout);
+      },
+      [c](const std::string& error, Duration took) -> Event {
+        UnloadCall answer{
+            UnloadCall::Result::requested,
+            fmt::format("cuda-checkpoint: pids {} suspended", fmt::join(c.pids, ", "))};
+        if (!error.empty()) answer = {UnloadCall::Result::failed, error};
+        return UnloadCallDone{c.service, c.unload_id, answer, took};
+      });
+}
+
+void ServiceRuntime::resume_service(const CallWake& c) {
+  checkpoint_op([c](const CudaCheckpoint& tool) { return resume_all(tool, c.pids); },
+                [c](const std::string& error, Duration took) -> Event {
+                  UnloadCall answer{UnloadCall::Result::requested,
+                                    fmt::format("cuda-checkpoint: pids {} restored",
+                                                fmt::join(c.pids, ", "))};
+                  if (!error.empty()) answer = {UnloadCall::Result::failed, error};
+                  return WakeCallDone{c.service, c.wake_id, answer, took};
+                });
+}
+
+void ServiceRuntime::check_suspension(const CheckSuspension& c) {
+  asio::post(worker_, [this, c] {
+    SuspensionChecked checked{c.lease, c.service, {}, {}, {}, ""};
+    auto fail = [&](const std::string& words) {
+      checked.error += (checked.error.empty() ? "" : "; ") + words;
+    };
     Result<const CudaCheckpoint*> tool = checkpoint_tool();
     if (!tool) {
-      done = {r.id, false, tool.error(), Duration{0}};
+      fail(tool.error());
     } else {
-      for (int pid : r.pids)  // each is tried: one that fails leaves the others running
-        if (Status st = (*tool)->resume(pid); !st) {
-          done.ok = false;
-          done.error += fmt::format("{}pid {}: {}", done.error.empty() ? "" : "; ", pid, st.error());
+      for (int pid : c.pids) {
+        Result<CudaProcessState> st = (*tool)->state(pid);
+        if (!st) {
+          fail(fmt::format("pid {}: {}", pid, st.error()));
+          continue;
         }
+        switch (*st) {
+          case CudaProcessState::checkpointed: checked.checkpointed.push_back(pid); break;
+          case CudaProcessState::running: checked.running.push_back(pid); break;
+          case CudaProcessState::locked: checked.locked.push_back(pid); break;
+          case CudaProcessState::failed:
+            fail(fmt::format("pid {}: its CUDA state is failed", pid));
+            break;
+        }
+      }
     }
-    done.took = std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now() - began);
-    asio::post(io_, [this, done = std::move(done)] {
-      if (!stopping_) hooks_.feed(done);
+    asio::post(io_, [this, checked = std::move(checked)] {
+      if (!stopping_) hooks_.feed(checked);
     });
   });
 }

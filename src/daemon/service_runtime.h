@@ -81,6 +81,13 @@ class ServiceRuntime {
   // them likewise (LeaseResumeDone). On the worker, as the probe: they never run at once.
   void suspend_lease(const SuspendLease& s);
   void resume_lease(const ResumeLease& r);
+  // Reads each pid's CUDA state (`--get-state`) after a restart; SuspensionChecked.
+  void check_suspension(const CheckSuspension& c);
+  // A service put to sleep at `suspend`: its processes suspended, all or none, as a lease's
+  // (UnloadCallDone: requested, or failed with the utility's words); its wake restores them
+  // (WakeCallDone). On the worker too.
+  void suspend_service(const CallUnload& c);
+  void resume_service(const CallWake& c);
 
   // Lease holders (lease id, pid, start ticks): each whose process is gone, or whose pid another
   // process has taken, is fed as HolderExited. /proc is read on the worker; one check at a time
@@ -117,6 +124,10 @@ class ServiceRuntime {
   // restored suspended lease asks for can come first); the probe's error when there is none.
   // Worker thread only.
   Result<const CudaCheckpoint*> checkpoint_tool();
+  // On the worker: `op` runs with the utility and says what failed ("" nothing; the reason there
+  // is no utility otherwise); `done(error, took)` is the event fed back on the loop.
+  void checkpoint_op(std::function<std::string(const CudaCheckpoint&)> op,
+                     std::function<Event(const std::string& error, Duration took)> done);
   std::optional<CudaCheckpoint> checkpoint_;  // the probed utility (worker thread only)
   bool holder_check_running_ = false;
   bool stopping_ = false;

@@ -153,7 +153,8 @@ json to_json(const ServiceStatus& s, const Now& now) {
               {"gpu_kept_bytes", s.asleep->gpu_kept},
               {"host_ram_bytes", s.asleep->host_ram},
               {"host_ram_measured", s.asleep->host_ram_measured},
-              {"reason", s.asleep->reason ? json(to_string(*s.asleep->reason)) : json(nullptr)}};
+              {"reason", s.asleep->reason ? json(to_string(*s.asleep->reason)) : json(nullptr)},
+              {"pids", s.asleep->pids}};
   // The expected wake from each depth (core/wake.h expected_wake), for its one model if it has
   // one, and whether it was measured.
   json wake_seconds = json::object();
@@ -161,6 +162,10 @@ json to_json(const ServiceStatus& s, const Now& now) {
   std::vector<SleepDepth> depths;
   if (const ServiceKind* kind = find_service_kind(s.kind)) depths = kind->sleeps;
   if (s.control != Control::none) depths.push_back(SleepDepth::stop);
+  // Suspend (cuda-checkpoint): once it slept or woke there.
+  bool suspend_seen = s.asleep && s.asleep->depth == SleepDepth::suspend;
+  for (const auto& [key, took] : s.wake_times) suspend_seen |= key.second == SleepDepth::suspend;
+  if (suspend_seen) depths.push_back(SleepDepth::suspend);
   for (SleepDepth d : depths) {
     bool measured = false;
     for (const auto& [key, took] : s.wake_times) measured |= key.second == d;
@@ -197,6 +202,8 @@ json to_json(const ServiceStatus& s, const Now& now) {
       {"can_restart", s.control == Control::none ? json(nullptr) : json(to_string(s.control))},
       // Which actions the kind has: a `process` service has no API to unload through.
       {"can_unload", s.can_unload},
+      // A suspend of its processes that failed or freed nothing: not tried again.
+      {"suspend_refused", s.suspend_refused.empty() ? json(nullptr) : json(s.suspend_refused)},
       {"reload_cost_seconds", static_cast<double>(s.reload_cost.count()) / 1000.0},
       {"reload_cost_measured", s.reload_measured},
       // What a wake or start is admitted for (core/wake.h): learned per model.

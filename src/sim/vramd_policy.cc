@@ -274,7 +274,9 @@ void VramdPolicy::apply(World& w, const std::vector<Action>& actions) {
   for (const Action& a : actions) {
     if (auto* c = std::get_if<CallUnload>(&a)) {
       int svc = w.trace().service_index(c->service);
-      if (svc >= 0) w.unload(size_t(svc), c->depth == SleepDepth::sleep1);
+      // A suspend keeps its bytes in host RAM, as a sleep1 does.
+      if (svc >= 0)
+        w.unload(size_t(svc), c->depth == SleepDepth::sleep1 || c->depth == SleepDepth::suspend);
       // The server accepts the call at once; what it frees shows in later samples.
       pending_.emplace_back(UnloadCallDone{c->service,
                                            c->unload_id,

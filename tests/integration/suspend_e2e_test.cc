@@ -234,5 +234,59 @@ TEST(SuspendE2E, AUtilityThatCannotCheckpointLeavesTheJobRunningAndSaysWhy) {
   }
 }
 
+// Suspend as a service's depth (issue 28, item 3): a generic_http server with no unload_url
+// would be stopped to free its memory; here its process is suspended instead, and a request
+// through its proxy restores it in a second. The wake time is learned at that depth.
+TEST(SuspendE2E, AServiceWithoutAnUnloadCallIsSuspendedAndARequestRestoresIt) {
+  DaemonFixture f;
+  FakeService gen(f, "generic_http", {"--model-bytes", "8GiB"});
+  f.gpu_toml = fmt::format("cuda_checkpoint = \"{}/fake-bin/cuda-checkpoint\"\n",
+                           testing::build_dir());
+  int proxy = testing::free_port();
+  f.start(fmt::format("[host]\nram_reserve = \"0%\"\n\n[services.gen]\nkind = \"generic_http\"\n"
+                      "url = \"{}\"\nproxy = \"127.0.0.1:{}\"\n",
+                      gen.url(), proxy));
+  ASSERT_TRUE(eventually([&] {
+    json st = get(f, "/v1/services/gen");
+    return st.value("bytes", Bytes{0}) >= 8 * GiB && st.value("state", "") == "up";
+  })) << get(f, "/v1/services/gen").dump(2) << f.log();
+  ASSERT_TRUE(eventually([&] { return get(f, "/v1/status")["suspend"].value("offered", false); }))
+      << get(f, "/v1/status")["suspend"].dump(2);
+  EXPECT_FALSE(get(f, "/v1/services/gen")["can_unload"].get<bool>());
+
+  auto unloaded = http_request({f.url}, "POST", "/v1/services/gen/unload", "", 40000);
+  ASSERT_TRUE(unloaded.ok());
+  json verdict = json::parse(unloaded->body, nullptr, false);
+  EXPECT_EQ(verdict.value("outcome", ""), "freed") << unloaded->body << f.log();
+  EXPECT_EQ(verdict.value("depth", ""), "suspend") << unloaded->body;
+  json st = get(f, "/v1/services/gen");
+  ASSERT_TRUE(st["asleep"].is_object()) << st.dump(2);
+  EXPECT_EQ(st["asleep"]["depth"], "suspend");
+  EXPECT_EQ(st["asleep"]["pids"], json::array({gen.pid()})) << st.dump(2);
+  EXPECT_GE(st["asleep"]["host_ram_bytes"].get<Bytes>(), 8 * GiB - 512 * MiB) << st.dump(2);
+  // Its process lives on, off the GPU; nothing was stopped.
+  EXPECT_EQ(::kill(gen.pid(), 0), 0);
+  json gpu = read_fake_gpu_state(f.state).value();
+  for (const auto& p : gpu["gpus"][0]["processes"]) EXPECT_NE(p["pid"], gen.pid()) << gpu.dump(2);
+  EXPECT_TRUE(testing::events_of(f, "service.stopping").empty());
+
+  // A request through its proxy: restored, then answered.
+  auto r = http_request({fmt::format("http://127.0.0.1:{}", proxy)}, "POST", "/work", "{}", 60000);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->status, 200u) << r->body << f.log();
+  ASSERT_TRUE(eventually([&] {
+    return get(f, "/v1/services/gen").value("bytes", Bytes{0}) >= 8 * GiB;
+  }))
+      << get(f, "/v1/services/gen").dump(2);
+  st = get(f, "/v1/services/gen");
+  EXPECT_TRUE(st["asleep"].is_null()) << st.dump(2);
+  ASSERT_TRUE(st["wake_seconds"].contains("suspend")) << st.dump(2);
+  EXPECT_TRUE(st["wake_seconds"]["suspend"]["measured"].get<bool>()) << st.dump(2);
+  auto woken = testing::events_of(f, "service.woken");
+  ASSERT_EQ(woken.size(), 1u) << get(f, "/v1/events?limit=200").dump(2);
+  EXPECT_NE(woken[0]["message"].get<std::string>().find("from suspend"), std::string::npos)
+      << woken[0].dump();
+}
+
 }  // namespace suspend_e2e_test
 }  // namespace vramd
