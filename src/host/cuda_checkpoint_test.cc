@@ -183,6 +183,36 @@ TEST(CudaCheckpoint, ARestorePutsBackTheCardBytesOfAProcessNvmlCannotMeasure) {
   EXPECT_EQ(r.gpus[0].used, 18 * GiB);
 }
 
+// A process in a MIG instance: its entry and bytes leave the instance and the card, and come back
+// to both (tests/gpu/run.sh runs its suspend check in a MIG instance when MIG is on).
+TEST(CudaCheckpoint, AProcessInAMigInstanceLeavesItAndTheCardAndComesBack) {
+  CheckpointGpu gpu;
+  nlohmann::json state = nlohmann::json::parse(R"({"driver_version": "590.48.01",
+    "gpus": [{"name": "NVIDIA H200", "uuid": "GPU-0", "total": 150754820096, "used": 5385486336,
+      "mig_devices": [
+        {"gi": 2, "ci": 0, "uuid": "MIG-a", "profile": "3g.71gb", "total": 74893950976,
+         "used": 4311744512, "processes": [{"pid": 4242, "used": 4294967296}]},
+        null,
+        {"gi": 9, "ci": 0, "uuid": "MIG-c", "profile": "1g.18gb", "total": 17179869184,
+         "used": 1073741824, "processes": [{"pid": 4343, "used": 1073741824}]}]}]})");
+  ASSERT_TRUE(write_fake_gpu_state(gpu.path(), state).ok());
+  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(kFake, kTimeouts);
+  ASSERT_TRUE(probed.ok()) << probed.error();
+  const CudaCheckpoint& c = *probed;
+  EXPECT_EQ(state_of(c, kJob), "running");
+  ASSERT_TRUE(c.suspend(kJob, kLockTimeout).ok());
+  EXPECT_EQ(state_of(c, kJob), "checkpointed");
+  nlohmann::json after = read_fake_gpu_state(gpu.path()).value();
+  const nlohmann::json& card = after["gpus"][0];
+  EXPECT_TRUE(card["mig_devices"][0]["processes"].empty()) << after.dump(2);
+  EXPECT_EQ(card["mig_devices"][0]["used"], 4311744512u - 4294967296u);
+  EXPECT_EQ(card["used"], 5385486336u - 4294967296u);
+  EXPECT_EQ(card["mig_devices"][2]["used"], 1073741824u);  // the other instance: untouched
+  ASSERT_TRUE(c.resume(kJob).ok());
+  EXPECT_EQ(state_of(c, kJob), "running");
+  EXPECT_EQ(read_fake_gpu_state(gpu.path()).value(), state);  // exactly as it was
+}
+
 TEST(CudaCheckpoint, UvmMemoryRefusesTheCheckpointAndTheProcessIsUnlocked) {
   CheckpointGpu gpu;
   Result<CudaCheckpoint> probed = CudaCheckpoint::probe(kFake, kTimeouts);

@@ -127,7 +127,8 @@ std::set<std::string> faults(const std::string& state) {
 
 // One GPU's share of a checkpointed pid: its list entries and the bytes that left "used".
 // Side file: {"PID": {"state": "locked"|"checkpointed", "held": [{"gpu": i, "list": "processes",
-// "entry": {...}, "bytes": N}, ...]}}; a pid not in it runs.
+// "entry": {...}, "bytes": N}, ...]}}; a pid not in it runs. On a MIG instance the entry has
+// "mig": j (the index in the card's "mig_devices"), and the bytes left the card's "used" too.
 std::string side_path(const std::string& state) { return state + ".cuda-checkpoint-pids.json"; }
 
 json read_side(const std::string& state) {
@@ -149,6 +150,15 @@ void write_side(const std::string& state, const json& side) {
   std::rename(tmp.c_str(), side_path(state).c_str());
 }
 
+// The MIG instances of a card: (index in "mig_devices", the instance), null slots skipped.
+std::vector<std::pair<std::size_t, json*>> mig_instances(json& gpu) {
+  std::vector<std::pair<std::size_t, json*>> out;
+  if (!gpu.contains("mig_devices") || !gpu["mig_devices"].is_array()) return out;
+  for (std::size_t j = 0; j < gpu["mig_devices"].size(); ++j)
+    if (gpu["mig_devices"][j].is_object()) out.emplace_back(j, &gpu["mig_devices"][j]);
+  return out;
+}
+
 bool on_gpu(const json& state, unsigned pid) {
   for (unsigned i = 0; i < fake_nvml::gpu_count(state); ++i) {
     const json* gpu = fake_nvml::gpu_at(state, i);
@@ -158,6 +168,11 @@ bool on_gpu(const json& state, unsigned pid) {
         if (p.pid == pid) return true;
       }
     }
+    for (const auto& [j, mig] : mig_instances(const_cast<json&>(*gpu)))
+      for (const char* list : {"processes", "graphics_processes"})
+        if (mig->contains(list) && (*mig)[list].is_array())
+          for (const auto& p : (*mig)[list])
+            if (p.is_object() && fake_nvml::get_u64(p, "pid", 0) == pid) return true;
   }
   return false;
 }
@@ -170,32 +185,48 @@ std::optional<std::string> pid_state(const json& state, const json& side, unsign
   return std::nullopt;
 }
 
-// Takes the pid off every GPU: its entries and bytes, for the restore to put back.
+void subtract_used(json& device, unsigned long long bytes) {
+  unsigned long long used = fake_nvml::get_u64(device, "used", 0);
+  device["used"] = used > bytes ? used - bytes : 0;
+}
+
+// Takes the pid off `device` (a card, or one of its MIG instances: then its bytes leave the
+// card's "used" too), adding what it took to `held`.
+void take_off_device(json& device, json& card, std::size_t gpu, std::optional<std::size_t> mig,
+                     unsigned pid, json& held) {
+  bool counted = false;
+  for (const char* list : {"processes", "graphics_processes"}) {
+    if (!device.contains(list) || !device[list].is_array()) continue;
+    json& procs = device[list];
+    for (auto it = procs.begin(); it != procs.end();) {
+      if (!it->is_object() || fake_nvml::get_u64(*it, "pid", 0) != pid) {
+        ++it;
+        continue;
+      }
+      // A process in both lists holds its bytes once: they leave "used" with its first entry.
+      unsigned long long bytes = 0;
+      if (!counted)
+        bytes = fake_nvml::get_u64(*it, "card_bytes", fake_nvml::get_u64(*it, "used", 0));
+      counted = true;
+      subtract_used(device, bytes);
+      if (&device != &card) subtract_used(card, bytes);
+      json h = {{"gpu", gpu}, {"list", list}, {"entry", *it}, {"bytes", bytes}};
+      if (mig) h["mig"] = *mig;
+      held.push_back(std::move(h));
+      it = procs.erase(it);
+    }
+  }
+}
+
+// Takes the pid off every GPU and MIG instance: its entries and bytes, for the restore to put
+// back.
 json take_off(json& state, unsigned pid) {
   json held = json::array();
   if (!state.contains("gpus") || !state["gpus"].is_array()) return held;
   for (std::size_t i = 0; i < state["gpus"].size(); ++i) {
     json& gpu = state["gpus"][i];
-    bool counted = false;
-    for (const char* list : {"processes", "graphics_processes"}) {
-      if (!gpu.contains(list) || !gpu[list].is_array()) continue;
-      json& procs = gpu[list];
-      for (auto it = procs.begin(); it != procs.end();) {
-        if (!it->is_object() || fake_nvml::get_u64(*it, "pid", 0) != pid) {
-          ++it;
-          continue;
-        }
-        // A process in both lists holds its bytes once: they leave "used" with its first entry.
-        unsigned long long bytes = 0;
-        if (!counted)
-          bytes = fake_nvml::get_u64(*it, "card_bytes", fake_nvml::get_u64(*it, "used", 0));
-        counted = true;
-        unsigned long long used = fake_nvml::get_u64(gpu, "used", 0);
-        gpu["used"] = used > bytes ? used - bytes : 0;
-        held.push_back({{"gpu", i}, {"list", list}, {"entry", *it}, {"bytes", bytes}});
-        it = procs.erase(it);
-      }
-    }
+    take_off_device(gpu, gpu, i, std::nullopt, pid, held);
+    for (const auto& [j, mig] : mig_instances(gpu)) take_off_device(*mig, gpu, i, j, pid, held);
   }
   return held;
 }
@@ -216,10 +247,16 @@ bool put_back(json& state, const json& held) {
   }
   for (const auto& h : held) {
     json& gpu = state["gpus"][h.value("gpu", std::size_t{0})];
+    json* device = &gpu;
+    if (h.contains("mig") && gpu.contains("mig_devices") && gpu["mig_devices"].is_array() &&
+        h["mig"].get<std::size_t>() < gpu["mig_devices"].size())
+      device = &gpu["mig_devices"][h["mig"].get<std::size_t>()];
     std::string list = h.value("list", "processes");
-    if (!gpu.contains(list) || !gpu[list].is_array()) gpu[list] = json::array();
-    gpu[list].push_back(h["entry"]);
-    gpu["used"] = fake_nvml::get_u64(gpu, "used", 0) + fake_nvml::get_u64(h, "bytes", 0);
+    if (!device->contains(list) || !(*device)[list].is_array()) (*device)[list] = json::array();
+    (*device)[list].push_back(h["entry"]);
+    unsigned long long bytes = fake_nvml::get_u64(h, "bytes", 0);
+    (*device)["used"] = fake_nvml::get_u64(*device, "used", 0) + bytes;
+    if (device != &gpu) gpu["used"] = fake_nvml::get_u64(gpu, "used", 0) + bytes;
   }
   return true;
 }

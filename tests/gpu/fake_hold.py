@@ -2,8 +2,10 @@
 """A stand-in for tests/gpu/hold (dry runs of run.sh without a GPU): registers its pid with the
 asked GiB plus a context's bytes in the fake GPU's state ($FAKE_NVML_STATE), on the MIG instance
 CUDA_VISIBLE_DEVICES names when it names one, prints "held N GiB pid P" and sleeps. A watcher
-takes the entry out once it is gone (SIGKILL included), as the driver would."""
-import fcntl, json, os, sys, time
+takes the entry out once it is gone (SIGKILL included), as the driver would. With --pattern, a
+SIGUSR1 prints "checked N words: M wrong" as hold.cu does: all wrong unless its entry is back on
+the fake GPU (a checkpoint by the fake cuda-checkpoint takes it off, a restore puts it back)."""
+import fcntl, json, os, signal, sys, time
 
 CTX = 300 * 1024 * 1024
 state_path = os.environ["FAKE_NVML_STATE"]
@@ -54,8 +56,24 @@ def remove(pid):
     update(fn)
 
 
+def on_gpu(pid):
+    with open(state_path) as f:
+        state = json.load(f)
+    return any(p["pid"] == pid for gpu in state["gpus"]
+               for d in [gpu] + [x for x in gpu.get("mig_devices") or [] if x]
+               for p in d.get("processes", []))
+
+
+def check(signum, frame):
+    words = int(gib * (1 << 30)) // 4
+    print("checked %d words: %d wrong" % (words, 0 if on_gpu(os.getpid()) else words), flush=True)
+
+
 pid = os.getpid()
 add(pid)
+if "--pattern" in sys.argv:
+    signal.signal(signal.SIGUSR1, check)
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))  # as hold.cu: a clean exit
 if os.fork() == 0:  # the watcher, detached from the holder's fate
     os.setsid()
     while True:

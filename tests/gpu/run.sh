@@ -14,7 +14,10 @@
 # the holders run in the first MIG instance with room (CUDA_VISIBLE_DEVICES=its MIG UUID) and
 # every instance's figures are printed. Every compared figure is printed as a table: vramd's bytes
 # for each holder against the driver's own per-process figure (nvidia-smi --query-compute-apps),
-# which must agree within DRIVER_TOLERANCE_PCT (1%). Prints PASS or FAIL.
+# which must agree within DRIVER_TOLERANCE_PCT (1%). Where NVIDIA's cuda-checkpoint is found
+# ($CUDA_CHECKPOINT, else PATH), a preemptible `vramd run` job holding SUSPEND_GIB with a checked
+# pattern is suspended for a lease of higher priority, resumed when it ends, and its memory
+# checked word by word. Prints PASS or FAIL.
 # Exit: 0 pass, 1 fail, 2 cannot run here (no nvcc, no GPU, no python3).
 # See tests/gpu/README.md for the knobs (environment variables).
 set -uo pipefail
@@ -31,6 +34,8 @@ CUDA_DEVICE=${CUDA_DEVICE:-0}
 KEEP_TMP=${KEEP_TMP:-0}
 # For checking this script without a GPU only: a ready hold program, and the fake NVML kept.
 HOLD_BIN=${HOLD_BIN:-}
+SUSPEND_GIB=${SUSPEND_GIB:-4}
+CUDA_CHECKPOINT=${CUDA_CHECKPOINT:-$(command -v cuda-checkpoint || true)}
 ALLOW_FAKE_NVML=${ALLOW_FAKE_NVML:-0}
 
 cd "$(dirname "$0")/../.." || exit 2
@@ -120,6 +125,9 @@ sample_interval = "${SAMPLE_MS}ms"
 [gpu]
 backend = "nvml"
 EOF
+if [ -n "$CUDA_CHECKPOINT" ]; then
+  printf 'cuda_checkpoint = "%s"\n' "$CUDA_CHECKPOINT" >>"$CONFIG"
+fi
 if [ "$ALLOW_FAKE_NVML" != 1 ]; then
   unset VRAMD_NVML_LIBRARY FAKE_NVML_STATE  # the real NVML, never the test double
 fi
@@ -172,6 +180,13 @@ elif cmd == "mig":  # "PARENT_LABEL on|off" per card, then "instance LABEL UUID 
             held = sum(h["bytes"] for h in g.get("holdings", []))
             print("instance", g.get("label"), g.get("uuid") or "-", g.get("mig_profile") or "-",
                   g["total_bytes"], g["used_bytes"], held, g["free_bytes"])
+elif cmd == "free":  # FREE_BYTES of the GPU labelled so
+    g = next((g for g in gpus if str(g.get("label", g["index"])) == sys.argv[3]), {})
+    print(g.get("free_bytes", 0))
+elif cmd == "suspend":  # "offered|TOOL|FORM|WHY" of status's suspend
+    o = s.get("suspend") or {}
+    print("%s|%s|%s|%s" % ("yes" if o.get("offered") else "no", o.get("tool") or "-",
+                           o.get("form") or "-", o.get("why") or ""))
 elif cmd == "gpu":
     g = next((g for g in gpus if str(g.get("label", g["index"])) == sys.argv[3]), gpus[0] if gpus else {})
     print("%s|%s|%s" % (g.get("name", "?"), s.get("driver_version", "?"), g.get("total_bytes", 0)))
@@ -380,6 +395,171 @@ if [ "$MIG_ON" = yes ]; then
       $(( total / 1048576 )) $(( used / 1048576 )) $(( held / 1048576 )) $(( free / 1048576 ))
   done <<<"$MIG_LINES"
 fi
+
+# ---- 7. suspend (cuda-checkpoint) ----
+# api METHOD PATH [BODY]: vramd's API; prints its JSON answer (or {"error": ...}).
+cat >"$TMP/api.py" <<'EOF'
+import json, sys, urllib.request, urllib.error
+req = urllib.request.Request(sys.argv[1] + sys.argv[3], method=sys.argv[2],
+                             data=sys.argv[4].encode() if len(sys.argv) > 4 else None,
+                             headers={"Content-Type": "application/json"})
+try:
+    print(urllib.request.urlopen(req, timeout=30).read().decode())
+except urllib.error.HTTPError as e:
+    print(e.read().decode())
+except Exception as e:
+    print(json.dumps({"error": str(e)}))
+EOF
+api() { "$PY" "$TMP/api.py" "$URL" "$@"; }
+field() {  # field KEY: that key of the JSON on stdin ("" when absent)
+  "$PY" -c 'import json, sys
+try:
+    v = json.load(sys.stdin)
+except ValueError:
+    v = None
+print("" if not isinstance(v, dict) or v.get(sys.argv[1]) is None else v[sys.argv[1]])' "$1"
+}
+lease_state() { api GET "/v1/leases/$1" | field state; }
+wait_lease() {  # wait_lease ID STATE SECONDS
+  local deadline=$(( $(date +%s) + $3 ))
+  until [ "$(lease_state "$1")" = "$2" ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || return 1
+    sleep 0.2
+  done
+}
+event_message() {  # event_message TYPE: the message of the last event of that type
+  api GET "/v1/events?limit=500" | "$PY" -c 'import json, sys
+evs = [e for e in json.load(sys.stdin).get("events", []) if e.get("type") == sys.argv[1]]
+print(evs[-1]["message"] if evs else "")' "$1"
+}
+
+SUSPEND_ROW=""
+suspend_check() {
+  read_status || { SUSPEND_ROW="the daemon did not answer"; return 1; }
+  local offered tool form why
+  IFS='|' read -r offered tool form why <<<"$(q suspend)"
+  if [ "$offered" != yes ]; then
+    SUSPEND_ROW="not run: ${why:-suspend is not offered}"
+    return 0
+  fi
+  say "suspend: $tool offers the $form form; a preemptible job of ${SUSPEND_GIB} GiB"
+  "$VRAMD" run --url "$URL" --preemptible --vram "$((SUSPEND_GIB + 1))GiB" --gpu "$GPU_INDEX" \
+    --label gpu-suspend --no-cuda-env -- \
+    env CUDA_DEVICE_ORDER=PCI_BUS_ID "$HOLD" --device "$CUDA_DEVICE" --gib "$SUSPEND_GIB" --pattern \
+    >"$TMP/suspend.out" 2>&1 &
+  local run_pid=$!
+  local deadline=$(( $(date +%s) + SETTLE_TIMEOUT_S ))
+  until grep -q '^held ' "$TMP/suspend.out"; do
+    if ! kill -0 "$run_pid" 2>/dev/null || [ "$(date +%s)" -ge "$deadline" ]; then
+      sed 's/^/    /' "$TMP/suspend.out"
+      SUSPEND_ROW="the job did not start"
+      return 1
+    fi
+    sleep 0.1
+  done
+  local pid
+  pid=$(sed -n 's/^held .* pid \([0-9]*\).*/\1/p' "$TMP/suspend.out" | head -n 1)
+  HOLDER_PIDS+=("$pid")
+  wait_stable "$pid" || { SUSPEND_ROW="the job's bytes never showed"; return 1; }
+  local before
+  read -r before _ <<<"$STABLE"
+  local id
+  id=$(api GET /v1/leases | "$PY" -c 'import json, sys
+print(next((l["id"] for l in json.load(sys.stdin)["leases"] if l.get("label") == "gpu-suspend"), ""))')
+  [ -n "$id" ] || { SUSPEND_ROW="no lease labelled gpu-suspend"; return 1; }
+  # A lease of higher priority that fits only without the job: vramd suspends the job for it.
+  read_status
+  local free want urgent
+  free=$(q free "$GPU_INDEX")
+  want=$(( free + before / 2 ))
+  local gpu_json="\"$GPU_INDEX\""
+  [[ "$GPU_INDEX" =~ ^[0-9]+$ ]] && gpu_json=$GPU_INDEX
+  urgent=$(api POST /v1/leases "{\"vram\": $want, \"priority\": 10, \"gpu\": $gpu_json, \"label\": \"urgent\", \"holder\": \"gpu-test\", \"pid\": $$}" | field id)
+  [ -n "$urgent" ] || { SUSPEND_ROW="the lease of higher priority was refused"; return 1; }
+  local asked_t
+  asked_t=$(now)
+  if ! wait_lease "$id" suspended 180; then
+    SUSPEND_ROW="not suspended: $(api GET "/v1/leases/$id" | field suspend_refused) $(event_message lease.suspend_failed)"
+    return 1
+  fi
+  local suspend_wall
+  suspend_wall=$(elapsed "$asked_t")
+  wait_lease "$urgent" granted 30 || { SUSPEND_ROW="suspended, but the other lease was not granted"; return 1; }
+  read_status
+  local gone driver_gone=na
+  if [ "$(q pid "$pid")" = absent ]; then gone=yes; else gone=no; fi
+  if command -v nvidia-smi >/dev/null; then
+    if [ "$(driver_bytes "$pid")" = na ]; then driver_gone=yes; else driver_gone=no; fi
+  fi
+  local suspended_msg
+  suspended_msg=$(event_message lease.suspended)
+  kill -0 "$pid" 2>/dev/null || { SUSPEND_ROW="the job died while suspended"; return 1; }
+  # The other lease ends: the job resumes on its GPU, with its bytes.
+  local ended_t
+  ended_t=$(now)
+  api DELETE "/v1/leases/$urgent" >/dev/null
+  if ! wait_lease "$id" granted 180; then
+    SUSPEND_ROW="not resumed: $(event_message lease.resume_failed)"
+    return 1
+  fi
+  local resume_wall
+  resume_wall=$(elapsed "$ended_t")
+  wait_stable "$pid" || { SUSPEND_ROW="its bytes never came back"; return 1; }
+  local after
+  read -r after _ <<<"$STABLE"
+  local resumed_msg
+  resumed_msg=$(event_message lease.resumed)
+  # Every word it wrote reads the same after host RAM and back.
+  kill -USR1 "$pid"
+  local checked=""
+  deadline=$(( $(date +%s) + 60 ))
+  until checked=$(grep -m1 '^check' "$TMP/suspend.out"); [ -n "$checked" ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || break
+    sleep 0.2
+  done
+  kill -TERM "$pid" 2>/dev/null
+  wait "$run_pid"
+  local run_exit=$?
+  HOLDER_PIDS=()
+  local wrong out_s back_s
+  wrong=$(sed -n 's/^checked [0-9]* words: \([0-9]*\) wrong$/\1/p' <<<"$checked")
+  out_s=$(sed -n 's/.* in \([0-9.]*\) s$/\1/p' <<<"$suspended_msg")
+  back_s=$(sed -n 's/.* back in \([0-9.]*\) s$/\1/p' <<<"$resumed_msg")
+  local verdict=ok
+  awk -v a="$after" -v b="$before" -v t="$TOLERANCE_PCT" \
+    'BEGIN { d = (a - b) * 100 / b; exit !(d <= t && d >= -t) }' || verdict=FAIL
+  { [ "$gone" = yes ] && [ "$driver_gone" != no ] && [ "$wrong" = 0 ] && [ "$run_exit" = 0 ]; } ||
+    verdict=FAIL
+  SUSPEND_ROW=$(printf '%7s %9s %7s %7s %5s %5s %7s %7s %9s %9s %5s %s' "$pid" \
+    $(( before / 1048576 )) "${out_s:-?}" "$suspend_wall" "$gone" "$driver_gone" "${back_s:-?}" \
+    "$resume_wall" $(( after / 1048576 )) "${wrong:-?}" "$run_exit" "$verdict")
+  [ "$verdict" = ok ]
+}
+SUSPEND_OK=yes
+if [ -z "$CUDA_CHECKPOINT" ]; then
+  SUSPEND_ROW="not run: no cuda-checkpoint (PATH, or \$CUDA_CHECKPOINT)"
+elif ! suspend_check; then
+  SUSPEND_OK=no
+fi
+echo
+echo "  suspend: a preemptible ${SUSPEND_GIB} GiB job suspended for a lease of higher priority, then"
+echo "  resumed when it ended (${CUDA_CHECKPOINT:-no cuda-checkpoint}); out_s/back_s: the utility's"
+echo "  seconds, wall_s: from the ask to vramd's verdict; gone: vramd's and the driver's lists:"
+printf '  %7s %9s %7s %7s %5s %5s %7s %7s %9s %9s %5s %s\n' pid held out_s wall_s gone drv \
+  back_s wall_s back wrong exit verdict
+printf '  %7s %9s %7s %7s %5s %5s %7s %7s %9s %9s\n' "" MiB "" "" "" "" "" "" MiB words
+case "$SUSPEND_ROW" in
+  "not run:"*) echo "  $SUSPEND_ROW" ;;
+  *)
+    if [ "$SUSPEND_OK" = yes ]; then
+      echo "  $SUSPEND_ROW"
+    else
+      echo "  FAIL: $SUSPEND_ROW"
+      FAILS=$((FAILS + 1))
+    fi
+    ;;
+esac
+
 echo
 if [ "$FAILS" -eq 0 ]; then RESULT=PASS; else RESULT=FAIL; fi
 echo "$RESULT"
