@@ -310,6 +310,28 @@ async function main() {
     await page.waitForSelector('#leases tr[data-state="granted"]', { timeout: 10000 }).catch(() => {});
     check(/browser-test/.test(await page.locator('#leases').innerText()), 'the lease panel lists the lease');
 
+    // A suspended preemptible lease (docs/api.md "Preemptible leases"): the demo has no
+    // cuda-checkpoint, so the daemon's own answer is staged with that lease suspended, as
+    // tests/integration/suspend_e2e_test.cc gets it from a real daemon and the fake utility.
+    await page.route('**/v1/leases', async (route) => {
+      const real = await route.fetch();
+      const body = await real.json();
+      for (const l of body.leases || []) {
+        if (l.label !== 'browser-test') continue;
+        Object.assign(l, { state: 'suspended', preemptible: true, suspension: 'suspended',
+          suspended_at: new Date(Date.now() - 90000).toISOString(), suspended_for: "ollama's request",
+          suspended_bytes: 2 * GiB });
+      }
+      await route.fulfill({ response: real, json: body });
+    });
+    await page.waitForSelector('#leases tr[data-state="suspended"]', { timeout: 15000 }).catch(() => {});
+    const suspendedRow = await page.locator('#leases tr[data-state="suspended"]').innerText().catch(() => '');
+    check(/suspended at \d{1,2}:\d{2}.* for ollama's request: 2\.0 GiB in host RAM/.test(suspendedRow) &&
+          /preemptible/.test(suspendedRow),
+          `a suspended lease says since when, for whom and what host RAM holds (${suspendedRow.replace(/\s+/g, ' ')})`);
+    await page.locator('#leases').screenshot({ path: path.join(shots, 'desktop-suspended-lease.png') }).catch(() => {});
+    await page.unroute('**/v1/leases');
+
     // The window selector redraws the chart.
     await page.locator('#window-select button[data-window="1h"]').click();
     await page.waitForTimeout(1000);
