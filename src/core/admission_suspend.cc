@@ -140,7 +140,10 @@ void Admission::on_suspend_done(const LeaseSuspendDone& e, const Now& now,
     v.suspension->step = LeaseSuspension::Step::verifying;
     v.suspension->told_at = now.mono;
     v.suspension->took = e.took;
-    return;  // the samples say when its bytes are gone (update_holdings)
+    // The samples say when its bytes are gone (update_holdings); one taken while the utility
+    // ran may have shown it already (its room may be granted by then): suspended now.
+    settle_suspends(now, actions);
+    return;
   }
   v.suspend_refused = e.error;
   v.suspension.reset();

@@ -361,6 +361,22 @@ TEST(PreemptibleLeases, SuspendedSurvivesARestartAndResumesWhenItsRoomIsBack) {
   EXPECT_FALSE(h.checkpointed(100));
 }
 
+// A sample taken while the utility ran showed the bytes gone (and gave their room to the work
+// that asked): the utility's answer makes it suspended at once, not a sample later.
+TEST(PreemptibleLeases, ItIsSuspendedWhenTheUtilitySaysDoneIfTheBytesWereSeenGoneAlready) {
+  Host h;
+  uint64_t batch = start_batch(h);
+  uint64_t urgent = h.request(job(10 * GiB, 5, "urgent", 200));
+  ASSERT_TRUE(h.lease(batch).suspension);
+  h.hold(100, 16 * GiB, /*checkpointed=*/true);  // the copy is done; the utility has not exited
+  h.sample();
+  EXPECT_EQ(h.state(urgent), LeaseState::granted);
+  EXPECT_EQ(h.lease(batch).suspension->step, LeaseSuspension::Step::suspending);
+  h.feed(LeaseSuspendDone{batch, true, "", 2s});
+  EXPECT_EQ(h.state(batch), LeaseState::suspended);
+  EXPECT_EQ(h.events("lease.suspended").size(), 1u);
+}
+
 // The store said suspended, but the job's resume ended as vramd stopped: the utility says it
 // runs, so it holds its grant again (its room is not handed to others), with no resume asked.
 TEST(PreemptibleLeases, AResumeThatEndedWhileVramdWasDownIsSeenAtItsStart) {

@@ -117,6 +117,10 @@ TEST(SuspendE2E, APreemptibleJobIsSuspendedForARequestsWakeAndResumedWhenTheServ
   auto r = http_request({front_url}, "POST", "/v1/chat/completions", kChat, 60000);
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ(r->status, 200u) << r->body << f.log();
+  // (Suspended once the utility said done and a sample showed the bytes gone: the wake may have
+  // had the room a moment before the utility's answer came, slower under a sanitizer.)
+  EXPECT_TRUE(eventually([&] { return lease_of(f, id).value("state", "") == "suspended"; }))
+      << lease_of(f, id).dump(2);
   json suspended = lease_of(f, id);
   EXPECT_EQ(suspended["state"], "suspended") << suspended.dump(2);
   EXPECT_EQ(suspended["suspended_for"], "vllm's request") << suspended.dump(2);
