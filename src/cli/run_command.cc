@@ -462,7 +462,7 @@ int cmd_leases(const CommonOptions& opts, bool as_json, const std::string& host)
     if (step == "suspended" || step == "resuming") {
       why = fmt::format("suspended since {} for {}: {} in host RAM", text(l, "suspended_at"),
                         for_whom, format_size(l.value("suspended_bytes", Bytes{0})));
-      if (step == "resuming") why = "resuming; " + why;
+      if (step == "resuming") why.insert(0, "resuming; ");
     } else if (step == "suspending" || step == "verifying") {
       why += fmt::format("; suspending for {}", for_whom);
     } else if (!text(l, "suspend_refused").empty()) {
