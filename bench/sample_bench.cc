@@ -29,6 +29,7 @@
 #include "gpu/nvml_reader.h"
 #include "host/linux_host_scanner.h"
 #include "testgpu/fake_gpu_state.h"
+#include "test_paths.h"
 
 namespace vramd {
 namespace {
@@ -258,7 +259,7 @@ struct World {
   }
 
   std::unique_ptr<NvmlReader> open_reader() const {
-    auto r = NvmlReader::open({std::string(VRAMD_BUILD_DIR) + "/libnvidia-ml-fake.so"});
+    auto r = NvmlReader::open({vramd::test_paths::build_dir() + "/libnvidia-ml-fake.so"});
     if (!r) {
       fmt::print(stderr, "nvml: {}\n", r.error());
       std::abort();

@@ -42,6 +42,7 @@
 #include "cli/client.h"
 #include "core/units.h"
 #include "testgpu/fake_gpu_state.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -161,7 +162,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 // ---- the test GPU and one fake ComfyUI on it ----
 
 struct Options {
-  std::string build_dir = VRAMD_BUILD_DIR;
+  std::string build_dir = vramd::test_paths::build_dir();
   int reps = 3;
   std::string unload_timeout = "10s";
   bool keep = false;

@@ -39,10 +39,9 @@ endif()
 # ClusterViewE2E.TheDashboardShowsEveryHostAndActsOnlyOnItsOwn, which sets up PostgreSQL and
 # three daemons first: it is told where node, chromium and playwright-core are.
 if(VRAMD_NODE AND VRAMD_CHROMIUM AND TARGET vramd_tests)
-  # On the target, not the source: in a unity build (cmake/unity.cmake) the file is compiled
-  # inside its batch, and a source's own definitions would not reach it.
-  target_compile_definitions(vramd_tests PRIVATE
-    VRAMD_BROWSER_NODE="${VRAMD_NODE}" VRAMD_BROWSER_CHROMIUM="${VRAMD_CHROMIUM}"
-    VRAMD_BROWSER_MODULES="${browser_npm}/node_modules")
+  # Read through tests/test_paths.h (generated at the end of CMakeLists.txt).
+  set(VRAMD_TEST_BROWSER_NODE "${VRAMD_NODE}")
+  set(VRAMD_TEST_BROWSER_CHROMIUM "${VRAMD_CHROMIUM}")
+  set(VRAMD_TEST_BROWSER_MODULES "${browser_npm}/node_modules")
   add_dependencies(vramd_tests browser_test_deps)
 endif()

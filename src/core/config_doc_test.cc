@@ -10,6 +10,7 @@
 
 #include "core/config.h"
 #include "core/config_keys.h"
+#include "test_paths.h"
 
 namespace vramd {
 namespace config_doc_test {
@@ -22,7 +23,7 @@ std::string read(const std::string& path) {
 }
 
 TEST(ConfigDoc, TheReferenceIsRenderedFromTheKeyRows) {
-  const std::string path = std::string(VRAMD_SOURCE_DIR) + "/docs/config.md";
+  const std::string path = vramd::test_paths::source_dir() + "/docs/config.md";
   std::string committed = read(path);
   ASSERT_FALSE(committed.empty()) << "cannot read " << path;
   RenderedDoc r = render_config_doc(committed);
@@ -47,7 +48,7 @@ TEST(ConfigDoc, TheReferenceIsRenderedFromTheKeyRows) {
 }
 
 TEST(ConfigDoc, EveryTableIsShownOnceAndEveryKeyHasItsLine) {
-  std::string committed = read(std::string(VRAMD_SOURCE_DIR) + "/docs/config.md");
+  std::string committed = read(vramd::test_paths::source_dir() + "/docs/config.md");
   std::set<std::string> tables;
   for (const ConfigKeyDoc& k : config_key_docs()) {
     tables.insert(k.table);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include "test_paths.h"
 
 namespace vramd {
 namespace {
@@ -32,7 +33,8 @@ TEST(ConfigFile, LoadReadsFile) {
 
 // The configs packaging ships are read by the real parser: what they say is what vramd does.
 TEST(PackagingConfig, TheKubernetesConfigParsesAndSharesTheQueueThroughTheSecret) {
-  Result<Config> c = load_config(std::string(VRAMD_SOURCE_DIR) + "/packaging/kubernetes/vramd.toml");
+  Result<Config> c =
+      load_config(vramd::test_paths::source_dir() + "/packaging/kubernetes/vramd.toml");
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_EQ(c->daemon.listen, "0.0.0.0:7100");
   EXPECT_EQ(c->daemon.token_file, "/etc/vramd/secret/token");

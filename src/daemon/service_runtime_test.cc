@@ -18,6 +18,7 @@
 
 #include "host/proc_table.h"
 #include "testgpu/fake_gpu_state.h"
+#include "test_paths.h"
 
 namespace vramd {
 namespace service_runtime_test {
@@ -142,7 +143,7 @@ TEST(ServiceRuntimeTest, SuspendIsProbedOffTheLoopAndToldToTheCore) {
     bool offered;
     std::string form, version, why;
   };
-  const std::string fake = VRAMD_BUILD_DIR "/fake-bin/cuda-checkpoint";
+  const std::string fake = vramd::test_paths::build_dir() + "/fake-bin/cuda-checkpoint";
   const Case cases[] = {
       {fake, "", true, "action", "570.86.10", ""},
       {fake, "driver-550", true, "toggle", "550.90.07", ""},
@@ -183,7 +184,7 @@ TEST(ServiceRuntimeTest, ALeaseIsSuspendedAndResumedOnTheWorkerEvenBeforeTheProb
   ASSERT_TRUE(write_fake_gpu_state(state, make_fake_gpu_state({{"NVIDIA GeForce RTX 3090", 24 * GiB}})).ok());
   ASSERT_TRUE(add_fake_process(state, 0, 4242, 16 * GiB).ok());
   ::setenv("FAKE_NVML_STATE", state.c_str(), 1);  // the utility inherits it
-  f.config.gpu.cuda_checkpoint = VRAMD_BUILD_DIR "/fake-bin/cuda-checkpoint";
+  f.config.gpu.cuda_checkpoint = vramd::test_paths::build_dir() + "/fake-bin/cuda-checkpoint";
   auto on_gpu = [&] {
     nlohmann::json gpus = read_fake_gpu_state(state).value();
     for (const auto& p : gpus["gpus"][0]["processes"])

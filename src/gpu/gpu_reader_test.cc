@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include <gtest/gtest.h>
+#include "test_paths.h"
 
 namespace vramd {
 namespace {
@@ -10,6 +11,7 @@ namespace {
 // Sets or clears an environment variable for one scope.
 class ScopedEnv {
  public:
+  ScopedEnv(const char* name, const std::string& value) : ScopedEnv(name, value.c_str()) {}
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
     if (value != nullptr) {
@@ -38,8 +40,8 @@ TEST(OpenGpuReader, UnknownBackendIsAnError) {
 }
 
 TEST(OpenGpuReader, AutoPrefersNvml) {
-  ScopedEnv lib("VRAMD_NVML_LIBRARY", VRAMD_BUILD_DIR "/libnvidia-ml-fake.so");
-  ScopedEnv smi("VRAMD_NVIDIA_SMI", VRAMD_BUILD_DIR "/fake-bin/nvidia-smi");
+  ScopedEnv lib("VRAMD_NVML_LIBRARY", vramd::test_paths::build_dir() + "/libnvidia-ml-fake.so");
+  ScopedEnv smi("VRAMD_NVIDIA_SMI", vramd::test_paths::build_dir() + "/fake-bin/nvidia-smi");
   auto r = open_gpu_reader("auto");
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ((*r)->backend(), "nvml");
@@ -47,7 +49,7 @@ TEST(OpenGpuReader, AutoPrefersNvml) {
 
 TEST(OpenGpuReader, AutoFallsBackToNvidiaSmi) {
   ScopedEnv lib("VRAMD_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1");
-  ScopedEnv smi("VRAMD_NVIDIA_SMI", VRAMD_BUILD_DIR "/fake-bin/nvidia-smi");
+  ScopedEnv smi("VRAMD_NVIDIA_SMI", vramd::test_paths::build_dir() + "/fake-bin/nvidia-smi");
   auto r = open_gpu_reader("auto");
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ((*r)->backend(), "nvidia-smi");
@@ -56,8 +58,8 @@ TEST(OpenGpuReader, AutoFallsBackToNvidiaSmi) {
 }
 
 TEST(OpenGpuReader, OnlyTheBackendAskedFor) {
-  ScopedEnv lib("VRAMD_NVML_LIBRARY", VRAMD_BUILD_DIR "/libnvidia-ml-fake.so");
-  ScopedEnv smi("VRAMD_NVIDIA_SMI", VRAMD_BUILD_DIR "/fake-bin/nvidia-smi");
+  ScopedEnv lib("VRAMD_NVML_LIBRARY", vramd::test_paths::build_dir() + "/libnvidia-ml-fake.so");
+  ScopedEnv smi("VRAMD_NVIDIA_SMI", vramd::test_paths::build_dir() + "/fake-bin/nvidia-smi");
   auto r = open_gpu_reader("nvidia-smi");
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ((*r)->backend(), "nvidia-smi");

@@ -10,13 +10,17 @@
 #include "gpu/nvidia_smi.h"
 #include "host/subprocess.h"
 #include "testgpu/fake_gpu_state.h"
+#include "test_paths.h"
 
 namespace vramd {
 namespace {
 
 using nlohmann::json;
 
-constexpr const char* kFakeSmi = VRAMD_BUILD_DIR "/fake-bin/nvidia-smi";
+const std::string& fake_smi() {
+  static const std::string s = vramd::test_paths::build_dir() + "/fake-bin/nvidia-smi";
+  return s;
+}
 
 class SmiGpu {
  public:
@@ -59,7 +63,7 @@ json state() {
 TEST(NvidiaSmiReader, ReadsTheFakeThroughTheRealBinaryPath) {
   SmiGpu gpu;
   gpu.write(state());
-  NvidiaSmiReader reader(kFakeSmi);
+  NvidiaSmiReader reader(fake_smi());
   EXPECT_EQ(reader.backend(), "nvidia-smi");
   GpuReading r = reader.read();
   ASSERT_TRUE(r.error.empty()) << r.error;
@@ -90,7 +94,7 @@ TEST(NvidiaSmiReader, ReadsTheFakeThroughTheRealBinaryPath) {
 TEST(NvidiaSmiReader, TheProcessListRunsOnlyWhenDue) {
   SmiGpu gpu;
   gpu.write(state());
-  NvidiaSmiReader reader(kFakeSmi);
+  NvidiaSmiReader reader(fake_smi());
   ProcessListSchedule lists({32 * MiB, std::chrono::seconds(10)});
   MonoTime t{};
   auto read = [&](bool force = false) {
@@ -125,7 +129,7 @@ TEST(NvidiaSmiReader, HeaderedOutputOfTheFakeParsesByColumnName) {
   SmiGpu gpu;
   gpu.write(state());
   ProcessOutput out = run_process(
-      {kFakeSmi, "--query-compute-apps=gpu_uuid,pid,process_name,used_memory", "--format=csv"},
+      {fake_smi(), "--query-compute-apps=gpu_uuid,pid,process_name,used_memory", "--format=csv"},
       std::chrono::seconds(10));
   ASSERT_EQ(out.exit_code, 0) << out.err;
   Result<SmiApps> apps = parse_smi_compute_apps_headered(out.out);
@@ -137,7 +141,7 @@ TEST(NvidiaSmiReader, HeaderedOutputOfTheFakeParsesByColumnName) {
 
 TEST(NvidiaSmiReader, NoDriverIsAReadingErrorWithTheToolsMessage) {
   SmiGpu gpu;  // no state file: the fake fails like a machine without a driver
-  NvidiaSmiReader reader(kFakeSmi);
+  NvidiaSmiReader reader(fake_smi());
   GpuReading r = reader.read();
   EXPECT_NE(r.error.find("exit 9"), std::string::npos) << r.error;
   EXPECT_NE(r.error.find("couldn't communicate with the NVIDIA driver"), std::string::npos)
@@ -177,10 +181,10 @@ TEST(NvidiaSmiReader, StderrFirstLineOnFailure) {
 }
 
 TEST(FindNvidiaSmi, EnvironmentThenPath) {
-  ::setenv("VRAMD_NVIDIA_SMI", kFakeSmi, 1);
+  ::setenv("VRAMD_NVIDIA_SMI", fake_smi().c_str(), 1);
   Result<std::string> found = find_nvidia_smi();
   ASSERT_TRUE(found.ok()) << found.error();
-  EXPECT_EQ(*found, kFakeSmi);
+  EXPECT_EQ(*found, fake_smi());
   ::setenv("VRAMD_NVIDIA_SMI", "/nonexistent/nvidia-smi", 1);
   ASSERT_FALSE(find_nvidia_smi().ok());
   EXPECT_NE(find_nvidia_smi().error().find("/nonexistent/nvidia-smi"), std::string::npos);
@@ -188,11 +192,11 @@ TEST(FindNvidiaSmi, EnvironmentThenPath) {
 
   const char* old_path = std::getenv("PATH");
   std::string saved = old_path ? old_path : "";
-  ::setenv("PATH", "/nonexistent-a:" VRAMD_BUILD_DIR "/fake-bin", 1);
+  ::setenv("PATH", ("/nonexistent-a:" + vramd::test_paths::build_dir() + "/fake-bin").c_str(), 1);
   found = find_nvidia_smi();
   ::setenv("PATH", saved.c_str(), 1);
   ASSERT_TRUE(found.ok()) << found.error();
-  EXPECT_EQ(*found, kFakeSmi);
+  EXPECT_EQ(*found, fake_smi());
 }
 
 TEST(NvidiaSmiReader, MigInstancesComeFromTheListingAndTheTable) {
@@ -209,7 +213,7 @@ TEST(NvidiaSmiReader, MigInstancesComeFromTheListingAndTheTable) {
          {"gi": 9, "ci": 0, "uuid": "MIG-cccc", "profile": "1g.18gb", "total": 17179869184,
           "used": 9437184, "processes": [{"pid": 300, "used": 1048576, "name": "python3"}]}]}
     ]})"));
-  NvidiaSmiReader reader(kFakeSmi);
+  NvidiaSmiReader reader(fake_smi());
   GpuReading r = reader.read();
   ASSERT_TRUE(r.error.empty()) << r.error;
   ASSERT_EQ(r.gpus.size(), 3u);

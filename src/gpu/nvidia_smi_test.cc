@@ -6,12 +6,13 @@
 #include <sstream>
 
 #include <gtest/gtest.h>
+#include "test_paths.h"
 
 namespace vramd {
 namespace {
 
 std::string fixture(const std::string& name) {
-  std::ifstream in(std::string(VRAMD_SOURCE_DIR) + "/tests/fixtures/nvidia-smi/" + name);
+  std::ifstream in(vramd::test_paths::source_dir() + "/tests/fixtures/nvidia-smi/" + name);
   EXPECT_TRUE(in.good()) << name;
   std::stringstream s;
   s << in.rdbuf();
@@ -234,7 +235,7 @@ namespace {
 
 std::string read_sample(const char* name) {
   // A copy of shared/reference/samples/<name> (see SOURCES.md there).
-  std::ifstream in(std::string(VRAMD_SOURCE_DIR) + "/tests/fixtures/nvidia-smi/" + name);
+  std::ifstream in(vramd::test_paths::source_dir() + "/tests/fixtures/nvidia-smi/" + name);
   std::stringstream s;
   s << in.rdbuf();
   return s.str();

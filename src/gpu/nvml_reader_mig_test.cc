@@ -8,6 +8,7 @@
 #include "core/gpu_select.h"
 #include "gpu/nvml_reader.h"
 #include "gpu/nvml_test_gpu.h"
+#include "test_paths.h"
 
 namespace vramd {
 namespace {
@@ -183,7 +184,8 @@ TEST(NvmlReaderMig, MigOffGivesNoInstanceIdsAndTheFakeSaysFFFFFFFF) {
   EXPECT_EQ(cuda_visible_devices(r.gpus[1]), "1");
 
   // What the library itself writes, as the real one does with MIG off.
-  void* lib = ::dlopen(VRAMD_BUILD_DIR "/libnvidia-ml-fake.so", RTLD_NOW);
+  void* lib =
+      ::dlopen((vramd::test_paths::build_dir() + "/libnvidia-ml-fake.so").c_str(), RTLD_NOW);
   ASSERT_NE(lib, nullptr);
   auto init = reinterpret_cast<nvmlInit_fn>(::dlsym(lib, "nvmlInit_v2"));
   auto handle = reinterpret_cast<nvmlDeviceGetHandleByIndex_fn>(
@@ -263,7 +265,8 @@ TEST(NvmlReaderR535, EarlyR535DriverVersionReadsThe32ByteEntries) {
 
 TEST(NvmlReaderR535, TheLibrarysExportsTellTheLayoutAsNvitopDoes) {
   TestGpu gpu;
-  ::setenv("VRAMD_NVML_LIBRARY", VRAMD_BUILD_DIR "/libnvidia-ml-fake-r535.so", 1);
+  ::setenv("VRAMD_NVML_LIBRARY",
+           (vramd::test_paths::build_dir() + "/libnvidia-ml-fake-r535.so").c_str(), 1);
   gpu.write(many_processes_state("535.999.99"));  // the version alone would not tell
   auto reader = open_reader();
   ASSERT_NE(reader, nullptr);

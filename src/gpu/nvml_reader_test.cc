@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu/nvml_test_gpu.h"
+#include "test_paths.h"
 #include "testgpu/fake_gpu_state.h"
 
 namespace vramd {
@@ -365,7 +366,8 @@ using namespace nvml_test;
 // The fake library's own count of each entry point (fakeNvmlCallCounts), through a handle of
 // this test's that keeps the library loaded while readers come and go.
 struct FakeCounts {
-  void* lib = ::dlopen(VRAMD_BUILD_DIR "/libnvidia-ml-fake.so", RTLD_NOW | RTLD_LOCAL);
+  void* lib = ::dlopen((vramd::test_paths::build_dir() + "/libnvidia-ml-fake.so").c_str(),
+                       RTLD_NOW | RTLD_LOCAL);
   ~FakeCounts() {
     if (lib) ::dlclose(lib);
   }

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu/nvml_reader.h"
+#include "test_paths.h"
 #include "testgpu/fake_gpu_state.h"
 
 namespace vramd::nvml_test {
@@ -29,7 +30,8 @@ class TestGpu {
     dir_ = ::mkdtemp(tmpl);
     path_ = dir_ + "/state.json";
     ::setenv("FAKE_NVML_STATE", path_.c_str(), 1);
-    ::setenv("VRAMD_NVML_LIBRARY", VRAMD_BUILD_DIR "/libnvidia-ml-fake.so", 1);
+    ::setenv("VRAMD_NVML_LIBRARY",
+             (vramd::test_paths::build_dir() + "/libnvidia-ml-fake.so").c_str(), 1);
   }
   ~TestGpu() {
     std::error_code ec;
@@ -79,7 +81,10 @@ inline const ProcessMemory* find_pid(const GpuSample& g, int pid) {
 // The fake itself, called directly: the protocol details the reader relies on.
 class FakeNvmlLibrary {
  public:
-  FakeNvmlLibrary() { handle_ = ::dlopen(VRAMD_BUILD_DIR "/libnvidia-ml-fake.so", RTLD_NOW); }
+  FakeNvmlLibrary() {
+    handle_ =
+        ::dlopen((vramd::test_paths::build_dir() + "/libnvidia-ml-fake.so").c_str(), RTLD_NOW);
+  }
   ~FakeNvmlLibrary() {
     if (handle_ != nullptr) ::dlclose(handle_);
   }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include "test_paths.h"
 
 namespace vramd {
 namespace {
@@ -12,7 +13,7 @@ namespace {
 using Kind = CgroupIdentity::Kind;
 
 std::string fixture(const std::string& name) {
-  std::ifstream in(std::string(VRAMD_SOURCE_DIR) + "/tests/fixtures/cgroup/" + name);
+  std::ifstream in(vramd::test_paths::source_dir() + "/tests/fixtures/cgroup/" + name);
   EXPECT_TRUE(in) << name;
   std::stringstream ss;
   ss << in.rdbuf();

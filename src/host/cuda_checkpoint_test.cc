@@ -15,11 +15,15 @@
 #include <gtest/gtest.h>
 
 #include "gpu/gpu_reader.h"
+#include "test_paths.h"
 #include "testgpu/fake_gpu_state.h"
 
 namespace vramd::cuda_checkpoint_test {
 
-constexpr const char* kFake = VRAMD_BUILD_DIR "/fake-bin/cuda-checkpoint";
+const std::string& fake_checkpoint() {
+  static const std::string s = vramd::test_paths::build_dir() + "/fake-bin/cuda-checkpoint";
+  return s;
+}
 constexpr int kJob = 4242;     // 16 GiB on GPU 0
 constexpr int kOther = 4343;   // 2 GiB on GPU 0
 constexpr int kHidden = 4444;  // GPU 1, its own figure N/A (3 GiB on the card)
@@ -34,7 +38,8 @@ class CheckpointGpu {
     dir_ = ::mkdtemp(tmpl);
     path_ = dir_ + "/state.json";
     ::setenv("FAKE_NVML_STATE", path_.c_str(), 1);
-    ::setenv("VRAMD_NVML_LIBRARY", VRAMD_BUILD_DIR "/libnvidia-ml-fake.so", 1);
+    ::setenv("VRAMD_NVML_LIBRARY",
+             (vramd::test_paths::build_dir() + "/libnvidia-ml-fake.so").c_str(), 1);
     EXPECT_TRUE(
         write_fake_gpu_state(path_, make_fake_gpu_state({{"NVIDIA GeForce RTX 4090", 24 * GiB},
                                                          {"NVIDIA RTX A4000", 16 * GiB}}))
@@ -122,13 +127,13 @@ TEST(CudaCheckpointParse, HelpTellsTheForm) {
 
 TEST(CudaCheckpoint, ProbeTellsTheFormFromItsHelp) {
   CheckpointGpu gpu;
-  Result<CudaCheckpoint> c = CudaCheckpoint::probe(kFake, kTimeouts);
+  Result<CudaCheckpoint> c = CudaCheckpoint::probe(fake_checkpoint(), kTimeouts);
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_EQ(c->form(), CheckpointForm::action);
   EXPECT_EQ(c->version(), "570.86.10");
-  EXPECT_EQ(c->path(), kFake);
+  EXPECT_EQ(c->path(), fake_checkpoint());
   gpu.faults("driver-550");
-  Result<CudaCheckpoint> t = CudaCheckpoint::probe(kFake, kTimeouts);
+  Result<CudaCheckpoint> t = CudaCheckpoint::probe(fake_checkpoint(), kTimeouts);
   ASSERT_TRUE(t.ok()) << t.error();
   EXPECT_EQ(t->form(), CheckpointForm::toggle);
   EXPECT_EQ(t->version(), "550.90.07");
@@ -136,7 +141,7 @@ TEST(CudaCheckpoint, ProbeTellsTheFormFromItsHelp) {
 
 TEST(CudaCheckpoint, SuspendAndResumeMoveTheBytesOutAndBack) {
   CheckpointGpu gpu;
-  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(kFake, kTimeouts);
+  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(fake_checkpoint(), kTimeouts);
   ASSERT_TRUE(probed.ok()) << probed.error();
   const CudaCheckpoint& c = *probed;
   EXPECT_EQ(state_of(c, kJob), "running");
@@ -168,7 +173,7 @@ TEST(CudaCheckpoint, SuspendAndResumeMoveTheBytesOutAndBack) {
 
 TEST(CudaCheckpoint, ARestorePutsBackTheCardBytesOfAProcessNvmlCannotMeasure) {
   CheckpointGpu gpu;
-  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(kFake, kTimeouts);
+  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(fake_checkpoint(), kTimeouts);
   ASSERT_TRUE(probed.ok()) << probed.error();
   const CudaCheckpoint& c = *probed;
   ASSERT_TRUE(c.suspend(kHidden, kLockTimeout).ok());
@@ -196,7 +201,7 @@ TEST(CudaCheckpoint, AProcessInAMigInstanceLeavesItAndTheCardAndComesBack) {
         {"gi": 9, "ci": 0, "uuid": "MIG-c", "profile": "1g.18gb", "total": 17179869184,
          "used": 1073741824, "processes": [{"pid": 4343, "used": 1073741824}]}]}]})");
   ASSERT_TRUE(write_fake_gpu_state(gpu.path(), state).ok());
-  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(kFake, kTimeouts);
+  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(fake_checkpoint(), kTimeouts);
   ASSERT_TRUE(probed.ok()) << probed.error();
   const CudaCheckpoint& c = *probed;
   EXPECT_EQ(state_of(c, kJob), "running");
@@ -215,7 +220,7 @@ TEST(CudaCheckpoint, AProcessInAMigInstanceLeavesItAndTheCardAndComesBack) {
 
 TEST(CudaCheckpoint, UvmMemoryRefusesTheCheckpointAndTheProcessIsUnlocked) {
   CheckpointGpu gpu;
-  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(kFake, kTimeouts);
+  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(fake_checkpoint(), kTimeouts);
   ASSERT_TRUE(probed.ok()) << probed.error();
   const CudaCheckpoint& c = *probed;
   gpu.faults("uvm");
@@ -233,7 +238,7 @@ TEST(CudaCheckpoint, UvmMemoryRefusesTheCheckpointAndTheProcessIsUnlocked) {
 
 TEST(CudaCheckpoint, ALockThatTimesOutLeavesItRunning) {
   CheckpointGpu gpu;
-  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(kFake, kTimeouts);
+  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(fake_checkpoint(), kTimeouts);
   ASSERT_TRUE(probed.ok()) << probed.error();
   const CudaCheckpoint& c = *probed;
   gpu.faults("lock-timeout");
@@ -254,7 +259,7 @@ TEST(CudaCheckpoint, ALockThatTimesOutLeavesItRunning) {
 
 TEST(CudaCheckpoint, ARestoreThatFailsLeavesItCheckpointedAndALaterResumeWorks) {
   CheckpointGpu gpu;
-  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(kFake, kTimeouts);
+  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(fake_checkpoint(), kTimeouts);
   ASSERT_TRUE(probed.ok()) << probed.error();
   const CudaCheckpoint& c = *probed;
   ASSERT_TRUE(c.suspend(kJob, kLockTimeout).ok());
@@ -273,7 +278,7 @@ TEST(CudaCheckpoint, ARestoreThatFailsLeavesItCheckpointedAndALaterResumeWorks) 
 
 TEST(CudaCheckpoint, NoRoomOnItsGpuMeansNoRestore) {
   CheckpointGpu gpu;
-  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(kFake, kTimeouts);
+  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(fake_checkpoint(), kTimeouts);
   ASSERT_TRUE(probed.ok()) << probed.error();
   const CudaCheckpoint& c = *probed;
   ASSERT_TRUE(c.suspend(kJob, kLockTimeout).ok());
@@ -289,7 +294,7 @@ TEST(CudaCheckpoint, NoRoomOnItsGpuMeansNoRestore) {
 
 TEST(CudaCheckpoint, APidNotOnTheGpuIsNotACudaProcess) {
   CheckpointGpu gpu;
-  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(kFake, kTimeouts);
+  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(fake_checkpoint(), kTimeouts);
   ASSERT_TRUE(probed.ok()) << probed.error();
   const CudaCheckpoint& c = *probed;
   int self = static_cast<int>(::getpid());  // alive, and holds no GPU memory
@@ -309,7 +314,7 @@ TEST(CudaCheckpoint, APidNotOnTheGpuIsNotACudaProcess) {
 TEST(CudaCheckpoint, A550UtilityTogglesOnlyTheWayAsked) {
   CheckpointGpu gpu;
   gpu.faults("driver-550");
-  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(kFake, kTimeouts);
+  Result<CudaCheckpoint> probed = CudaCheckpoint::probe(fake_checkpoint(), kTimeouts);
   ASSERT_TRUE(probed.ok()) << probed.error();
   const CudaCheckpoint& c = *probed;
   ASSERT_EQ(c.form(), CheckpointForm::toggle);
@@ -356,17 +361,17 @@ TEST(CudaCheckpoint, WithoutAUsableUtilitySuspendIsNotOffered) {
   EXPECT_TRUE(has(not_offered(""), "[gpu] cuda_checkpoint"));
 
   gpu.faults("old-driver");
-  std::string why = not_offered(kFake);
+  std::string why = not_offered(fake_checkpoint());
   EXPECT_TRUE(has(why, "--help failed: Insufficient driver (exit 1)")) << why;
   gpu.faults("driver-550-toggle-only");
-  why = not_offered(kFake);
+  why = not_offered(fake_checkpoint());
   EXPECT_TRUE(has(why, "--toggle but no --get-state")) << why;
 }
 
 TEST(CudaCheckpoint, AHangingUtilityIsKilledAtItsTimeout) {
   CheckpointGpu gpu;
   Result<CudaCheckpoint> probed =
-      CudaCheckpoint::probe(kFake, {std::chrono::seconds(5), Duration(300)});
+      CudaCheckpoint::probe(fake_checkpoint(), {std::chrono::seconds(5), Duration(300)});
   ASSERT_TRUE(probed.ok()) << probed.error();
   const CudaCheckpoint& c = *probed;
   gpu.faults("hang-checkpoint");
@@ -392,7 +397,8 @@ TEST(CudaCheckpoint, AHangingUtilityIsKilledAtItsTimeout) {
   EXPECT_TRUE(has(s.error(), "its CUDA state is checkpointed")) << s.error();
 
   gpu.faults("hang-help");
-  Result<CudaCheckpoint> hung = CudaCheckpoint::probe(kFake, {Duration(300), Duration(300)});
+  Result<CudaCheckpoint> hung =
+      CudaCheckpoint::probe(fake_checkpoint(), {Duration(300), Duration(300)});
   ASSERT_FALSE(hung.ok());
   EXPECT_TRUE(has(hung.error(), "suspend is not offered: ")) << hung.error();
   EXPECT_TRUE(has(hung.error(), "--help did not answer in 300 ms")) << hung.error();

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include "test_paths.h"
 
 namespace vramd {
 namespace {
@@ -26,7 +27,7 @@ constexpr char kOllamaId[] = "b7e2f4a6c8d0e2f4a6b8c0d2e4f6a8b0c2d4e6f8a0b2c4d6e8
 constexpr char kUnknownId[] = "ffffeeeeddddccccbbbbaaaa9999888877776666555544443333222211110000";
 
 std::string fixture() {
-  std::ifstream in(std::string(VRAMD_SOURCE_DIR) +
+  std::ifstream in(vramd::test_paths::source_dir() +
                    "/tests/fixtures/docker/containers-json-compose.json");
   std::stringstream ss;
   ss << in.rdbuf();

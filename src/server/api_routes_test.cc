@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "server/api.h"
+#include "test_paths.h"
 
 namespace vramd {
 namespace api_routes_test {
@@ -71,7 +72,7 @@ Pairs routed() {
 }
 
 TEST(ApiRoutes, TheDocsListEveryRouteAndNoOther) {
-  std::ifstream f(std::string(VRAMD_SOURCE_DIR) + "/docs/api.md");
+  std::ifstream f(vramd::test_paths::source_dir() + "/docs/api.md");
   ASSERT_TRUE(f) << "cannot read docs/api.md";
   std::stringstream text;
   text << f.rdbuf();

@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <sstream>
+#include "test_paths.h"
 
 namespace vramd {
 namespace {
@@ -11,7 +12,7 @@ namespace {
 using nlohmann::json;
 
 json fixture(const std::string& name) {
-  std::ifstream in(std::string(VRAMD_SOURCE_DIR) + "/tests/fixtures/services/" + name);
+  std::ifstream in(vramd::test_paths::source_dir() + "/tests/fixtures/services/" + name);
   std::stringstream ss;
   ss << in.rdbuf();
   return json::parse(ss.str());

@@ -7,13 +7,14 @@
 #include <sstream>
 
 #include "services/parsers.h"
+#include "test_paths.h"
 
 namespace vramd {
 // Named, not anonymous: its helpers share a unity batch with other tests' (cmake/unity.cmake).
 namespace prometheus_test {
 
 std::string fixture(const std::string& name) {
-  std::ifstream in(std::string(VRAMD_SOURCE_DIR) + "/tests/fixtures/services/" + name);
+  std::ifstream in(vramd::test_paths::source_dir() + "/tests/fixtures/services/" + name);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include "test_paths.h"
 
 namespace vramd {
 namespace {
@@ -16,7 +17,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 std::vector<std::string> fixture_lines(const std::string& name) {
-  std::ifstream in(std::string(VRAMD_SOURCE_DIR) + "/tests/fixtures/crashes/" + name);
+  std::ifstream in(vramd::test_paths::source_dir() + "/tests/fixtures/crashes/" + name);
   EXPECT_TRUE(in.good()) << name;
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
@@ -403,7 +404,7 @@ TEST(CrashDiagnosis, ColourCodesAndHugeLines) {
 // handful of lines, each exactly as logged, none twice.
 TEST(CrashDiagnosis, InvariantsOverAllFixturesAndExits) {
   std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(VRAMD_SOURCE_DIR) +
+  for (const auto& e : std::filesystem::directory_iterator(vramd::test_paths::source_dir() +
                                                            "/tests/fixtures/crashes")) {
     files.push_back(e.path().filename().string());
   }

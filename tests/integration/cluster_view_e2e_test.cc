@@ -196,23 +196,22 @@ TEST(ClusterViewE2E, WithSqliteAllIsThisHostAndAnotherHostIsRefused) {
 // its output in `out`. node, chromium and playwright-core's folder are found at configure time
 // (cmake/browser_tests.cmake).
 int run_browser(const std::string& phase, const json& expect, const TempDir& dir, std::string& out) {
-#if defined(VRAMD_BROWSER_NODE) && defined(VRAMD_BROWSER_CHROMIUM) && defined(VRAMD_BROWSER_MODULES)
+  namespace paths = vramd::test_paths;
+  if (paths::browser_node().empty() || paths::browser_chromium().empty()) {
+    out = "SKIPPED: node or chromium was not found when the build was configured (make deps)";
+    return 77;
+  }
   std::string file = dir.file("expect-" + phase + ".json");
   std::ofstream(file) << expect.dump(2);
   std::string log = dir.file("browser-" + phase + ".log");
   std::string cmd = fmt::format(
       "'{}' '{}/tests/browser/cluster.test.mjs' --phase {} --expect '{}' --node-modules '{}' "
       "--chromium '{}' --screenshots '{}/screenshots' >'{}' 2>&1",
-      VRAMD_BROWSER_NODE, VRAMD_SOURCE_DIR, phase, file, VRAMD_BROWSER_MODULES,
-      VRAMD_BROWSER_CHROMIUM, VRAMD_BUILD_DIR, log);
+      paths::browser_node(), paths::source_dir(), phase, file, paths::browser_modules(),
+      paths::browser_chromium(), paths::build_dir(), log);
   int status = std::system(cmd.c_str());
   out = slurp(log);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-#else
-  (void)phase, (void)expect, (void)dir;
-  out = "SKIPPED: node or chromium was not found when the build was configured (make deps)";
-  return 77;
-#endif
 }
 
 TEST(ClusterViewE2E, TheDashboardShowsEveryHostAndActsOnlyOnItsOwn) {

@@ -74,23 +74,22 @@ void run_prompt(int port, int seed) {
 // Runs tests/browser/history.test.mjs on the fixture's dashboard with `expect` (its JSON); its
 // exit status (77: node or chromium not found at configure time), its output in `out`.
 int run_browser(const json& expect, const testing::TempDir& dir, std::string& out) {
-#if defined(VRAMD_BROWSER_NODE) && defined(VRAMD_BROWSER_CHROMIUM) && defined(VRAMD_BROWSER_MODULES)
+  namespace paths = vramd::test_paths;
+  if (paths::browser_node().empty() || paths::browser_chromium().empty()) {
+    out = "SKIPPED: node or chromium was not found when the build was configured (make deps)";
+    return 77;
+  }
   std::string file = dir.file("expect-history.json");
   std::ofstream(file) << expect.dump(2);
   std::string log = dir.file("browser-history.log");
   std::string cmd = fmt::format(
       "'{}' '{}/tests/browser/history.test.mjs' --url '{}' --expect '{}' --node-modules '{}' "
       "--chromium '{}' --screenshots '{}/screenshots' >'{}' 2>&1",
-      VRAMD_BROWSER_NODE, VRAMD_SOURCE_DIR, expect.value("url", ""), file, VRAMD_BROWSER_MODULES,
-      VRAMD_BROWSER_CHROMIUM, VRAMD_BUILD_DIR, log);
+      paths::browser_node(), paths::source_dir(), expect.value("url", ""), file,
+      paths::browser_modules(), paths::browser_chromium(), paths::build_dir(), log);
   int status = std::system(cmd.c_str());
   out = testing::slurp(log);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-#else
-  (void)expect, (void)dir;
-  out = "SKIPPED: node or chromium was not found when the build was configured (make deps)";
-  return 77;
-#endif
 }
 
 size_t prompts_recorded(const DaemonFixture& f) {

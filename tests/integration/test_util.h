@@ -15,10 +15,12 @@
 #include <thread>
 #include <vector>
 
+#include "test_paths.h"
+
 namespace vramd::testing {
 
-inline std::string build_dir() { return VRAMD_BUILD_DIR; }
-inline std::string source_dir() { return VRAMD_SOURCE_DIR; }
+inline std::string build_dir() { return test_paths::build_dir(); }
+inline std::string source_dir() { return test_paths::source_dir(); }
 
 // Debian's libfaketime (to LD_PRELOAD into a daemon under test), or "" when not installed.
 inline std::string libfaketime_path() {

@@ -79,6 +79,7 @@
 #include "integration/tcp_relay.h"
 #include "integration/test_util.h"
 #include "testgpu/fake_gpu_state.h"
+#include "test_paths.h"
 
 using nlohmann::json;
 using vramd::Bytes;
@@ -123,7 +124,7 @@ constexpr double kServeLimitMs = 15000;
 constexpr double kServeLimitMs = 1000;
 #endif
 
-std::string build_dir() { return VRAMD_BUILD_DIR; }
+std::string build_dir() { return vramd::test_paths::build_dir(); }
 
 double ms_since(Clock::time_point t0, Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(t - t0).count();
