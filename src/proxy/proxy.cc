@@ -55,6 +55,7 @@ constexpr auto kWakeAnswerGrace = std::chrono::seconds(2);  // past wake_timeout
 using Extra = std::vector<std::pair<std::string, std::string>>;
 const Extra kNoExtra;
 const std::string kNoModel;
+const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 void no_delay(tcp::socket& s) {
   beast::error_code ec;
@@ -400,17 +401,19 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     client.socket().shutdown(tcp::socket::shutdown_both, ec);
   }
 
+  // A request's stages, each of which may answer it and end the chain: auth, then (front door)
+  // route, then exchange(): limit, activity, hold, forward. A stage that answers returns whether
+  // the client connection may carry another request; one that lets the request on, nothing.
+  using Stop = std::optional<bool>;
+
   asio::awaitable<bool> handle(Client& c, beast::flat_buffer& cbuf,
                                http::request_parser<http::buffer_body>& parser,
                                const std::string& peer, Upstream* fixed, Scratch& sc) {
     auto& req = parser.get();
-    const unsigned version = req.version();
-    const bool no_body = parser.is_done();
+    // auth: the client's key, where [proxy] api_keys asks for one (checked without entering a
+    // coroutine: most requests pass).
     if (!options.api_keys.empty() && !key_ok(req[http::field::authorization], options.api_keys)) {
-      std::vector<std::pair<std::string, std::string>> extra = {{"WWW-Authenticate", "Bearer"}};
-      std::string body =
-          error_body("unauthorized", "missing or wrong API key (Authorization: Bearer KEY)");
-      co_await respond(c, 401, body, false, version, extra);
+      co_await refuse_unauthorized(c, req.version());
       co_return false;
     }
     const bool wants_sse =
@@ -420,7 +423,24 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
           co_await exchange(c, cbuf, req, &parser, *fixed, kNoModel, wants_sse, peer, sc);
       co_return keep;
     }
+    bool keep = co_await front_door(c, cbuf, parser, peer, wants_sse, sc);
+    co_return keep;
+  }
 
+  asio::awaitable<void> refuse_unauthorized(Client& c, unsigned version) {
+    Extra extra = {{"WWW-Authenticate", "Bearer"}};
+    std::string body =
+        error_body("unauthorized", "missing or wrong API key (Authorization: Bearer KEY)");
+    co_await respond(c, 401, body, false, version, extra);
+  }
+
+  // route (the front door): the model list, or the body read whole and its model's service.
+  asio::awaitable<bool> front_door(Client& c, beast::flat_buffer& cbuf,
+                                   http::request_parser<http::buffer_body>& parser,
+                                   const std::string& peer, bool wants_sse, Scratch& sc) {
+    auto& req = parser.get();
+    const unsigned version = req.version();
+    const bool no_body = parser.is_done();
     std::string_view target = req.target();
     std::string_view path = target.substr(0, target.find('?'));
     if (req.method() == http::verb::get && (path == "/v1/models" || path == "/api/tags")) {
@@ -440,10 +460,49 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       bool keep = co_await respond(c, 404, body, req.keep_alive() && no_body, version);
       co_return keep;
     }
+    const bool v1 = path.rfind("/v1/", 0) == 0;
+    std::optional<http::request<http::string_body>> whole;
+    if (Stop stop = co_await read_body(c, cbuf, parser, whole)) co_return *stop;
+    http::request<http::string_body>& sreq = *whole;
+    std::string content_type(sreq[http::field::content_type]);
+    std::optional<std::string> model = request_model(content_type, sreq.body());
+    if (!model) {
+      std::string body = error_body(
+          "invalid_request_error",
+          "the request names no model (a JSON \"model\" or a multipart \"model\" field)");
+      bool again = co_await respond(c, 400, body, sreq.keep_alive(), version);
+      co_return again;
+    }
+    std::shared_ptr<const ModelTable> table = route_table();
+    std::optional<Route> route = table->find(*model);
+    Upstream* svc = route ? find(route->service) : nullptr;
+    if (!svc) {
+      bool again = co_await no_route(c, *table, *model, sreq.keep_alive(), version);
+      co_return again;
+    }
+    bool stream = body_wants_stream(content_type, sreq.body()) && v1;
+    if (route->model != *model && content_type.find("json") != std::string::npos) {
+      // An alias: the service is asked for the name it knows.
+      nlohmann::json j = nlohmann::json::parse(sreq.body(), nullptr, false);
+      if (j.is_object()) {
+        j["model"] = route->model;
+        sreq.body() = j.dump();
+      }
+    }
+    bool again =
+        co_await exchange(c, cbuf, sreq, nullptr, *svc, route->model, wants_sse || stream, peer, sc);
+    co_return again;
+  }
+
+  // The front door routes by the body: it is read whole (within max_body) into `whole`.
+  asio::awaitable<Stop> read_body(Client& c, beast::flat_buffer& cbuf,
+                                  http::request_parser<http::buffer_body>& parser,
+                                  std::optional<http::request<http::string_body>>& whole) {
+    auto& req = parser.get();
+    const unsigned version = req.version();
     beast::error_code ec;
     if (has_token(req[http::field::expect], "100-continue")) {
       req.erase(http::field::expect);
-      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       c.expires_after(kClientWriteTimeout);
       co_await asio::async_write(c, asio::buffer(kContinue),
                                  asio::redirect_error(use_awaitable, ec));
@@ -460,45 +519,24 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       co_return false;
     }
     if (ec) co_return false;
-    http::request<http::string_body> sreq = sp.release();
-    const bool keep = sreq.keep_alive();
-    std::string content_type(sreq[http::field::content_type]);
-    std::optional<std::string> model = request_model(content_type, sreq.body());
-    if (!model) {
-      std::string body = error_body(
-          "invalid_request_error",
-          "the request names no model (a JSON \"model\" or a multipart \"model\" field)");
-      bool again = co_await respond(c, 400, body, keep, version);
-      co_return again;
-    }
-    std::shared_ptr<const ModelTable> table = route_table();
-    std::optional<Route> route = table->find(*model);
-    Upstream* svc = route ? find(route->service) : nullptr;
-    if (!svc) {
-      std::vector<std::string> known = table->known();
-      std::string list;
-      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-      metrics.request_done("", *model, 404);
-      nlohmann::json extra = nlohmann::json::object();
-      extra["known_models"] = known;
-      std::string body = error_body("model_not_found",
-                                    fmt::format("model '{}' is not served here; known models: {}",
-                                                *model, list.empty() ? "none" : list),
-                                    std::move(extra));
-      bool again = co_await respond(c, 404, body, keep, version);
-      co_return again;
-    }
-    bool stream = body_wants_stream(content_type, sreq.body()) && path.rfind("/v1/", 0) == 0;
-    if (route->model != *model && content_type.find("json") != std::string::npos) {
-      // An alias: the service is asked for the name it knows.
-      nlohmann::json j = nlohmann::json::parse(sreq.body(), nullptr, false);
-      if (j.is_object()) {
-        j["model"] = route->model;
-        sreq.body() = j.dump();
-      }
-    }
-    bool again =
-        co_await exchange(c, cbuf, sreq, nullptr, *svc, route->model, wants_sse || stream, peer, sc);
+    whole.emplace(sp.release());
+    co_return std::nullopt;
+  }
+
+  // A model no service serves: 404 with the models that are.
+  asio::awaitable<bool> no_route(Client& c, const ModelTable& table, const std::string& model,
+                                 bool keep, unsigned version) {
+    std::vector<std::string> known = table.known();
+    std::string list;
+    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    metrics.request_done("", model, 404);
+    nlohmann::json extra = nlohmann::json::object();
+    extra["known_models"] = known;
+    std::string body = error_body("model_not_found",
+                                  fmt::format("model '{}' is not served here; known models: {}",
+                                              model, list.empty() ? "none" : list),
+                                  std::move(extra));
+    bool again = co_await respond(c, 404, body, keep, version);
     co_return again;
   }
 
@@ -697,225 +735,264 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     }
   };
 
+  // Counted, and written to the request log (docs/history.md), however the exchange ends.
+  struct Record {
+    Impl& impl;
+    const std::string& service;
+    const std::string& model;
+    const UsageScan& usage;
+    unsigned status = 0;  // what the client was answered, once it was
+    Clock::time_point start = Clock::now();
+    double wait_s = -1, first_byte_s = -1;
+    bool streamed = false;
+    ~Record() {
+      if (!status || impl.closed) return;
+      impl.metrics.request_done(service, model, status);
+      if (impl.options.request_log) impl.options.request_log->push(sample());
+    }
+    RequestSample sample() const {
+      RequestSample s;
+      s.set_service(service);
+      s.set_model(model.empty() ? usage.model() : std::string_view(model));
+      s.status = static_cast<uint16_t>(status);
+      s.at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+      double total = std::chrono::duration<double>(Clock::now() - start).count();
+      s.seconds = static_cast<float>(total);
+      s.wait_s = static_cast<float>(wait_s);
+      s.first_byte_s = static_cast<float>(first_byte_s);
+      // Generation: from the first byte for a stream, the whole answer for one sent at once.
+      // (A "stream" sent in one piece has none to speak of: the whole request then.)
+      double generation = streamed && first_byte_s >= 0 && total - first_byte_s >= 0.01
+                              ? total - first_byte_s
+                              : total;
+      s.tokens_per_s = static_cast<float>(usage.tokens_per_second(generation));
+      return s;
+    }
+  };
+
+  // What one request carries through the stages of exchange(): fixed when it enters them, but
+  // for `client_keep` (an HTTP/1.0 answer without a length ends the connection) and `sse_open`.
+  template <class Body>
+  struct Exchange {
+    Client& c;
+    beast::flat_buffer& cbuf;
+    http::request<Body>& req;
+    http::request_parser<http::buffer_body>* stream_parser;  // the body still to read, if any
+    Upstream& svc;
+    const std::string& model;
+    bool wants_sse;
+    Scratch& sc;
+    Record& record;
+    unsigned version = req.version();
+    bool client_keep = req.keep_alive();
+    bool is_head = req.method() == http::verb::head;
+    bool upgrade = is_upgrade(req);
+    bool replayable = !stream_parser || stream_parser->is_done();  // can be sent again
+    bool sse_open = false;  // a held stream's head went out already
+    std::optional<http::response_parser<http::buffer_body>> rp;  // the service's answer
+    ConnPtr up;                                                   // the connection to it
+  };
+
   // Forwards one request (its body streamed from `stream_parser`, or whole in `req`) and its
-  // response. Returns whether the client connection may carry another request.
+  // response, through the stages limit, activity, hold and forward. Returns whether the client
+  // connection may carry another request.
   template <class Body>
   asio::awaitable<bool> exchange(Client& c, beast::flat_buffer& cbuf, http::request<Body>& req,
                                  http::request_parser<http::buffer_body>* stream_parser,
                                  Upstream& svc, const std::string& model, bool wants_sse,
                                  const std::string& peer, Scratch& sc) {
-    const unsigned version = req.version();
-    bool client_keep = req.keep_alive();
-    const bool is_head = req.method() == http::verb::head;
-    const bool upgrade = is_upgrade(req);
-    const bool replayable = !stream_parser || stream_parser->is_done();
-    const std::string& name = svc.opt.name;
-    unsigned status = 0;
-    // Counted, and written to the request log (docs/history.md), however the exchange ends.
-    struct Record {
-      Impl& impl;
-      const std::string& service;
-      const std::string& model;
-      unsigned& status;
-      const UsageScan& usage;
-      Clock::time_point start = Clock::now();
-      double wait_s = -1, first_byte_s = -1;
-      bool streamed = false;
-      ~Record() {
-        if (!status || impl.closed) return;
-        impl.metrics.request_done(service, model, status);
-        if (!impl.options.request_log) return;
-        RequestSample s;
-        s.set_service(service);
-        s.set_model(model.empty() ? usage.model() : std::string_view(model));
-        s.status = static_cast<uint16_t>(status);
-        s.at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::system_clock::now().time_since_epoch())
-                      .count();
-        double total = std::chrono::duration<double>(Clock::now() - start).count();
-        s.seconds = static_cast<float>(total);
-        s.wait_s = static_cast<float>(wait_s);
-        s.first_byte_s = static_cast<float>(first_byte_s);
-        // Generation: from the first byte for a stream, the whole answer for one sent at once.
-        // (A "stream" sent in one piece has none to speak of: the whole request then.)
-        double generation =
-            streamed && first_byte_s >= 0 && total - first_byte_s >= 0.01 ? total - first_byte_s : total;
-        s.tokens_per_s = static_cast<float>(usage.tokens_per_second(generation));
-        impl.options.request_log->push(s);
-      }
-    } record{*this, name, model, status, sc.usage};
+    Record record{*this, svc.opt.name, model, sc.usage};
     sc.usage.reset();
+    Exchange<Body> x{c, cbuf, req, stream_parser, svc, model, wants_sse, sc, record};
     if (stream_parser && has_token(req[http::field::expect], "100-continue")) {
       req.erase(http::field::expect);
-      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       beast::error_code ec;
       c.expires_after(kClientWriteTimeout);
       co_await asio::async_write(c, asio::buffer(kContinue),
                                  asio::redirect_error(use_awaitable, ec));
       if (ec) co_return false;
     }
-    prepare(req, svc, peer, upgrade);
-
+    prepare(req, svc, peer, x.upgrade);
     Slot slot{svc.limit, false, closed};
     // No limit (most services): no coroutine to enter.
-    if (svc.limit.max_concurrent() > 0 && !co_await svc.limit.acquire()) {
-      std::vector<std::pair<std::string, std::string>> extra = {{"Retry-After", "1"}};
-      std::string message = fmt::format(
-          "{} has {} requests in flight and {} waiting (max_concurrent {}, max_queue {})", name,
-          svc.limit.active(), svc.limit.queued(), svc.limit.max_concurrent(),
-          svc.limit.max_queue());
-      status = 429;
-      // A body still unread from the client leaves the connection unusable.
-      bool keep = client_keep && replayable;
-      std::string body = error_body("rate_limit_exceeded", message);
-      keep = co_await respond(c, 429, body, keep, version, extra);
-      co_return keep;
-    }
-    slot.held = true;
-    Activity activity{*this, name};
+    if (svc.limit.max_concurrent() > 0)
+      if (Stop stop = co_await limit(x, slot)) co_return *stop;
+    Activity activity{*this, svc.opt.name};
     activity.start();
+    if (!hooks.is_ready(svc.opt.name, model))
+      if (Stop stop = co_await hold_until_ready(x)) co_return *stop;
+    if (Stop stop = co_await forward(x)) co_return *stop;
+    bool keep = co_await relay(x, activity);
+    co_return keep;
+  }
 
-    bool sse_open = false;
-    if (!hooks.is_ready(name, model)) {
-      Clock::time_point held = Clock::now();
-      WakeResult r = co_await hold(c, svc, model, wants_sse && !upgrade, &sse_open);
-      record.wait_s = std::chrono::duration<double>(Clock::now() - held).count();
-      if (!r.ok) {
-        status = 503;
-        nlohmann::json reason = {{"message", r.reason},
-                                 {"type", "service_unavailable"},
-                                 {"code", "service_unavailable"},
-                                 {"service", name}};
-        if (!r.holder.empty()) reason["holder"] = r.holder;
-        if (sse_open) {
-          std::string ev =
-              "event: error\ndata: " + nlohmann::json{{"error", reason}}.dump() + "\n\n";
-          std::string bytes = chunk(ev) + "0\r\n\r\n";
-          beast::error_code ec;
-          c.expires_after(kClientWriteTimeout);
-          co_await asio::async_write(c, asio::buffer(bytes),
-                                     asio::redirect_error(use_awaitable, ec));
-          co_return false;
-        }
-        std::vector<std::pair<std::string, std::string>> extra = {
-            {"Retry-After", std::to_string(r.retry_after.count())}};
-        std::string body = nlohmann::json{{"error", reason}}.dump();
-        bool keep = co_await respond(c, 503, body, client_keep && replayable, version, extra);
-        co_return keep;
-      }
+  // limit: a slot of the service's max_concurrent, or a place in its queue; else 429.
+  template <class Body>
+  asio::awaitable<Stop> limit(Exchange<Body>& x, Slot& slot) {
+    if (co_await x.svc.limit.acquire()) {
+      slot.held = true;
+      co_return std::nullopt;
     }
+    const ConcurrencyLimit& l = x.svc.limit;
+    Extra extra = {{"Retry-After", "1"}};
+    std::string message =
+        fmt::format("{} has {} requests in flight and {} waiting (max_concurrent {}, max_queue {})",
+                    x.svc.opt.name, l.active(), l.queued(), l.max_concurrent(), l.max_queue());
+    x.record.status = 429;
+    // A body still unread from the client leaves the connection unusable.
+    std::string body = error_body("rate_limit_exceeded", message);
+    bool keep = co_await respond(x.c, 429, body, x.client_keep && x.replayable, x.version, extra);
+    co_return keep;
+  }
 
-    ConnPtr up;
-    beast::flat_buffer& ubuf = sc.ubuf;
-    std::optional<http::response_parser<http::buffer_body>> rp;
-    auto fresh_parser = [&] {
-      rp.emplace();
-      rp->body_limit(std::numeric_limits<std::uint64_t>::max());
-      rp->header_limit(kHeaderLimit);
-      if (is_head) rp->skip(true);
-    };
-    char* buf = sc.body.data();
+  // hold: the request waits for the service to be ready (hold()); a wake that fails is a 503,
+  // or an SSE error event where the stream's head went out already.
+  template <class Body>
+  asio::awaitable<Stop> hold_until_ready(Exchange<Body>& x) {
+    Clock::time_point held = Clock::now();
+    WakeResult r = co_await hold(x.c, x.svc, x.model, x.wants_sse && !x.upgrade, &x.sse_open);
+    x.record.wait_s = std::chrono::duration<double>(Clock::now() - held).count();
+    if (r.ok) co_return std::nullopt;
+    x.record.status = 503;
+    nlohmann::json reason = {{"message", r.reason},
+                             {"type", "service_unavailable"},
+                             {"code", "service_unavailable"},
+                             {"service", x.svc.opt.name}};
+    if (!r.holder.empty()) reason["holder"] = r.holder;
+    if (x.sse_open) {
+      std::string ev = "event: error\ndata: " + nlohmann::json{{"error", reason}}.dump() + "\n\n";
+      std::string bytes = chunk(ev) + "0\r\n\r\n";
+      beast::error_code ec;
+      x.c.expires_after(kClientWriteTimeout);
+      co_await asio::async_write(x.c, asio::buffer(bytes), asio::redirect_error(use_awaitable, ec));
+      co_return false;
+    }
+    Extra extra = {{"Retry-After", std::to_string(r.retry_after.count())}};
+    std::string body = nlohmann::json{{"error", reason}}.dump();
+    bool keep =
+        co_await respond(x.c, 503, body, x.client_keep && x.replayable, x.version, extra);
+    co_return keep;
+  }
+
+  // forward: the request to the service and its answer's head back, on a kept-alive connection
+  // or a new one. A kept one the service had closed: once more on a fresh one. Else 502/504.
+  template <class Body>
+  asio::awaitable<Stop> forward(Exchange<Body>& x) {
+    Upstream& svc = x.svc;
     for (int attempt = 0;; ++attempt) {
       std::string error;
-      bool reused = false;
-      up.reset();
-      reused = take_idle(svc, up, !replayable || attempt > 0);
-      if (!reused && !co_await connect(svc, up, error)) {
-        metrics.upstream_error(name);
-        bool keep = co_await respond_upstream_error(c, status, sse_open, 502, name, error,
-                                                    client_keep && replayable, version);
+      x.up.reset();
+      bool reused = take_idle(svc, x.up, !x.replayable || attempt > 0);
+      if (!reused && !co_await connect(svc, x.up, error)) {
+        metrics.upstream_error(svc.opt.name);
+        bool keep = co_await respond_upstream_error(x.c, x.record.status, x.sse_open, 502,
+                                                    svc.opt.name, error,
+                                                    x.client_keep && x.replayable, x.version);
         co_return keep;
       }
       beast::error_code ec;
-      up->expires_after(svc.opt.first_byte_timeout);
-      if constexpr (std::is_same_v<Body, http::string_body>) {
-        req.prepare_payload();
-        request_head(sc.head, req);
-        std::array<asio::const_buffer, 2> out{asio::buffer(sc.head), asio::buffer(req.body())};
-        co_await asio::async_write(*up, out, asio::redirect_error(use_awaitable, ec));
-      } else if (stream_parser->is_done()) {  // no body: the head alone
-        request_head(sc.head, req);
-        co_await asio::async_write(*up, asio::buffer(sc.head),
+      x.up->expires_after(svc.opt.first_byte_timeout);
+      if constexpr (std::is_same_v<Body, http::string_body>) {  // head and body in one write
+        x.req.prepare_payload();
+        request_head(x.sc.head, x.req);
+        std::array<asio::const_buffer, 2> out{asio::buffer(x.sc.head), asio::buffer(x.req.body())};
+        co_await asio::async_write(*x.up, out, asio::redirect_error(use_awaitable, ec));
+      } else if (x.stream_parser->is_done()) {  // no body: the head alone
+        request_head(x.sc.head, x.req);
+        co_await asio::async_write(*x.up, asio::buffer(x.sc.head),
                                    asio::redirect_error(use_awaitable, ec));
       } else {
-        ec = co_await send_streamed(c, cbuf, *stream_parser, *up, svc, buf);
+        ec = co_await send_streamed(x.c, x.cbuf, *x.stream_parser, *x.up, svc, x.sc.body.data());
       }
+      // The answer's head, past any 100 Continue the service sent anyway.
       if (!ec) {
-        fresh_parser();
-        ubuf.clear();
-        up->expires_after(svc.opt.first_byte_timeout);
-        ec = co_await read_header(*up, ubuf, *rp);
-        // A 100 Continue the service sent anyway: the final answer follows.
-        while (!ec && rp->get().result() == http::status::continue_) {
-          fresh_parser();
-          ec = co_await read_header(*up, ubuf, *rp);
-        }
+        x.sc.ubuf.clear();
+        x.up->expires_after(svc.opt.first_byte_timeout);  // from the request's last byte
       }
-      if (!ec) break;
-      // A kept-alive connection the service had closed: once more on a fresh one.
+      while (!ec) {
+        x.rp.emplace();
+        x.rp->body_limit(std::numeric_limits<std::uint64_t>::max());
+        x.rp->header_limit(kHeaderLimit);
+        if (x.is_head) x.rp->skip(true);
+        ec = co_await read_header(*x.up, x.sc.ubuf, *x.rp);
+        if (ec || x.rp->get().result() != http::status::continue_) break;
+      }
+      if (!ec) co_return std::nullopt;
       // The others kept from then are likely closed too (the service restarted): dropped.
-      if (reused && replayable && attempt == 0 && ec != beast::error::timeout) {
+      if (reused && x.replayable && attempt == 0 && ec != beast::error::timeout) {
         svc.idle.clear();
         continue;
       }
-      metrics.upstream_error(name);
+      metrics.upstream_error(svc.opt.name);
       const bool timeout = ec == beast::error::timeout;
       std::string why = timeout ? "no answer within first_byte_timeout " +
                                       format_duration(svc.opt.first_byte_timeout)
                                 : ec.message();
-      co_await respond_upstream_error(c, status, sse_open, timeout ? 504 : 502, name, why, false,
-                                      version);
+      co_await respond_upstream_error(x.c, x.record.status, x.sse_open, timeout ? 504 : 502,
+                                      svc.opt.name, why, false, x.version);
       co_return false;
     }
+  }
 
-    auto& res = rp->get();
-    status = res.result_int();
-    record.first_byte_s = std::chrono::duration<double>(Clock::now() - record.start).count();
-    record.streamed = wants_sse || !res.has_content_length();
-    if (upgrade && res.result() == http::status::switching_protocols) {
+  // The service's answer to the client: the head, then the body as it comes (or the tunnel of
+  // an upgrade); the connection kept for the next request when the service keeps it.
+  template <class Body>
+  asio::awaitable<bool> relay(Exchange<Body>& x, Activity& activity) {
+    Scratch& sc = x.sc;
+    auto& res = x.rp->get();
+    const unsigned status = res.result_int();
+    x.record.status = status;
+    x.record.first_byte_s =
+        std::chrono::duration<double>(Clock::now() - x.record.start).count();
+    x.record.streamed = x.wants_sse || !res.has_content_length();
+    if (x.upgrade && res.result() == http::status::switching_protocols) {
       activity.end();  // an open WebSocket is busy only while messages flow
-      co_await tunnel(c, cbuf, *up, ubuf, res, svc);
+      co_await tunnel(x.c, x.cbuf, *x.up, sc.ubuf, res, x.svc);
       co_return false;
     }
-    const bool up_keep = res.keep_alive() && !rp->need_eof();
-    const bool body_expected = !is_head && status >= 200 && status != 204 && status != 304;
+    const bool up_keep = res.keep_alive() && !x.rp->need_eof();
+    const bool body_expected = !x.is_head && status >= 200 && status != 204 && status != 304;
     beast::error_code ec;
-    if (sse_open) {
+    char* buf = sc.body.data();
+    if (x.sse_open) {
       // The head went out while the request was held: the body follows as chunks.
-      ec = co_await relay_chunks(c, *up, ubuf, *rp, svc, buf, sc.usage);
+      ec = co_await relay_chunks(x.c, *x.up, sc.ubuf, *x.rp, x.svc, buf, sc.usage);
       if (!ec) {
-        c.expires_after(kClientWriteTimeout);
-        co_await asio::async_write(c, asio::buffer("0\r\n\r\n", 5),
+        x.c.expires_after(kClientWriteTimeout);
+        co_await asio::async_write(x.c, asio::buffer("0\r\n\r\n", 5),
                                    asio::redirect_error(use_awaitable, ec));
       }
     } else {
       strip_hop_by_hop(res);
       bool chunked = false;
       if (body_expected && !res.has_content_length()) {
-        if (version >= 11)
+        if (x.version >= 11)
           res.chunked(chunked = true);
         else
-          client_keep = false;  // HTTP/1.0: the end of the body is the end of the connection
+          x.client_keep = false;  // HTTP/1.0: the end of the body is the end of the connection
       }
-      res.keep_alive(client_keep);
+      res.keep_alive(x.client_keep);
       response_head(sc.head, res);
       if (!body_expected) {
-        c.expires_after(kClientWriteTimeout);
-        co_await asio::async_write(c, asio::buffer(sc.head),
+        x.c.expires_after(kClientWriteTimeout);
+        co_await asio::async_write(x.c, asio::buffer(sc.head),
                                    asio::redirect_error(use_awaitable, ec));
       } else {
-        ec = co_await relay_body(c, *up, ubuf, *rp, sc.head, chunked, svc, buf, sc.usage);
+        ec = co_await relay_body(x.c, *x.up, sc.ubuf, *x.rp, sc.head, chunked, x.svc, buf,
+                                 sc.usage);
       }
     }
     if (ec) {
-      if (ec == beast::error::timeout) metrics.upstream_error(name);
+      if (ec == beast::error::timeout) metrics.upstream_error(x.svc.opt.name);
       co_return false;
     }
-    if (up_keep && rp->is_done() && svc.idle.size() < kIdleUpstreams) {
-      up->expires_never();
-      svc.idle.push_back(std::move(up));
+    if (up_keep && x.rp->is_done() && x.svc.idle.size() < kIdleUpstreams) {
+      x.up->expires_never();
+      x.svc.idle.push_back(std::move(x.up));
     }
-    co_return client_keep;
+    co_return x.client_keep;
   }
 
   asio::awaitable<bool> respond_upstream_error(Client& c, unsigned& status, bool sse_open,

@@ -490,6 +490,7 @@ TEST_F(ProxyTest, MaxConcurrentQueuesThenRefusesWith429) {
   std::this_thread::sleep_for(150ms);
   Reply third = call(port("a"), http::verb::get, "/hello");
   EXPECT_EQ(third.status, 429u);
+  EXPECT_EQ(third.headers[http::field::retry_after], "1");
   EXPECT_NE(third.json()["error"]["message"].get<std::string>().find("max_concurrent 1"),
             std::string::npos);
   auto t = Clock::now();
@@ -497,6 +498,74 @@ TEST_F(ProxyTest, MaxConcurrentQueuesThenRefusesWith429) {
   EXPECT_EQ(first.get().status, 200u);
   EXPECT_LT(Clock::now() - t, 2s);
   EXPECT_EQ(a->requests(), 2);
+}
+
+// The stages that answer without the service, each on its own path: a refused wake after a
+// held stream's head went out (hold), an Expect: 100-continue on both doors (read_body, and the
+// service proxy's own), an HTTP/1.0 client of an answer without a length (relay).
+TEST_F(ProxyTest, ARefusedWakeAfterTheStreamsHeadIsAnSseErrorEvent) {
+  hooks.asleep = {"a"};
+  hooks.wake_delay = 500ms;
+  hooks.refuse = "needs 12.0 GiB, comfyui holds 16.0 GiB and is busy";
+  ProxyOptions o = two_services();
+  o.heartbeat = 100ms;
+  ASSERT_TRUE(start(o));
+  std::string body = R"({"model":"llama3.1:8b","stream":true})";
+  auto pieces = read_pieces(front(),
+                            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                            "Content-Type: application/json\r\nContent-Length: " +
+                                std::to_string(body.size()) + "\r\n\r\n" + body);
+  std::string all = joined(pieces);
+  EXPECT_EQ(all.find("HTTP/1.1 200"), 0u) << all;
+  size_t event = all.find("event: error\ndata: ");
+  ASSERT_NE(event, std::string::npos) << all;
+  std::string data = all.substr(event + 19, all.find("\n\n", event) - event - 19);
+  nlohmann::json j = nlohmann::json::parse(data, nullptr, false);
+  EXPECT_EQ(j["error"]["message"], hooks.refuse) << data;
+  EXPECT_EQ(j["error"]["holder"], "comfyui") << data;
+  EXPECT_NE(all.find("0\r\n\r\n", event), std::string::npos) << "the chunked body ends: " << all;
+  EXPECT_EQ(a->requests(), 0);
+}
+
+TEST_F(ProxyTest, ExpectContinueIsAnsweredOnBothDoorsBeforeTheBody) {
+  ASSERT_TRUE(start(two_services()));
+  std::string body = R"({"model":"qwen2.5:7b"})";
+  for (int p : {front(), port("b")}) {
+    asio::io_context cio;
+    tcp::socket s(cio);
+    s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), p));
+    timeval tv{5, 0};
+    setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    asio::write(s, asio::buffer("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                "Content-Type: application/json\r\nExpect: 100-continue\r\n"
+                                "Content-Length: " +
+                                std::to_string(body.size()) + "\r\n\r\n"));
+    char buf[256];
+    beast::error_code ec;
+    size_t n = s.read_some(asio::buffer(buf), ec);  // before any byte of the body was sent
+    ASSERT_FALSE(ec) << p << ": " << ec.message();
+    EXPECT_EQ(std::string(buf, n), "HTTP/1.1 100 Continue\r\n\r\n") << p;
+    asio::write(s, asio::buffer(body));
+    beast::flat_buffer rbuf;
+    http::response<http::string_body> res;
+    http::read(s, rbuf, res, ec);
+    ASSERT_FALSE(ec) << p << ": " << ec.message();
+    EXPECT_EQ(res.result_int(), 200u) << p;
+    EXPECT_EQ(nlohmann::json::parse(res.body(), nullptr, false)["backend"], "b") << p;
+  }
+  EXPECT_EQ(b->requests(), 2);
+}
+
+TEST_F(ProxyTest, AnHttp10ClientGetsAnAnswerWithoutLengthToTheClose) {
+  ASSERT_TRUE(start(two_services()));
+  auto pieces = read_pieces(port("a"), "GET /chunked?n=3&gap=10 HTTP/1.0\r\nHost: x\r\n\r\n",
+                            "\x01never");  // read to the close
+  std::string all = joined(pieces);
+  EXPECT_EQ(all.find("HTTP/1.1 200"), 0u) << all;  // the version the proxy speaks
+  EXPECT_NE(all.find("Connection: close"), std::string::npos) << all;
+  EXPECT_EQ(all.find("Transfer-Encoding"), std::string::npos) << all;
+  EXPECT_EQ(all.find("chunked"), std::string::npos) << all;
+  EXPECT_NE(all.find("part-2"), std::string::npos) << "the body runs to the close: " << all;
 }
 
 TEST_F(ProxyTest, AHungServiceStallsOnlyItsOwnRequests) {
