@@ -514,6 +514,47 @@ TEST_P(StoreContract, APromptIsStoredOnceAndEveryRequestIsKept) {
   EXPECT_EQ(requests, 3u);
 }
 
+// A second's worth of a busy front door in one call: more rows than one INSERT carries (the
+// SQLite store writes 64 a statement), every one with its own values, a prompt read twice within
+// the batch kept once, a record without a finite time left out.
+TEST_P(StoreContract, ABatchOfManyRecordsIsStoredWhole) {
+  Stores s = open();
+  ASSERT_TRUE(s.durations);
+  std::vector<DurationRecord> batch;
+  for (int i = 0; i < 150; ++i) {
+    DurationRecord r = request_record(i % 2 ? "vllm" : "ollama", 10000 + i, fmt::format("m{}", i),
+                                      0.5 + i);
+    r.status = 200 + i;
+    r.gpu = i % 3 == 0 ? std::optional<unsigned>() : std::optional<unsigned>(i % 3);
+    batch.push_back(r);
+    if (i == 70) batch.push_back(prompt_record("comfyui", 20000, "twice", 3));
+    if (i == 140) batch.push_back(prompt_record("comfyui", 21000, "twice", 4));
+  }
+  DurationRecord no_time = request_record("vllm", 30000, "nan", 1);
+  no_time.seconds = std::nan("");
+  batch.insert(batch.begin() + 64, no_time);  // shifts the rest across the statements' edges
+  ASSERT_TRUE(s.durations->add(batch).ok());
+  DurationQuery q;
+  q.limit = 1000;
+  auto all = s.durations->list(q);
+  ASSERT_TRUE(all.ok()) << all.error();
+  ASSERT_EQ(all->size(), 151u);  // 150 requests and the prompt once
+  std::map<std::string, const DurationRecord*> by_model;
+  for (const auto& d : *all) by_model[d.kind == RecordKind::prompt ? d.key : d.model] = &d;
+  ASSERT_EQ(by_model.size(), 151u);
+  EXPECT_EQ(by_model["twice"]->seconds, 3);  // the first read
+  EXPECT_EQ(by_model.count("nan"), 0u);
+  for (int i = 0; i < 150; ++i) {
+    const DurationRecord* d = by_model[fmt::format("m{}", i)];
+    ASSERT_NE(d, nullptr) << i;
+    EXPECT_EQ(d->service, i % 2 ? "vllm" : "ollama") << i;
+    EXPECT_EQ(d->at, TimePoint(Duration(10000 + i))) << i;
+    EXPECT_EQ(d->seconds, 0.5 + i) << i;
+    EXPECT_EQ(d->status, 200 + i) << i;
+    EXPECT_EQ(d->gpu, i % 3 == 0 ? std::optional<unsigned>() : std::optional<unsigned>(i % 3)) << i;
+  }
+}
+
 TEST_P(StoreContract, DurationsAreFilteredByServiceKindWorkflowModelSinceAndLimit) {
   Stores s = open();
   ASSERT_TRUE(s.durations);
