@@ -168,8 +168,11 @@ TEST_F(ClusterLinkTest, AStoreThatRefusesIsToldAndTheClaimPauseLiftedThenItRecov
   // A claim round whose store fails still answers the core, so that Admission goes on.
   pg_->psql(db_, "CREATE TRIGGER refuse_claims BEFORE UPDATE ON leases FOR EACH ROW EXECUTE "
                  "FUNCTION refuse()");
+  // Queued through another host's connection: a's belongs to its store thread, busy with its
+  // beats and claims (TSan saw this thread and that one in one libpq connection).
+  Host origin(pg_, db_, "gpu2", 0);
   Now now = clock_now();
-  ASSERT_TRUE(a.stores.leases->save(shared_lease(5, 1 * GiB, now), now).ok());
+  ASSERT_TRUE(origin.stores.leases->save(shared_lease(5, 1 * GiB, now), now).ok());
   pg_->psql(db_, "DROP TRIGGER refuse_beats ON hosts");  // claims need a fresh beat
   ASSERT_TRUE(a.run_until([&] { return a.failed_rounds > 0; })) << a.health["cluster"];
   EXPECT_NE(a.health["cluster"].find("refused by test"), std::string::npos) << a.health["cluster"];
