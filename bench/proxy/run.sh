@@ -6,12 +6,17 @@
 # Prints a Markdown table; runs are short: on a shared machine compare the ratios. ROUNDS > 1
 # measures every connection count that many times, the setups interleaved, so that a burst of
 # load from elsewhere hits them alike. VRAMD_BASELINE_HARNESS=PATH adds a row for another build
-# of vramd_proxy_harness (e.g. the commit before a change), measured in the same run.
+# of vramd_proxy_harness (e.g. the commit before a change), measured in the same run;
+# VRAMD_BASELINE_SERVE=PATH does the same for another build's `vramd serve` (its binary).
+# BUSY=N runs the measurements beside N busy loops (`sha256sum /dev/zero`, at the same priority):
+# a homelab's CPUs are seldom idle (tokenizers, image decoding, a build), and a proxy that needs
+# more CPU a request, or more threads, loses more there than on a quiet machine.
 set -euo pipefail
 BUILD=${1:-build}
 SECS=${2:-3}
 ROUNDS=${3:-1}
 BASE=${VRAMD_BASELINE_HARNESS:-}
+BASE_SERVE=${VRAMD_BASELINE_SERVE:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 for tool in wrk nginx go; do
   command -v $tool >/dev/null || { echo "bench/proxy: needs $tool (apt-get install wrk nginx-light golang-go)"; exit 77; }
@@ -22,7 +27,7 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; sleep 0.2; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-UP=18100 NGX=18101 GO=18102 VR=18103 VS=18104 VS_API=18105 VB=18106 SSE=18110 NGX_SSE=18111 GO_SSE=18112 VR_SSE=18113
+UP=18100 NGX=18101 GO=18102 VR=18103 VS=18104 VS_API=18105 VB=18106 VSB=18107 VSB_API=18108 SSE=18110 NGX_SSE=18111 GO_SSE=18112 VR_SSE=18113
 export GOCACHE=$WORK/gocache GOFLAGS=-mod=mod GO111MODULE=off
 go build -o "$WORK/goproxy" "$HERE/goproxy.go"
 go build -o "$WORK/ssebench" "$HERE/ssebench.go"
@@ -75,6 +80,12 @@ proxy = "127.0.0.1:$VS"
 TOML
 VRAMD_NVML_LIBRARY="$BUILD/libnvidia-ml-fake.so" FAKE_NVML_STATE="$WORK/gpu.json" \
   "$BUILD/vramd" serve --config "$WORK/vramd.toml" >"$WORK/serve.log" 2>&1 & PIDS+=($!); VS_PID=$!
+VSB_PID=0
+if [ -n "$BASE_SERVE" ]; then
+  sed -e "s/:$VS_API/:$VSB_API/; s/:$VS\"/:$VSB\"/; s|/state|/state-before|" "$WORK/vramd.toml" > "$WORK/before.toml"
+  VRAMD_NVML_LIBRARY="$BUILD/libnvidia-ml-fake.so" FAKE_NVML_STATE="$WORK/gpu.json" \
+    "$BASE_SERVE" serve --config "$WORK/before.toml" >"$WORK/serve-before.log" 2>&1 & PIDS+=($!); VSB_PID=$!
+fi
 sleep 1
 # nginx's work is done by its one worker, the master's child.
 UP_PID=$(pgrep -P "$NGINX_upstream" | head -1); NGX_PID=$(pgrep -P "$NGINX_proxy" | head -1)
@@ -95,6 +106,8 @@ measure() {
   echo "$rps $p99 $(awk -v a="$t0" -v b="$t1" -v n="$n" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", (b - a) * 1e6 / hz / n }')"
 }
 
+for _ in $(seq "${BUSY:-0}"); do sha256sum /dev/zero & PIDS+=($!); done
+[ "${BUSY:-0}" -gt 0 ] && echo "beside ${BUSY} busy loops (sha256sum /dev/zero)" >&2
 echo "| conns | setup | req/s | p99 | added p99 | vs Go | vs nginx | CPU µs/req | CPU vs nginx |"
 echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
 echo "uptime before: $(uptime)" >&2
@@ -106,6 +119,7 @@ for round in $(seq "$ROUNDS"); do
   read -r v_rps v_p99 v_cpu < <(measure $VR $c $VR_PID)
   read -r s_rps s_p99 s_cpu < <(measure $VS $c $VS_PID)
   if [ -n "$BASE" ]; then read -r b_rps b_p99 b_cpu < <(measure $VB $c $B_PID); fi
+  if [ -n "$BASE_SERVE" ]; then read -r sb_rps sb_p99 sb_cpu < <(measure $VSB $c $VSB_PID); fi
   row() { awk -v c=$c -v n="$1" -v r=$2 -v p=$3 -v u=$4 -v d=$d_p99 -v g=$g_rps -v x=$n_rps -v nu=$n_cpu \
     'BEGIN { printf "| %d | %s | %.0f | %.0f µs | %+.0f µs | %.2f× | %.2f× | %.1f | %.2f× |\n", c, n, r, p, p-d, r/g, r/x, u, u/nu }'; }
   row "direct (the upstream's CPU)" "$d_rps" "$d_p99" "$d_cpu"
@@ -114,6 +128,7 @@ for round in $(seq "$ROUNDS"); do
   row "vramd (proxy code alone)" "$v_rps" "$v_p99" "$v_cpu"
   row "vramd serve" "$s_rps" "$s_p99" "$s_cpu"
   if [ -n "$BASE" ]; then row "vramd before (baseline harness)" "$b_rps" "$b_p99" "$b_cpu"; fi
+  if [ -n "$BASE_SERVE" ]; then row "vramd serve before (baseline)" "$sb_rps" "$sb_p99" "$sb_cpu"; fi
 done
 done
 echo "uptime after: $(uptime)" >&2
