@@ -19,17 +19,9 @@ WORK=$(mktemp -d /tmp/vramd-callgrind.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; sleep 0.3; rm -rf "$WORK"; }
 trap cleanup EXIT
-UP=18200 PX=18201
-mkdir -p "$WORK/up/logs"
-cat > "$WORK/up/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $WORK/up/nginx.pid;
-error_log $WORK/up/logs/error.log;
-events { worker_connections 1024; }
-http { access_log off; server { listen 127.0.0.1:$UP; location / { return 200 'hello'; } } }
-CONF
-nginx -p "$WORK/up" -c "$WORK/up/nginx.conf" & PIDS+=($!)
+UP=18250 PX=18251
+source "$(dirname "$0")/upstream.sh"
+start_upstream "$WORK/up" "$UP"
 sleep 0.5
 echo "| harness | requests | instructions | instr./request |"
 echo "|---|---:|---:|---:|"

@@ -23,18 +23,8 @@ cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; sleep
 trap cleanup EXIT
 
 UP=18200 OFF=18201 ON=18202 S_OFF=18203 S_OFF_API=18204 S_ON=18205 S_ON_API=18206
-mkdir -p "$WORK/up/logs"
-cat > "$WORK/up/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $WORK/up/nginx.pid;
-error_log $WORK/up/logs/error.log;
-events { worker_connections 4096; }
-http { access_log off; client_body_temp_path $WORK/up; proxy_temp_path $WORK/up;
-  fastcgi_temp_path $WORK/up; uwsgi_temp_path $WORK/up; scgi_temp_path $WORK/up;
-  server { listen 127.0.0.1:$UP; location / { return 200 'hello'; } } }
-CONF
-nginx -p "$WORK/up" -c "$WORK/up/nginx.conf" & PIDS+=($!)
+source "$(dirname "$0")/upstream.sh"
+start_upstream "$WORK/up" "$UP"
 "$BUILD/vramd_proxy_harness" --service up http://127.0.0.1:$UP 127.0.0.1:$OFF >"$WORK/off.out" & PIDS+=($!); OFF_PID=$!
 "$BUILD/vramd_proxy_harness" --record --service up http://127.0.0.1:$UP 127.0.0.1:$ON >"$WORK/on.out" & PIDS+=($!); ON_PID=$!
 cat > "$WORK/gpu.json" <<JSON

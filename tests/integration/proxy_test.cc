@@ -139,6 +139,14 @@ std::vector<std::pair<long, std::string>> read_pieces(int port, const std::strin
   return pieces;
 }
 
+// A raw streaming chat request for `model`, to send with read_pieces.
+std::string streamed_chat(const std::string& model) {
+  std::string body = R"({"model":")" + model + R"(","stream":true})";
+  return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         "Content-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
 std::string joined(const std::vector<std::pair<long, std::string>>& pieces) {
   std::string all;
   for (auto& p : pieces) all += p.second;
@@ -421,11 +429,7 @@ TEST_F(ProxyTest, AHeldStreamGetsCommentsThenItsEvents) {
   ProxyOptions o = two_services();
   o.heartbeat = 200ms;
   ASSERT_TRUE(start(o));
-  std::string body = R"({"model":"llama3.1:8b","stream":true})";
-  auto pieces = read_pieces(front(),
-                            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                            "Content-Type: application/json\r\nContent-Length: " +
-                                std::to_string(body.size()) + "\r\n\r\n" + body);
+  auto pieces = read_pieces(front(), streamed_chat("llama3.1:8b"));
   std::string all = joined(pieces);
   long comment = arrival(pieces, ": waiting for GPU room: needs 12.0 GiB, comfyui holds 16.0 GiB");
   ASSERT_GE(comment, 0) << all;
@@ -510,11 +514,7 @@ TEST_F(ProxyTest, ARefusedWakeAfterTheStreamsHeadIsAnSseErrorEvent) {
   ProxyOptions o = two_services();
   o.heartbeat = 100ms;
   ASSERT_TRUE(start(o));
-  std::string body = R"({"model":"llama3.1:8b","stream":true})";
-  auto pieces = read_pieces(front(),
-                            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                            "Content-Type: application/json\r\nContent-Length: " +
-                                std::to_string(body.size()) + "\r\n\r\n" + body);
+  auto pieces = read_pieces(front(), streamed_chat("llama3.1:8b"));
   std::string all = joined(pieces);
   EXPECT_EQ(all.find("HTTP/1.1 200"), 0u) << all;
   size_t event = all.find("event: error\ndata: ");
