@@ -118,7 +118,10 @@ async function check(file) {
     if (pre.code === 0) {
       const hash = createHash("sha256")
         .update(tidyVersion).update("\0").update(config).update("\0")
-        .update(relative(keyArgv(entry).join(" ")).split(path.resolve(build)).join("<build>"))
+        // The checkout's path goes from the command, in `root/…` and as `-I<root>` alike: a
+        // clean clone elsewhere (CI) finds what this one checked.
+        .update(relative(keyArgv(entry).join(" ")).split(path.resolve(build)).join("<build>")
+          .split(root).join("<root>"))
         .update("\0").update(relative(pre.out.toString()));
       // -P drops comments, and with them NOLINTs: the file's own count too (a header's NOLINT
       // added or removed is not seen: clear the cache then).
