@@ -7,6 +7,7 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/beast/websocket.hpp>
+#include <algorithm>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -474,7 +475,15 @@ TEST_F(ProxyTest, HeldRequestsKeepTheirOrder) {
     replies.push_back(std::async(std::launch::async, [&, i] {
       return call(port("a"), http::verb::get, "/hello", "", {{"X-Seq", std::to_string(i)}});
     }));
-    std::this_thread::sleep_for(40ms);
+    // The next is sent once this one has started at the proxy: a fixed pause between the
+    // clients' threads did not fix their order on a loaded machine.
+    auto started = [&] {
+      auto log = hooks.events();
+      return std::count(log.begin(), log.end(), "start a");
+    };
+    auto until = Clock::now() + 5s;
+    while (started() < i + 1 && Clock::now() < until) std::this_thread::sleep_for(1ms);
+    ASSERT_EQ(started(), i + 1) << "request " << i << " never reached the proxy";
   }
   for (auto& f : replies) EXPECT_EQ(f.get().status, 200u);
   EXPECT_EQ(hooks.wakes, 1) << "one wake for all the held requests";
