@@ -98,54 +98,100 @@ std::string supervision_detail::exit_text(std::optional<int> code, std::optional
   return "exited (status unknown: vramd adopted it after a restart)";
 }
 
+const BackendTraits& supervision_detail::traits(Control via) {
+  using B = BackendTraits;
+  static constexpr B kProcess{/*start_admission=*/true, /*vramd_kills=*/true,
+                              /*timed_from_ask=*/false, /*shown_before_told=*/true,
+                              kStartingHealthInterval, B::OnStartTimeout::end_as_crash,
+                              B::OnUnhealthy::stop_then_policy};
+  static constexpr B kEngine{false, false, true, false, Duration(0),
+                             B::OnStartTimeout::answer_and_keep_checking,
+                             B::OnUnhealthy::crash_and_restart_now};
+  return via == Control::managed ? kProcess : kEngine;
+}
+
 Supervision::Supervision(const Config& config) : config_(config) {
   for (const auto& svc : config_.services)
     if (!svc.start.empty())
-      managed_[svc.name] = ManagedState{};
+      supervised_[svc.name] = Supervised{Control::managed, ""};
     else if (!svc.match.container.empty())
-      containers_[svc.name] = ContainerState{Control::container, svc.match.container};
+      supervised_[svc.name] = Supervised{Control::container, svc.match.container};
     else if (!svc.match.unit.empty())
-      containers_[svc.name] = ContainerState{Control::unit, svc.match.unit};
+      supervised_[svc.name] = Supervised{Control::unit, svc.match.unit};
+}
+
+Supervision::Supervised* Supervision::process(const std::string& service) {
+  auto it = supervised_.find(service);
+  return it != supervised_.end() && it->second.via == Control::managed ? &it->second : nullptr;
+}
+
+Supervision::Supervised* Supervision::engine_run(const std::string& service) {
+  auto it = supervised_.find(service);
+  return it != supervised_.end() && it->second.via != Control::managed ? &it->second : nullptr;
+}
+
+std::string Supervision::label(const std::string& service, const Supervised& s) {
+  if (s.via == Control::managed) return fmt::format("{} (pid {})", service, s.m.pid.value_or(0));
+  return fmt::format("{} ({} {})", service, s.via == Control::unit ? "unit" : "container",
+                     s.target);
 }
 
 const ManagedState* Supervision::find(const std::string& service) const {
-  auto it = managed_.find(service);
-  if (it != managed_.end()) return &it->second;
-  auto c = containers_.find(service);
-  return c != containers_.end() && c->second.known ? &c->second.m : nullptr;
+  auto it = supervised_.find(service);
+  if (it == supervised_.end()) return nullptr;
+  const Supervised& s = it->second;
+  return traits(s.via).shown_before_told || s.known ? &s.m : nullptr;
 }
 
 std::vector<std::pair<std::string, int>> Supervision::children() const {
   std::vector<std::pair<std::string, int>> out;
-  for (const auto& [name, m] : managed_)
-    if (m.pid) out.emplace_back(name, *m.pid);
+  for (const auto& [name, s] : supervised_)
+    if (s.via == Control::managed && s.m.pid) out.emplace_back(name, *s.m.pid);
   return out;
 }
 
 std::vector<std::pair<std::string, int>> Supervision::unit_main_pids() const {
   std::vector<std::pair<std::string, int>> out;
-  for (const auto& [name, c] : containers_)
-    if (c.via == Control::unit && c.m.pid) out.emplace_back(name, *c.m.pid);
+  for (const auto& [name, s] : supervised_)
+    if (s.via == Control::unit && s.m.pid) out.emplace_back(name, *s.m.pid);
+  return out;
+}
+
+std::optional<MonoTime> Supervision::due(const std::string& service, const Supervised& s) const {
+  const ManagedState& m = s.m;
+  const BackendTraits& t = traits(s.via);
+  const ServiceConfig* cfg = config_.find_service(service);
+  if (!cfg) return std::nullopt;  // gone from the config: nothing of it is timed
+  std::optional<MonoTime> out;
+  auto earliest = [&](std::optional<MonoTime> when) {
+    if (when && (!out || *when < *out)) out = when;
+  };
+  switch (m.state) {
+    case ManagedPhase::starting:  // timed from the ask, or from the child's start (its pid)
+      if (m.started_at && (t.timed_from_ask || m.pid))
+        earliest(*m.started_at + cfg->start_timeout + Duration(1));
+      break;
+    case ManagedPhase::stopping:
+      if (t.vramd_kills && m.pid && !m.kill_sent && m.stop_sent_at)
+        earliest(*m.stop_sent_at + cfg->stop_timeout);
+      break;
+    case ManagedPhase::backoff:
+      earliest(m.restart_at);
+      break;
+    default:
+      break;
+  }
+  // Health checks: scheduled once the start is confirmed (entering starting unschedules them).
+  if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) &&
+      !m.health_in_flight)
+    earliest(m.next_health);
   return out;
 }
 
 std::optional<MonoTime> Supervision::next_deadline() const {
   std::optional<MonoTime> out;
-  auto earliest = [&](std::optional<MonoTime> t) {
-    if (t && (!out || *t < *out)) out = t;
-  };
-  for (const auto& [name, m] : managed_) {
-    const ServiceConfig* cfg = config_.find_service(name);
-    if (m.state == ManagedPhase::starting && m.started_at && m.pid)
-      earliest(*m.started_at + cfg->start_timeout + Duration(1));
-    if (m.state == ManagedPhase::stopping && m.pid && !m.kill_sent && m.stop_sent_at)
-      earliest(*m.stop_sent_at + cfg->stop_timeout);
-    if (m.state == ManagedPhase::backoff) earliest(m.restart_at);
-    if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) && m.pid &&
-        !m.health_in_flight)
-      earliest(m.next_health);
-  }
-  container_deadlines(out);
+  for (const auto& [name, s] : supervised_)
+    if (std::optional<MonoTime> t = due(name, s); t && (!out || *t < *out)) out = t;
   return out;
 }
 
@@ -164,15 +210,11 @@ void Supervision::finish_waiters(ManagedState& m, std::optional<Command> kind, b
 void Supervision::command(const std::string& service, Command action, uint64_t request_id,
                           bool force, const World& world, const Now& now,
                           std::vector<Action>& actions, Intents& intents) {
-  const ServiceStatus& st = world.services.at(service);
-  const ServiceConfig* cfg = config_.find_service(service);
-  if (auto c = containers_.find(service); c != containers_.end()) {
-    container_command(service, c->second, action, request_id, world, now, actions);
-    return;
-  }
-  auto it = managed_.find(service);
-  if (it == managed_.end()) {
-    // Units: systemd does it.
+  auto it = supervised_.find(service);
+  if (it == supervised_.end()) {
+    // A discovered service (no config) whose container or unit was found: its engine does it.
+    const ServiceStatus& st = world.services.at(service);
+    const ServiceConfig* cfg = config_.find_service(service);
     if (st.control == Control::none || !cfg) {
       actions.emplace_back(CommandFinished{
           request_id, false,
@@ -188,37 +230,37 @@ void Supervision::command(const std::string& service, Command action, uint64_t r
         fmt::format("{} {}: asked its {}", to_string(action), service, to_string(st.control))});
     return;
   }
-  ManagedState& m = it->second;
+  Supervised& s = it->second;
+  ManagedState& m = s.m;
   if (action == Command::stop) {
-    m.restart_after_stop = false;
-    m.crash_on_exit.clear();
-    if (m.pid && m.state != ManagedPhase::stopping) {
-      if (request_id) m.waiting.emplace_back(request_id, Command::stop);
-      stop_child(service, m, world, now, actions);
-    } else if (m.pid) {
-      if (request_id) m.waiting.emplace_back(request_id, Command::stop);
-    } else {
-      if (m.state == ManagedPhase::queued) {
-        end_start_lease(service, m, "start cancelled by a stop", intents);
-        finish_waiters(m, Command::start, false,
-                       fmt::format("the start of {} was cancelled by a stop", service), actions);
-        actions.emplace_back(make_event(
-            now, "service.start_cancelled", std::nullopt, service,
-            fmt::format("{} will not start: stop asked while it waited for GPU room", service)));
-      }
-      enter(m, ManagedPhase::stopped, now);
-      actions.emplace_back(
-          CommandFinished{request_id, true, fmt::format("{} is not running", service)});
-    }
+    stop(service, s, request_id, world, now, actions, intents);
     return;
   }
-  if (action == Command::restart && m.pid) {
+  const bool process = s.via == Control::managed;
+  const bool up = m.state == ManagedPhase::running || m.state == ManagedPhase::starting;
+  auto ask = [&](Command a) {
+    actions.emplace_back(
+        Lifecycle{service, a, s.via, s.target, config_.find_service(service)->stop_timeout});
+  };
+  // A restart of what runs: a process is stopped and started again at its exit; an engine
+  // restarts it on one ask.
+  if (action == Command::restart && (process ? m.pid.has_value() : up)) {
     if (request_id) m.waiting.emplace_back(request_id, Command::start);
-    m.restart_after_stop = true;
-    if (m.state != ManagedPhase::stopping) stop_child(service, m, world, now, actions);
+    if (process) {
+      m.restart_after_stop = true;
+      if (m.state != ManagedPhase::stopping) stop_child(service, s, world, now, actions);
+      return;
+    }
+    m.restarts.clear();  // by hand: clears a crash loop's verdict
+    m.backoff = Duration(0);
+    ++s.expected_exits;
+    enter(m, ManagedPhase::stopping, now);
+    m.started_at = now.mono;  // the start timeout counts from the ask; set again when it is done
+    m.health_in_flight = false;
+    ask(Command::restart);
     return;
   }
-  if (m.state == ManagedPhase::running || m.state == ManagedPhase::starting) {
+  if (up && (process || s.known)) {
     actions.emplace_back(CommandFinished{
         request_id, true, fmt::format("{} is already {}", service, to_string(m.state))});
     return;
@@ -231,7 +273,40 @@ void Supervision::command(const std::string& service, Command action, uint64_t r
   m.restarts.clear();
   m.backoff = Duration(0);
   if (request_id) m.waiting.emplace_back(request_id, Command::start);
-  spawn(service, m, force, world, now, actions, intents);
+  if (process) {
+    spawn(service, m, force, world, now, actions, intents);
+    return;
+  }
+  enter(m, ManagedPhase::starting, now);  // checked once the engine says it started
+  m.started_at = now.mono;                // the start timeout counts from the ask
+  ask(action);
+}
+
+void Supervision::stop(const std::string& service, Supervised& s, uint64_t request_id,
+                       const World& world, const Now& now, std::vector<Action>& actions,
+                       Intents& intents) {
+  ManagedState& m = s.m;
+  if (s.via == Control::managed) {
+    m.restart_after_stop = false;  // a restart under way becomes this stop
+    m.crash_on_exit.clear();
+    if (!m.pid) {  // no child (an engine is asked whatever vramd knows: it may run)
+      if (m.state == ManagedPhase::queued) {
+        end_start_lease(service, m, "start cancelled by a stop", intents);
+        finish_waiters(m, Command::start, false,
+                       fmt::format("the start of {} was cancelled by a stop", service), actions);
+        actions.emplace_back(make_event(
+            now, "service.start_cancelled", std::nullopt, service,
+            fmt::format("{} will not start: stop asked while it waited for GPU room", service)));
+      }
+      enter(m, ManagedPhase::stopped, now);
+      actions.emplace_back(
+          CommandFinished{request_id, true, fmt::format("{} is not running", service)});
+      return;
+    }
+  }
+  if (request_id) m.waiting.emplace_back(request_id, Command::stop);
+  if (m.state == ManagedPhase::stopping) return;  // one stop at a time: wait with it
+  stop_child(service, s, world, now, actions);
 }
 
 void Supervision::spawn(const std::string& service, ManagedState& m, bool force, const World& world,
@@ -272,10 +347,10 @@ void Supervision::spawn(const std::string& service, ManagedState& m, bool force,
 void Supervision::start_lease_queued(const std::string& service, uint64_t lease,
                                      const LeaseRequest& r, const Now& now,
                                      std::vector<Action>& actions) {
-  auto it = managed_.find(service);
-  if (it == managed_.end()) return;
-  it->second.start_lease = lease;
-  it->second.reason =
+  Supervised* s = process(service);
+  if (!s) return;
+  s->m.start_lease = lease;
+  s->m.reason =
       fmt::format("waiting for {} of GPU memory (lease #{})", format_size(r.vram), lease);
   actions.emplace_back(make_event(
       now, "service.queued", r.gpu, service,
@@ -293,9 +368,9 @@ void Supervision::end_start_lease(const std::string& service, ManagedState& m,
 
 void Supervision::launch_granted(const std::string& service, uint64_t lease, const World& world,
                                  const Now& now, std::vector<Action>& actions, Intents& intents) {
-  auto it = managed_.find(service);
-  if (it == managed_.end()) return;
-  ManagedState& m = it->second;
+  Supervised* s = process(service);
+  if (!s) return;
+  ManagedState& m = s->m;
   if (m.start_lease == lease && m.state == ManagedPhase::queued)
     launch(service, m, world, now, actions, intents);
 }
@@ -307,14 +382,14 @@ void Supervision::launch(const std::string& service, ManagedState& m, const Worl
   if (cfg && !cfg->group.empty()) {
     for (const auto& other : config_.services) {
       if (other.name == service || other.group != cfg->group) continue;
-      auto o = managed_.find(other.name);
+      const Supervised* o = process(other.name);
       const ServiceStatus& ost = world.services.at(other.name);
-      if (o != managed_.end() && o->second.pid && o->second.state != ManagedPhase::stopping) {
+      if (o && o->m.pid && o->m.state != ManagedPhase::stopping) {
         actions.emplace_back(make_event(
             now, "service.group_stop", std::nullopt, other.name,
             fmt::format("stopping {}: {} of group '{}' starts", other.name, service, cfg->group)));
         command(other.name, Command::stop, 0, false, world, now, actions, intents);
-      } else if (o == managed_.end() && ost.state == ServiceState::up && ost.bytes >= kHeld &&
+      } else if (!o && ost.state == ServiceState::up && ost.bytes >= kHeld &&
                  !ost.busy.value_or(false)) {
         intents.push_back(UnloadIntent{other.name, UnloadReason::group, 0});
       }
@@ -329,10 +404,10 @@ void Supervision::start_for_lease(const StartForLeaseIntent& i, const World& wor
                                   std::vector<Action>& actions, Intents& intents) {
   const ServiceStatus* st = world.services.find(i.service);
   if (!st) return;
-  auto it = managed_.find(i.service);
+  const Supervised* s = process(i.service);
   bool down;
-  if (it != managed_.end()) {
-    const ManagedState& m = it->second;
+  if (s) {
+    const ManagedState& m = s->m;
     if (m.start_lease) return;  // its own start is under way
     down = m.state == ManagedPhase::stopped || m.state == ManagedPhase::failed ||
            m.state == ManagedPhase::backoff;
@@ -348,9 +423,11 @@ void Supervision::start_for_lease(const StartForLeaseIntent& i, const World& wor
 }
 
 void Supervision::on_shutdown(const Now& now, std::vector<Action>& actions) const {
-  for (const auto& [name, m] : managed_) {
+  for (const auto& [name, s] : supervised_) {
     const ServiceConfig* cfg = config_.find_service(name);
-    if (!cfg || cfg->on_shutdown != OnShutdown::stop || !m.pid) continue;
+    const ManagedState& m = s.m;
+    if (!traits(s.via).vramd_kills || !cfg || cfg->on_shutdown != OnShutdown::stop || !m.pid)
+      continue;
     actions.emplace_back(make_event(now, "service.stopping", std::nullopt, name,
                                     fmt::format("stopping {} (pid {}) with vramd (on_shutdown = "
                                                 "\"stop\")",
@@ -359,21 +436,31 @@ void Supervision::on_shutdown(const Now& now, std::vector<Action>& actions) cons
   }
 }
 
-void Supervision::stop_child(const std::string& service, ManagedState& m, const World& world,
+void Supervision::stop_child(const std::string& service, Supervised& s, const World& world,
                              const Now& now, std::vector<Action>& actions) {
+  ManagedState& m = s.m;
+  const bool up = m.state == ManagedPhase::running || m.state == ManagedPhase::starting;
   enter(m, ManagedPhase::stopping, now);
-  m.stop_sent_at = now.mono;
-  m.kill_sent = false;
   m.stop_requested_at = now.mono;
   m.bytes_at_stop = world.services.at(service).bytes;
-  actions.emplace_back(SignalService{service, *m.pid, SIGTERM});
+  if (traits(s.via).vramd_kills) {
+    m.stop_sent_at = now.mono;
+    m.kill_sent = false;
+    actions.emplace_back(SignalService{service, *m.pid, SIGTERM});
+    return;
+  }
+  // Its die will come as the engine's word: expected, unless it did not run (known stopped).
+  s.stop_counted = up || !s.known;
+  if (s.stop_counted) ++s.expected_exits;
+  actions.emplace_back(Lifecycle{service, Command::stop, s.via, s.target,
+                                 config_.find_service(service)->stop_timeout});
 }
 
 void Supervision::on_child_started(const ChildStarted& e, const Now& now,
                                    std::vector<Action>& actions, Intents& intents) {
-  auto it = managed_.find(e.service);
-  if (it == managed_.end()) return;
-  ManagedState& m = it->second;
+  Supervised* s = process(e.service);
+  if (!s) return;
+  ManagedState& m = s->m;
   if (!e.ok) {
     enter(m, ManagedPhase::failed, now);
     m.reason = e.error;
@@ -390,7 +477,7 @@ void Supervision::on_child_started(const ChildStarted& e, const Now& now,
   m.started_at = now.mono;
   m.healthy_since.reset();
   m.health_in_flight = false;
-  m.next_health = now.mono + (e.adopted ? Duration(0) : kStartingHealthInterval);
+  m.next_health = now.mono + (e.adopted ? Duration(0) : traits(s->via).first_check);
   if (e.adopted) m.healthy_since = now.mono;
   actions.emplace_back(
       make_event(now, e.adopted ? "service.adopted" : "service.started", std::nullopt, e.service,
@@ -400,9 +487,9 @@ void Supervision::on_child_started(const ChildStarted& e, const Now& now,
 
 void Supervision::on_child_exited(const ChildExited& e, const World& world, const Now& now,
                                   std::vector<Action>& actions, Intents& intents) {
-  auto it = managed_.find(e.service);
-  if (it == managed_.end()) return;
-  ManagedState& m = it->second;
+  Supervised* s = process(e.service);
+  if (!s) return;
+  ManagedState& m = s->m;
   if (!m.pid || *m.pid != e.pid) return;
   const ServiceConfig* cfg = config_.find_service(e.service);
   m.pid.reset();
@@ -460,14 +547,11 @@ void Supervision::on_child_exited(const ChildExited& e, const World& world, cons
 
 void Supervision::on_health_checked(const HealthChecked& e, const World& world, const Now& now,
                                     std::vector<Action>& actions, Intents& intents) {
-  auto it = managed_.find(e.service);
-  if (it == managed_.end()) {
-    if (auto c = containers_.find(e.service); c != containers_.end())
-      container_health(e, c->second, world, now, actions);
-    return;
-  }
-  ManagedState& m = it->second;
+  auto it = supervised_.find(e.service);
   const ServiceConfig* cfg = config_.find_service(e.service);
+  if (it == supervised_.end() || !cfg) return;
+  Supervised& s = it->second;
+  ManagedState& m = s.m;
   m.health_in_flight = false;
   m.last_health = e.message;
   if (m.state == ManagedPhase::starting) {
@@ -480,66 +564,151 @@ void Supervision::on_health_checked(const HealthChecked& e, const World& world, 
     m.next_health = now.mono + cfg->health_interval;
     end_start_lease(e.service, m, "is up", intents);  // its memory is its own from now on
     std::string took = m.started_at ? format_age(now.mono - *m.started_at) : "?";
-    actions.emplace_back(
-        make_event(now, "service.healthy", std::nullopt, e.service,
-                   fmt::format("{} is up (pid {}) after {}", e.service, m.pid.value_or(0), took)));
+    actions.emplace_back(make_event(now, "service.healthy", std::nullopt, e.service,
+                                    fmt::format("{} is up after {}", label(e.service, s), took)));
     finish_waiters(m, Command::start, true, fmt::format("{} is up after {}", e.service, took),
                    actions);
     return;
   }
   if (m.state != ManagedPhase::running) return;
-  if (count_health_check(m, e, *cfg, now, actions) && m.pid) {
-    std::string why =
-        fmt::format("failed {} health checks in a row (last: {})", m.health_failures, e.message);
-    actions.emplace_back(make_event(now, "service.restart", std::nullopt, e.service,
-                                    fmt::format("restarting {}: {}", e.service, why)));
-    stop_child(e.service, m, world, now, actions);
-    m.crash_on_exit = why;  // its exit counts as a failure: the restart policy and backoff apply
-  }
+  if (count_health_check(m, e, *cfg, now, actions))
+    unhealthy(e.service, s,
+              fmt::format("failed {} health checks in a row (last: {})", m.health_failures,
+                          e.message),
+              world, now, actions);
 }
 
 void Supervision::on_tick(const World& world, const Now& now, std::vector<Action>& actions,
                           Intents& intents) {
-  for (auto& [name, m] : managed_) {
+  for (auto& [name, s] : supervised_) {
+    ManagedState& m = s.m;
     const ServiceConfig* cfg = config_.find_service(name);
-    if (m.state == ManagedPhase::starting && m.started_at &&
-        now.mono - *m.started_at > cfg->start_timeout && m.pid) {
-      std::string why = fmt::format(
-          "did not answer its health check within start_timeout {} (last: {})",
-          format_duration(cfg->start_timeout), m.last_health.empty() ? "no answer" : m.last_health);
-      actions.emplace_back(make_event(now, "service.start_timeout", std::nullopt, name,
-                                      fmt::format("{} {}", name, why)));
-      stop_child(name, m, world, now, actions);
-      m.crash_on_exit = why;
-    }
-    if (m.state == ManagedPhase::stopping && m.pid && !m.kill_sent && m.stop_sent_at &&
-        now.mono - *m.stop_sent_at >= cfg->stop_timeout) {
-      m.kill_sent = true;
-      actions.emplace_back(make_event(now, "service.kill", std::nullopt, name,
-                                      fmt::format("{} did not stop within {}: SIGKILL", name,
-                                                  format_duration(cfg->stop_timeout))));
-      actions.emplace_back(SignalService{name, *m.pid, SIGKILL});
-    }
-    if (m.state == ManagedPhase::backoff && m.restart_at && now.mono >= *m.restart_at) {
-      ++m.restart_count;
-      spawn(name, m, false, world, now, actions, intents);
+    std::optional<MonoTime> when = due(name, s);
+    if (!cfg || !when || now.mono < *when) continue;
+    const BackendTraits& t = traits(s.via);
+    switch (m.state) {
+      case ManagedPhase::starting:
+        if (m.started_at && (t.timed_from_ask || m.pid) &&
+            now.mono - *m.started_at > cfg->start_timeout)
+          start_timed_out(name, s, world, now, actions);
+        break;
+      case ManagedPhase::stopping:
+        if (t.vramd_kills && m.pid && !m.kill_sent && m.stop_sent_at &&
+            now.mono - *m.stop_sent_at >= cfg->stop_timeout) {
+          m.kill_sent = true;
+          actions.emplace_back(make_event(now, "service.kill", std::nullopt, name,
+                                          fmt::format("{} did not stop within {}: SIGKILL", name,
+                                                      format_duration(cfg->stop_timeout))));
+          actions.emplace_back(SignalService{name, *m.pid, SIGKILL});
+        }
+        break;
+      case ManagedPhase::backoff:
+        if (m.restart_at && now.mono >= *m.restart_at)
+          restart_after_backoff(name, s, world, now, actions, intents);
+        break;
+      default:
+        break;
     }
     // Suspended (cuda-checkpoint): its server may block on the GPU until restored; its health
     // is checked again once it is.
     const ServiceStatus* st = world.services.find(name);
     bool suspended = st && st->asleep && st->asleep->depth == SleepDepth::suspend;
-    if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) && m.pid &&
+    if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) &&
         !m.health_in_flight && m.next_health && now.mono >= *m.next_health && !suspended) {
       m.health_in_flight = true;
       actions.emplace_back(CheckHealth{name});
     }
   }
-  container_tick(world, now, actions);
+}
+
+void Supervision::start_timed_out(const std::string& service, Supervised& s, const World& world,
+                                  const Now& now, std::vector<Action>& actions) {
+  ManagedState& m = s.m;
+  const ServiceConfig& cfg = *config_.find_service(service);
+  std::string why = fmt::format(
+      "did not answer its health check within start_timeout {} (last: {})",
+      format_duration(cfg.start_timeout), m.last_health.empty() ? "no answer" : m.last_health);
+  actions.emplace_back(make_event(now, "service.start_timeout", std::nullopt, service,
+                                  fmt::format("{} {}", service, why)));
+  switch (traits(s.via).on_start_timeout) {
+    case BackendTraits::OnStartTimeout::end_as_crash:
+      stop_child(service, s, world, now, actions);
+      m.crash_on_exit = why;  // its exit counts as a failure: the restart policy applies
+      break;
+    case BackendTraits::OnStartTimeout::answer_and_keep_checking:
+      finish_waiters(m, Command::start, false, fmt::format("{} {}", service, why), actions);
+      // Counted from here as a running service that fails its checks: health_failures restart
+      // it (checked from now if the engine never confirmed the start).
+      enter(m, ManagedPhase::running, now);
+      if (!m.next_health) m.next_health = now.mono;
+      m.reason = why;
+      break;
+  }
+}
+
+void Supervision::unhealthy(const std::string& service, Supervised& s, const std::string& why,
+                            const World& world, const Now& now, std::vector<Action>& actions) {
+  ManagedState& m = s.m;
+  const ServiceConfig& cfg = *config_.find_service(service);
+  switch (traits(s.via).on_unhealthy) {
+    case BackendTraits::OnUnhealthy::stop_then_policy:
+      if (!m.pid) return;
+      actions.emplace_back(make_event(now, "service.restart", std::nullopt, service,
+                                      fmt::format("restarting {}: {}", service, why)));
+      stop_child(service, s, world, now, actions);
+      m.crash_on_exit = why;  // its exit counts as a failure: the restart policy and backoff apply
+      return;
+    case BackendTraits::OnUnhealthy::crash_and_restart_now:
+      break;
+  }
+  // A failure whatever its exit: recorded now, the restart counted against max_restarts.
+  const bool unit = s.via == Control::unit;
+  actions.emplace_back(RecordCrash{service, 0, std::nullopt, std::nullopt, now.wall, why,
+                                   world.ledger.holders(kHeld), unit ? "" : s.target,
+                                   unit ? s.target : "", false});
+  if (restart_over_limit(m, cfg, now)) {
+    enter(m, ManagedPhase::failed, now);
+    m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
+                           format_duration(cfg.restart_window), why);
+    actions.emplace_back(make_event(
+        now, "service.failed", std::nullopt, service,
+        fmt::format("{} failed: {}; stopping it; start it by hand once fixed", service, m.reason)));
+    // Not left running while shown failed: it answers no check and holds its memory (a process
+    // is stopped by its SIGTERM the same way). Its exit is the stop's, and it stays failed.
+    s.stop_counted = true;
+    ++s.expected_exits;
+    m.stop_requested_at = now.mono;
+    m.bytes_at_stop = world.services.at(service).bytes;
+    actions.emplace_back(Lifecycle{service, Command::stop, s.via, s.target, cfg.stop_timeout});
+    return;
+  }
+  actions.emplace_back(make_event(now, "service.restart", std::nullopt, service,
+                                  fmt::format("restarting {}: {}", service, why)));
+  ++s.expected_exits;
+  enter(m, ManagedPhase::stopping, now);
+  m.reason = why;
+  actions.emplace_back(Lifecycle{service, Command::restart, s.via, s.target, cfg.stop_timeout});
+}
+
+void Supervision::restart_after_backoff(const std::string& service, Supervised& s,
+                                        const World& world, const Now& now,
+                                        std::vector<Action>& actions, Intents& intents) {
+  ManagedState& m = s.m;
+  ++m.restart_count;
+  if (s.via == Control::managed) {
+    spawn(service, m, false, world, now, actions, intents);  // "service.started" at its pid
+    return;
+  }
+  enter(m, ManagedPhase::starting, now);  // checked once the engine says it started
+  m.started_at = now.mono;
+  actions.emplace_back(make_event(now, "service.restarting", std::nullopt, service,
+                                  fmt::format("starting {} again", label(service, s))));
+  actions.emplace_back(
+      Lifecycle{service, Command::start, s.via, s.target, config_.find_service(service)->stop_timeout});
 }
 
 void Supervision::verify_stops(const World& world, const Now& now, std::vector<Action>& actions) {
-  for (auto& [name, m] : managed_) verify_stop(name, m, world, now, actions);
-  for (auto& [name, c] : containers_) verify_stop(name, c.m, world, now, actions);
+  for (auto& [name, s] : supervised_) verify_stop(name, s.m, world, now, actions);
 }
 
 void Supervision::verify_stop(const std::string& name, ManagedState& m, const World& world,

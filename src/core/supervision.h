@@ -1,11 +1,11 @@
-// Supervision: the state machine of each service vramd runs (`start`): start (through start
-// admission when its size is known: core/wake.h load_need), health checks, restarts with exponential backoff,
-// crash loops, stop with SIGKILL after stop_timeout and a check that its GPU memory went,
-// exclusive groups. Containers (match.container, no `start`) the same way through their engine
-// (core/supervision_containers.cc): start, stop with stop_timeout, restart, health, restarts per
-// policy unless Docker's own restart policy restarts them, crash records from their exits. Units
-// (match.unit, no `start`) by the same code through systemd: its state read for their exits,
-// its Restart= respected as Docker's policy is.
+// Supervision: one state machine for each service vramd supervises: a process it runs (`start`),
+// a container (match.container, no `start`) through its engine, or a unit (match.unit, no
+// `start`) through systemd. Start (a process's through start admission when its size is known:
+// core/wake.h load_need), health checks, restarts with exponential backoff, crash loops, stop
+// (SIGKILL after stop_timeout for a process; the engine's stop_timeout otherwise) and a check
+// that its GPU memory went, exclusive groups. What differs by backend is data
+// (supervision_detail::traits); the engines' answers and states, and their own restart policies
+// (Docker's, a unit's Restart=), are read in core/supervision_containers.cc.
 #pragma once
 
 #include <map>
@@ -72,26 +72,15 @@ class Supervision {
   std::optional<MonoTime> next_deadline() const;
 
  private:
-  void spawn(const std::string& service, ManagedState& m, bool force, const World& world,
-             const Now& now, std::vector<Action>& actions, Intents& intents);
-  void launch(const std::string& service, ManagedState& m, const World& world, const Now& now,
-              std::vector<Action>& actions, Intents& intents);
-  void end_start_lease(const std::string& service, ManagedState& m, const std::string& why,
-                       Intents& intents);
-  void stop_child(const std::string& service, ManagedState& m, const World& world, const Now& now,
-                  std::vector<Action>& actions);
-  void finish_waiters(ManagedState& m, std::optional<Command> kind, bool ok,
-                      const std::string& message, std::vector<Action>& actions);
-
-  void verify_stop(const std::string& service, ManagedState& m, const World& world, const Now& now,
-                   std::vector<Action>& actions);
-
-  // A container or a unit: its phase as vramd last saw or asked for it, kept in a ManagedState
-  // (pid: a unit's MainPID; unset for a container: the engine runs it).
-  struct ContainerState {
-    Control via = Control::container;  // container | unit
-    std::string target;                // match.container, or match.unit
-    ManagedState m;
+  // A service vramd supervises: a process it runs (`start`), or a container or a unit that an
+  // engine (Docker, Podman, systemd) runs for it. One kind of entry, one state machine: what
+  // differs by backend is data (supervision_detail::traits) or a branch on `via` at the few
+  // places where the backends act differently (the ask, the exit's meaning).
+  struct Supervised {
+    Control via = Control::managed;  // managed | container | unit
+    std::string target;              // match.container or match.unit; "" for a process
+    ManagedState m;                  // its phase; pid: a process's child, or a unit's MainPID
+    // The engine's side (untouched for a process).
     bool known = false;      // the engine has told its state at least once
     int expected_exits = 0;  // stops and restarts vramd asked for whose die has not come yet
     // The stop under way was counted in expected_exits (it was up, or not known yet). A unit's
@@ -99,17 +88,45 @@ class Supervision {
     // must not take the count of one that was.
     bool stop_counted = false;
   };
-  void container_command(const std::string& service, ContainerState& c, Command action,
-                         uint64_t request_id, const World& world, const Now& now,
-                         std::vector<Action>& actions);
-  void container_health(const HealthChecked& e, ContainerState& c, const World& world,
-                        const Now& now, std::vector<Action>& actions);
-  void container_tick(const World& world, const Now& now, std::vector<Action>& actions);
-  void container_deadlines(std::optional<MonoTime>& out) const;
+  // The entry of `service` when vramd runs its process (engine_run: when an engine runs it), else
+  // null.
+  Supervised* process(const std::string& service);
+  Supervised* engine_run(const std::string& service);
+
+  void spawn(const std::string& service, ManagedState& m, bool force, const World& world,
+             const Now& now, std::vector<Action>& actions, Intents& intents);
+  void launch(const std::string& service, ManagedState& m, const World& world, const Now& now,
+              std::vector<Action>& actions, Intents& intents);
+  void end_start_lease(const std::string& service, ManagedState& m, const std::string& why,
+                       Intents& intents);
+  // A stop asked by a client or another part: waits with one under way.
+  void stop(const std::string& service, Supervised& s, uint64_t request_id, const World& world,
+            const Now& now, std::vector<Action>& actions, Intents& intents);
+  // Ends what runs, its backend's way: SIGTERM to a process (SIGKILL at stop_timeout), a stop
+  // asked of the engine (with stop_timeout).
+  void stop_child(const std::string& service, Supervised& s, const World& world, const Now& now,
+                  std::vector<Action>& actions);
+  void finish_waiters(ManagedState& m, std::optional<Command> kind, bool ok,
+                      const std::string& message, std::vector<Action>& actions);
+  void verify_stop(const std::string& service, ManagedState& m, const World& world, const Now& now,
+                   std::vector<Action>& actions);
+
+  // The phase's deadline or the next health check, whichever comes first (nullopt: none).
+  std::optional<MonoTime> due(const std::string& service, const Supervised& s) const;
+  // Its backoff ran out: started again, its own way.
+  void restart_after_backoff(const std::string& service, Supervised& s, const World& world,
+                             const Now& now, std::vector<Action>& actions, Intents& intents);
+  // It did not answer a health check within start_timeout.
+  void start_timed_out(const std::string& service, Supervised& s, const World& world,
+                       const Now& now, std::vector<Action>& actions);
+  // health_failures checks in a row failed while it ran: `why`.
+  void unhealthy(const std::string& service, Supervised& s, const std::string& why,
+                 const World& world, const Now& now, std::vector<Action>& actions);
+  // "comfy (pid 501)", "comfy (container comfyui)", "comfy (unit comfy.service)".
+  static std::string label(const std::string& service, const Supervised& s);
 
   const Config& config_;
-  std::map<std::string, ManagedState> managed_;      // services with `start`, by name
-  std::map<std::string, ContainerState> containers_;  // match.container or .unit, no `start`
+  std::map<std::string, Supervised> supervised_;  // by service name
 };
 
 }  // namespace vramd

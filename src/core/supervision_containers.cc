@@ -1,12 +1,11 @@
 // Supervision of containers (match.container, no `start`) and of units (match.unit, no
-// `start`): the engine (systemd) runs them, vramd decides; one code for both.
-// Starts, stops (with stop_timeout) and restarts are Lifecycle actions; their answers
-// (LifecycleDone) and the engine's own word (ContainerChanged: running, or a die with its exit
-// code) move the phase. A die that vramd did not ask for is a crash (RecordCrash: the shell reads
-// the container's logs); it is restarted per the service's `restart` policy, with backoff and
-// max_restarts, unless Docker's own restart policy (a unit's Restart=) already brings it back. Health as for the
-// processes vramd runs: health_failures failed checks in a row restart it. A stop is verified
-// against the GPU holdings before a waiting client hears "stopped".
+// `start`): what only an engine's services have. The commands asked of the engine (Lifecycle:
+// start, stop with stop_timeout, restart), its answers (LifecycleDone) and its own word
+// (ContainerChanged: running, or a die with its exit code), which move the phase. A die that
+// vramd did not ask for is a crash (RecordCrash: the shell reads the container's logs); it is
+// restarted per the service's `restart` policy, with backoff and max_restarts, unless Docker's
+// own restart policy (a unit's Restart=) already brings it back. Health checks, deadlines and
+// backoff are the one state machine's (core/supervision.cc).
 #include <csignal>
 
 #include <fmt/format.h>
@@ -68,54 +67,13 @@ bool systemd_restarts(UnitResult result, std::optional<EngineRestart> policy) {
   return false;
 }
 
-// "container comfyui", "unit comfyui.service".
-std::string what(Control via, const std::string& target) {
-  return fmt::format("{} {}", via == Control::unit ? "unit" : "container", target);
-}
-
 }  // namespace
-
-void Supervision::container_command(const std::string& service, ContainerState& c, Command action,
-                                    uint64_t request_id, const World& world, const Now& now,
-                                    std::vector<Action>& actions) {
-  const ServiceConfig* cfg = config_.find_service(service);
-  ManagedState& m = c.m;
-  bool up = m.state == ManagedPhase::running || m.state == ManagedPhase::starting;
-  auto ask = [&](Command a) {
-    actions.emplace_back(Lifecycle{service, a, c.via, c.target, cfg->stop_timeout});
-  };
-  if (action == Command::stop) {
-    if (request_id) m.waiting.emplace_back(request_id, Command::stop);
-    if (m.state == ManagedPhase::stopping) return;  // one stop at a time: wait with it
-    c.stop_counted = up || !c.known;
-    if (c.stop_counted) ++c.expected_exits;
-    enter(m, ManagedPhase::stopping, now);
-    m.stop_requested_at = now.mono;
-    m.bytes_at_stop = world.services.at(service).bytes;
-    ask(Command::stop);
-    return;
-  }
-  if (action == Command::start && c.known && up) {
-    actions.emplace_back(CommandFinished{
-        request_id, true, fmt::format("{} is already {}", service, to_string(m.state))});
-    return;
-  }
-  // A start by hand clears a crash loop's verdict.
-  m.restarts.clear();
-  m.backoff = Duration(0);
-  if (request_id) m.waiting.emplace_back(request_id, Command::start);
-  if (action == Command::restart && up) ++c.expected_exits;
-  enter(m, action == Command::restart && up ? ManagedPhase::stopping : ManagedPhase::starting, now);
-  m.started_at = now.mono;  // the start timeout counts from the ask; set again when it is done
-  m.health_in_flight = false;
-  ask(action);
-}
 
 void Supervision::on_lifecycle_done(const LifecycleDone& e, const Now& now,
                                     std::vector<Action>& actions) {
-  auto it = containers_.find(e.service);
-  if (it == containers_.end()) return;
-  ContainerState& c = it->second;
+  Supervised* found = engine_run(e.service);
+  if (!found) return;
+  Supervised& c = *found;
   ManagedState& m = c.m;
   Command waits_for = e.action == Command::stop ? Command::stop : Command::start;
   if (!e.ok) {
@@ -151,21 +109,20 @@ void Supervision::on_lifecycle_done(const LifecycleDone& e, const Now& now,
   if (e.action == Command::restart) ++m.restart_count;
   enter(m, ManagedPhase::starting, now);
   m.started_at = now.mono;
-  m.next_health = now.mono;  // confirmed: checked from now
+  m.next_health = now.mono + traits(c.via).first_check;  // confirmed: checked from now
 }
 
 void Supervision::on_container_changed(const ContainerChanged& e, const World& world,
                                        const Now& now, std::vector<Action>& actions) {
-  auto it = containers_.find(e.service);
-  if (it == containers_.end()) return;
-  ContainerState& c = it->second;
+  Supervised* found = engine_run(e.service);
+  if (!found) return;
+  Supervised& c = *found;
   ManagedState& m = c.m;
   const ServiceConfig* cfg = config_.find_service(e.service);
   if (e.restart_policy) m.docker_restart_policy = e.restart_policy;
   bool first = !c.known;
   c.known = true;
   const bool unit = c.via == Control::unit;
-  const std::string label = what(c.via, c.target);
   if (unit && e.main_pid > 0) {
     m.pid = e.main_pid;  // its memory is the unit's (OwnerHints::unit_pids)
   } else if (unit && !e.running && m.state != ManagedPhase::stopping && !m.verify_until) {
@@ -186,7 +143,7 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
         m.started_at = now.mono;
         m.next_health = now.mono;  // it runs: checked from now
         actions.emplace_back(make_event(now, "service.started", std::nullopt, e.service,
-                                        fmt::format("{} ({}) runs again", e.service, label)));
+                                        fmt::format("{} runs again", label(e.service, c))));
       }
     } else if (m.state != ManagedPhase::stopping && m.state != ManagedPhase::backoff &&
                m.state != ManagedPhase::failed) {
@@ -219,7 +176,7 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
                                      world.ledger.holders(kHeld), unit ? "" : c.target,
                                      unit ? c.target : "", e.oom});
   actions.emplace_back(make_event(now, failure ? "service.crashed" : "service.exited", std::nullopt,
-                                  e.service, fmt::format("{} ({}) {}", e.service, label, how)));
+                                  e.service, fmt::format("{} {}", label(e.service, c), how)));
   finish_waiters(m, std::nullopt, false, fmt::format("{} {}", e.service, how), actions);
   m.health_in_flight = false;
   m.healthy_since.reset();
@@ -240,118 +197,6 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
     return;
   }
   apply_restart_policy(m, e.service, *cfg, failure, how, now, actions);
-}
-
-void Supervision::container_health(const HealthChecked& e, ContainerState& c, const World& world,
-                                   const Now& now, std::vector<Action>& actions) {
-  ManagedState& m = c.m;
-  const ServiceConfig* cfg = config_.find_service(e.service);
-  m.health_in_flight = false;
-  m.last_health = e.message;
-  if (m.state == ManagedPhase::starting) {
-    m.next_health = now.mono + kStartingHealthInterval;
-    if (!e.ok) return;
-    enter(m, ManagedPhase::running, now);
-    m.healthy_since = now.mono;
-    m.health_failures = 0;
-    m.reason.clear();
-    m.next_health = now.mono + cfg->health_interval;
-    std::string took = m.started_at ? format_age(now.mono - *m.started_at) : "?";
-    actions.emplace_back(
-        make_event(now, "service.healthy", std::nullopt, e.service,
-                   fmt::format("{} ({}) is up after {}", e.service, what(c.via, c.target), took)));
-    finish_waiters(m, Command::start, true, fmt::format("{} is up after {}", e.service, took),
-                   actions);
-    return;
-  }
-  if (m.state != ManagedPhase::running) return;
-  if (!count_health_check(m, e, *cfg, now, actions)) return;
-  std::string why =
-      fmt::format("failed {} health checks in a row (last: {})", m.health_failures, e.message);
-  // A failure whatever its exit: recorded now, the restart counted against max_restarts.
-  const bool unit = c.via == Control::unit;
-  actions.emplace_back(RecordCrash{e.service, 0, std::nullopt, std::nullopt, now.wall, why,
-                                   world.ledger.holders(kHeld), unit ? "" : c.target,
-                                   unit ? c.target : "", false});
-  if (restart_over_limit(m, *cfg, now)) {
-    enter(m, ManagedPhase::failed, now);
-    m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
-                           format_duration(cfg->restart_window), why);
-    actions.emplace_back(make_event(
-        now, "service.failed", std::nullopt, e.service,
-        fmt::format("{} failed: {}; stopping it; start it by hand once fixed", e.service, m.reason)));
-    // Not left running while shown failed: it answers no check and holds its memory (a process
-    // is stopped by its SIGTERM the same way). Its exit is the stop's, and it stays failed.
-    c.stop_counted = true;
-    ++c.expected_exits;
-    m.stop_requested_at = now.mono;
-    m.bytes_at_stop = world.services.at(e.service).bytes;
-    actions.emplace_back(Lifecycle{e.service, Command::stop, c.via, c.target, cfg->stop_timeout});
-    return;
-  }
-  actions.emplace_back(make_event(now, "service.restart", std::nullopt, e.service,
-                                  fmt::format("restarting {}: {}", e.service, why)));
-  ++c.expected_exits;
-  enter(m, ManagedPhase::stopping, now);
-  m.reason = why;
-  actions.emplace_back(Lifecycle{e.service, Command::restart, c.via, c.target, cfg->stop_timeout});
-}
-
-void Supervision::container_tick(const World& world, const Now& now,
-                                 std::vector<Action>& actions) {
-  (void)world;
-  for (auto& [name, c] : containers_) {
-    ManagedState& m = c.m;
-    const ServiceConfig* cfg = config_.find_service(name);
-    if (m.state == ManagedPhase::backoff && m.restart_at && now.mono >= *m.restart_at) {
-      ++m.restart_count;
-      enter(m, ManagedPhase::starting, now);  // checked once the engine says it started
-      m.started_at = now.mono;
-      actions.emplace_back(
-          make_event(now, "service.restarting", std::nullopt, name,
-                     fmt::format("starting {} ({}) again", name, what(c.via, c.target))));
-      actions.emplace_back(Lifecycle{name, Command::start, c.via, c.target, cfg->stop_timeout});
-      continue;
-    }
-    if (m.state == ManagedPhase::starting && m.started_at &&
-        now.mono - *m.started_at > cfg->start_timeout) {
-      std::string why = fmt::format(
-          "did not answer its health check within start_timeout {} (last: {})",
-          format_duration(cfg->start_timeout), m.last_health.empty() ? "no answer" : m.last_health);
-      actions.emplace_back(make_event(now, "service.start_timeout", std::nullopt, name,
-                                      fmt::format("{} {}", name, why)));
-      finish_waiters(m, Command::start, false, fmt::format("{} {}", name, why), actions);
-      // Counted from here as a running service that fails its checks: health_failures restart it
-      // (checked from now if the engine never confirmed the start).
-      enter(m, ManagedPhase::running, now);
-      if (!m.next_health) m.next_health = now.mono;
-      m.reason = why;
-    }
-    // Suspended (cuda-checkpoint): checked again once restored, as a process service.
-    const ServiceStatus* st = world.services.find(name);
-    bool suspended = st && st->asleep && st->asleep->depth == SleepDepth::suspend;
-    if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) &&
-        !m.health_in_flight && m.next_health && now.mono >= *m.next_health && !suspended) {
-      m.health_in_flight = true;
-      actions.emplace_back(CheckHealth{name});
-    }
-  }
-}
-
-void Supervision::container_deadlines(std::optional<MonoTime>& out) const {
-  auto earliest = [&](std::optional<MonoTime> t) {
-    if (t && (!out || *t < *out)) out = t;
-  };
-  for (const auto& [name, c] : containers_) {
-    const ManagedState& m = c.m;
-    const ServiceConfig* cfg = config_.find_service(name);
-    if (m.state == ManagedPhase::backoff) earliest(m.restart_at);
-    if (m.state == ManagedPhase::starting && m.started_at)
-      earliest(*m.started_at + cfg->start_timeout + Duration(1));
-    if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) &&
-        !m.health_in_flight)
-      earliest(m.next_health);
-  }
 }
 
 }  // namespace vramd

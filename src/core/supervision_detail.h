@@ -1,5 +1,6 @@
-// Supervision's timings, shared by its two files (supervision.cc: processes vramd runs;
-// supervision_containers.cc: containers). Not for use outside core/supervision*.
+// Supervision's timings, backend traits and shared steps, for its two files (supervision.cc: the
+// state machine; supervision_containers.cc: what only an engine's services have). Not for use
+// outside core/supervision*.
 #pragma once
 
 #include <optional>
@@ -21,6 +22,37 @@ inline constexpr Duration kMaxBackoff = std::chrono::minutes(5);
 inline constexpr Duration kStopVerifyTimeout = std::chrono::seconds(10);
 inline constexpr Duration kHealthyResetsBackoff = std::chrono::minutes(1);
 inline constexpr Bytes kHeld = 64 * MiB;  // less than this left on the GPU counts as gone
+
+// What differs between the backends that run a supervised service, as data read by the one
+// state machine (core/supervision.cc). Values keep each backend's behaviour as it was when the
+// two machines were one; change one only with the test that shows why.
+struct BackendTraits {
+  // Its start waits for GPU room as a lease (start admission, core/admission.h). An engine's
+  // start is asked at once.
+  bool start_admission;
+  // vramd ends it itself: SIGTERM, SIGKILL after stop_timeout. An engine gets stop_timeout with
+  // its stop and kills by itself.
+  bool vramd_kills;
+  // start_timeout counts from the ask (an engine's start may take its time to be confirmed);
+  // else from the child's start (the pid).
+  bool timed_from_ask;
+  // Shown (Supervision::find) before anything is known of it: a process vramd has not started
+  // is stopped; a container or unit is what its engine says, once it says it.
+  bool shown_before_told;
+  // The first health check of a start: after this delay from the child's start (a process
+  // needs a moment to bind its port), or at once when the engine confirms it.
+  Duration first_check;
+  // start_timeout ran out: end it as a crash (the restart policy decides), or answer the
+  // waiters and keep checking it as a running service (health_failures restart it; an
+  // engine's start may be slow but alive, and the simulator never answers checks).
+  enum class OnStartTimeout { end_as_crash, answer_and_keep_checking } on_start_timeout;
+  // health_failures checks in a row failed: stop it, its exit a crash under the restart policy
+  // and backoff; or record the crash now and ask the engine for one restart (over max_restarts:
+  // stop it, failed).
+  enum class OnUnhealthy { stop_then_policy, crash_and_restart_now } on_unhealthy;
+};
+// REQUIRES: `via` is managed, container or unit.
+const BackendTraits& traits(Control via);
 
 // The only writer of a supervised service's phase, processes, containers and units alike (after
 // systemd's service_set_state()). What entering a phase always means is done here; what differs
