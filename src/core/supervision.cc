@@ -14,6 +14,19 @@ namespace vramd {
 
 using namespace supervision_detail;
 
+namespace {
+
+// SIGTERM to a process vramd runs (its process group); SIGKILL follows at stop_timeout (due()).
+// REQUIRES: m.pid.
+void send_term(const std::string& service, ManagedState& m, const Now& now,
+               std::vector<Action>& actions) {
+  m.stop_sent_at = now.mono;
+  m.kill_sent = false;
+  actions.emplace_back(SignalService{service, *m.pid, SIGTERM});
+}
+
+}  // namespace
+
 void supervision_detail::enter(ManagedState& m, ManagedPhase next, const Now& now) {
   if (m.state == ManagedPhase::running && next != ManagedPhase::running)
     forget_backoff_after_a_healthy_run(m, now);
@@ -286,14 +299,23 @@ void Supervision::stop(const std::string& service, Supervised& s, uint64_t reque
                        const World& world, const Now& now, std::vector<Action>& actions,
                        Intents& intents) {
   ManagedState& m = s.m;
+  // A start (or restart) under way ends here: its waiters are told now, not left waiting.
+  finish_waiters(m, Command::start, false,
+                 fmt::format("the start of {} was cancelled by a stop", service), actions);
   if (s.via == Control::managed) {
     m.restart_after_stop = false;  // a restart under way becomes this stop
     m.crash_on_exit.clear();
+    if (!m.pid && m.state == ManagedPhase::starting) {
+      // Spawned, its pid not told yet: SIGTERM goes as soon as it is (on_child_started).
+      if (request_id) m.waiting.emplace_back(request_id, Command::stop);
+      enter(m, ManagedPhase::stopping, now);
+      m.stop_requested_at = now.mono;
+      m.bytes_at_stop = world.services.at(service).bytes;
+      return;
+    }
     if (!m.pid) {  // no child (an engine is asked whatever vramd knows: it may run)
       if (m.state == ManagedPhase::queued) {
         end_start_lease(service, m, "start cancelled by a stop", intents);
-        finish_waiters(m, Command::start, false,
-                       fmt::format("the start of {} was cancelled by a stop", service), actions);
         actions.emplace_back(make_event(
             now, "service.start_cancelled", std::nullopt, service,
             fmt::format("{} will not start: stop asked while it waited for GPU room", service)));
@@ -444,9 +466,7 @@ void Supervision::stop_child(const std::string& service, Supervised& s, const Wo
   m.stop_requested_at = now.mono;
   m.bytes_at_stop = world.services.at(service).bytes;
   if (traits(s.via).vramd_kills) {
-    m.stop_sent_at = now.mono;
-    m.kill_sent = false;
-    actions.emplace_back(SignalService{service, *m.pid, SIGTERM});
+    send_term(service, m, now, actions);
     return;
   }
   // Its die will come as the engine's word: expected, unless it did not run (known stopped).
@@ -461,13 +481,29 @@ void Supervision::on_child_started(const ChildStarted& e, const Now& now,
   Supervised* s = process(e.service);
   if (!s) return;
   ManagedState& m = s->m;
+  // A stop came between the spawn and its pid (stop()): it is sent now.
+  const bool stop_asked = m.state == ManagedPhase::stopping && !m.pid && !e.adopted;
   if (!e.ok) {
     enter(m, ManagedPhase::failed, now);
     m.reason = e.error;
     actions.emplace_back(make_event(now, "service.start_failed", std::nullopt, e.service,
                                     fmt::format("cannot start {}: {}", e.service, e.error)));
     finish_waiters(m, Command::start, false, e.error, actions);
+    if (stop_asked)
+      finish_waiters(m, Command::stop, true,
+                     fmt::format("{} is not running (it could not start: {})", e.service, e.error),
+                     actions);
     end_start_lease(e.service, m, "could not start", intents);
+    return;
+  }
+  if (stop_asked) {
+    m.pid = e.pid;
+    m.adopted = false;
+    m.started_at = now.mono;
+    actions.emplace_back(make_event(
+        now, "service.started", std::nullopt, e.service,
+        fmt::format("started {} (pid {}), and stopping it: a stop was asked", e.service, e.pid)));
+    send_term(e.service, m, now, actions);
     return;
   }
   if (e.adopted) end_start_lease(e.service, m, "adopted", intents);

@@ -235,6 +235,50 @@ TEST(ArbiterSupervisor, StopKillsAfterTheTimeoutAndChecksTheMemoryWent) {
   EXPECT_TRUE(w.finished.back().ok);
 }
 
+// A stop that comes between the spawn and the child's pid is not lost: it waits for the pid,
+// then SIGTERM goes. The start's waiter is told at once that the stop cancelled it.
+TEST(ArbiterSupervisor, AStopBeforeThePidIsKnownStopsTheChildOnceItIs) {
+  World w({managed("comfy")});
+  w.feed(ServiceCommand{"comfy", Command::start, 1});
+  ASSERT_EQ(w.spawns.size(), 1u);
+  w.feed(ServiceCommand{"comfy", Command::stop, 2});
+  EXPECT_EQ(w.m("comfy").state, ManagedPhase::stopping);
+  EXPECT_TRUE(w.signals.empty());  // no pid to signal yet
+  ASSERT_EQ(w.finished.size(), 1u);
+  EXPECT_EQ(w.finished[0].request_id, 1u);
+  EXPECT_FALSE(w.finished[0].ok);
+  EXPECT_EQ(w.finished[0].message, "the start of comfy was cancelled by a stop");
+
+  w.feed(ChildStarted{"comfy", true, 500, 99, "", false});
+  ASSERT_EQ(w.signals.size(), 1u);
+  EXPECT_EQ(w.signals[0], (std::pair<std::string, int>{"comfy", SIGTERM}));
+  EXPECT_EQ(w.m("comfy").state, ManagedPhase::stopping);
+  w.tick(3s);
+  EXPECT_TRUE(w.checks.empty());  // being stopped: not checked
+  w.feed(ChildExited{"comfy", 500, std::nullopt, SIGTERM});
+  EXPECT_EQ(w.m("comfy").state, ManagedPhase::stopped);
+  EXPECT_TRUE(w.crashes.empty());  // the exit it asked for
+  w.sample();
+  ASSERT_EQ(w.finished.size(), 2u);
+  EXPECT_EQ(w.finished[1].request_id, 2u);
+  EXPECT_TRUE(w.finished[1].ok);
+  EXPECT_FALSE(w.has_event("service.healthy"));
+}
+
+// The same stop when the spawn then fails: answered, nothing left to stop.
+TEST(ArbiterSupervisor, AStopBeforeAStartThatFailsIsAnswered) {
+  World w({managed("comfy")});
+  w.feed(ServiceCommand{"comfy", Command::start, 1});
+  w.feed(ServiceCommand{"comfy", Command::stop, 2});
+  w.feed(ChildStarted{"comfy", false, 0, 0, "port 8188 is taken", false});
+  EXPECT_TRUE(w.signals.empty());
+  ASSERT_EQ(w.finished.size(), 2u);
+  EXPECT_EQ(w.finished[1].request_id, 2u);
+  EXPECT_TRUE(w.finished[1].ok);
+  EXPECT_EQ(w.finished[1].message, "comfy is not running (it could not start: port 8188 is taken)");
+  EXPECT_EQ(w.m("comfy").state, ManagedPhase::failed);
+}
+
 TEST(ArbiterSupervisor, StartingAGroupMemberStopsTheOthers) {
   World w({managed("a", "heavy"), managed("b", "heavy")});
   start_healthy(w, "a", 500);
