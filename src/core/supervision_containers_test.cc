@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/arbiter.h"
+#include "core/supervision_world.h"
 
 namespace vramd {
 // Named, not anonymous: its helpers share a unity batch with other tests' (cmake/unity.cmake).
@@ -13,70 +14,19 @@ namespace supervision_containers_test {
 
 using namespace std::chrono_literals;
 
-class World {
+// The shared World, and the engine's word about "comfy": running or not, a die.
+class World : public supervision_world::World {
  public:
-  explicit World(ServiceConfig svc) {
-    Config c;
-    c.gpu.baseline = 0;
-    c.services = {std::move(svc)};
-    arbiter_ = std::make_unique<Arbiter>(c);
-  }
-  void feed(const Event& e) {
-    for (auto& a : arbiter_->handle(e, now_)) {
-      if (auto* s = std::get_if<Lifecycle>(&a)) asked.push_back(*s);
-      if (auto* s = std::get_if<CheckHealth>(&a)) checks.push_back(s->service);
-      if (auto* s = std::get_if<RecordCrash>(&a)) crashes.push_back(*s);
-      if (auto* s = std::get_if<CommandFinished>(&a)) finished.push_back(*s);
-      if (auto* s = std::get_if<EmitEvent>(&a)) events.push_back(s->event.type);
-    }
-  }
-  void sample() {
-    SampleTaken s;
-    GpuSample g;
-    g.index = 0;
-    g.total = 24 * GiB;
-    s.gpus.gpus.push_back(g);
-    feed(s);
-  }
-  void tick(Duration d) {
-    for (Duration t{0}; t < d; t += 250ms) {
-      now_ += 250ms;
-      feed(Tick{});
-    }
-  }
+  explicit World(ServiceConfig svc) : supervision_world::World(std::move(svc)) {}
   void state(bool running, const std::string& policy = "no") {
     feed(ContainerChanged{"comfy", running, false, std::nullopt, false, parse_engine_restart(policy)});
   }
   void die(int code, const std::string& policy = "no", bool oom = false) {
     feed(ContainerChanged{"comfy", false, true, code, oom, parse_engine_restart(policy)});
   }
-  const ManagedState* m() { return arbiter_->service("comfy")->managed ? &*arbiter_->service("comfy")->managed : nullptr; }
-  bool has(const std::string& type) const {
-    return std::find(events.begin(), events.end(), type) != events.end();
-  }
-
-  std::vector<Lifecycle> asked;
-  std::vector<std::string> checks;
-  std::vector<RecordCrash> crashes;
-  std::vector<CommandFinished> finished;
-  std::vector<std::string> events;
-
- private:
-  std::unique_ptr<Arbiter> arbiter_;
-  MonoTime now_{Duration(1'800'000'000'000)};
 };
 
-ServiceConfig comfy() {
-  ServiceConfig s;
-  s.name = "comfy";
-  s.kind = "comfyui";
-  s.url = "http://127.0.0.1:8188";
-  s.match.container = "comfyui";
-  s.stop_timeout = 7s;
-  s.health_failures = 3;
-  s.max_restarts = 2;
-  return s;
-}
+ServiceConfig comfy() { return supervision_world::comfy_run_by(Control::container); }
 
 TEST(ContainerSupervision, UnknownUntilTheEngineSaysThenRunning) {
   World w(comfy());
@@ -121,40 +71,6 @@ TEST(ContainerSupervision, AStopOfAStoppedContainerAnswersAtOnceAndALaterDieIsAC
   EXPECT_EQ(w.crashes.size(), 1u);  // no stop is pending: this exit was not asked for
 }
 
-TEST(ContainerSupervision, AStartIsAnsweredOnceItAnswersItsHealthCheck) {
-  World w(comfy());
-  w.state(false);
-  w.feed(ServiceCommand{"comfy", Command::start, 2, false});
-  ASSERT_EQ(w.asked.size(), 1u);
-  EXPECT_EQ(w.asked[0].action, Command::start);
-  w.feed(LifecycleDone{"comfy", Command::start, true, "done"});
-  EXPECT_TRUE(w.finished.empty());
-  w.tick(250ms);
-  ASSERT_FALSE(w.checks.empty());
-  w.feed(HealthChecked{"comfy", false, "connection refused"});
-  EXPECT_TRUE(w.finished.empty());
-  w.tick(1s);
-  w.feed(HealthChecked{"comfy", true, "ok"});
-  ASSERT_EQ(w.finished.size(), 1u);
-  EXPECT_TRUE(w.finished[0].ok);
-  EXPECT_EQ(w.m()->state, ManagedPhase::running);
-}
-
-TEST(ContainerSupervision, ACrashIsRecordedAndRestartedAfterBackoff) {
-  World w(comfy());
-  w.state(true);
-  w.die(1);
-  ASSERT_EQ(w.crashes.size(), 1u);
-  EXPECT_EQ(w.crashes[0].container, "comfyui");
-  EXPECT_EQ(w.crashes[0].exit_code, 1);
-  EXPECT_EQ(w.m()->state, ManagedPhase::backoff);
-  EXPECT_TRUE(w.asked.empty());
-  w.tick(1s);
-  ASSERT_EQ(w.asked.size(), 1u);
-  EXPECT_EQ(w.asked[0].action, Command::start);
-  EXPECT_EQ(w.m()->restart_count, 1);
-}
-
 TEST(ContainerSupervision, DockersOwnRestartPolicyIsNotFought) {
   World w(comfy());
   w.state(true, "unless-stopped");
@@ -179,23 +95,6 @@ TEST(ContainerSupervision, AnOomKillIsSaidSo) {
   ASSERT_EQ(w.crashes.size(), 1u);
   EXPECT_TRUE(w.crashes[0].oom);
   EXPECT_NE(w.m()->reason.find("OOM"), std::string::npos) << w.m()->reason;
-}
-
-TEST(ContainerSupervision, FailedHealthChecksRestartIt) {
-  World w(comfy());
-  w.state(true);
-  for (int i = 0; i < 3; ++i) {
-    w.tick(5s);
-    w.feed(HealthChecked{"comfy", false, "timed out"});
-  }
-  ASSERT_EQ(w.asked.size(), 1u);
-  EXPECT_EQ(w.asked[0].action, Command::restart);
-  ASSERT_EQ(w.crashes.size(), 1u);
-  EXPECT_NE(w.crashes[0].reason.find("3 health checks"), std::string::npos);
-  w.die(0);  // the restart's own exit
-  EXPECT_EQ(w.crashes.size(), 1u);
-  w.feed(LifecycleDone{"comfy", Command::restart, true, "done"});
-  EXPECT_EQ(w.m()->state, ManagedPhase::starting);
 }
 
 // Over max_restarts by failed health checks, a container is stopped, not left running while it is
@@ -340,21 +239,6 @@ TEST(ContainerSupervision, NoHealthCheckUntilTheEngineSaysTheStartIsDone) {
   w.feed(LifecycleDone{"comfy", Command::start, true, "done"});
   w.tick(250ms);
   EXPECT_EQ(w.checks.size(), 2u);
-}
-
-TEST(ContainerSupervision, ACrashLoopEndsInFailed) {
-  World w(comfy());
-  w.state(true);
-  for (int i = 0; i < 3; ++i) {
-    size_t asked = w.asked.size();
-    w.die(1);
-    w.tick(10s);
-    if (w.asked.size() > asked) w.feed(LifecycleDone{"comfy", Command::start, true, "done"});
-  }
-  EXPECT_EQ(w.m()->state, ManagedPhase::failed);
-  EXPECT_TRUE(w.has("service.failed"));
-  EXPECT_EQ(w.crashes.size(), 3u);
-  EXPECT_EQ(w.asked.size(), 2u);  // two restarts, then it stays down
 }
 
 }  // namespace supervision_containers_test

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "core/arbiter.h"
+#include "core/supervision_world.h"
 
 namespace vramd {
 // Named, not anonymous: its helpers share a unity batch with other tests' (cmake/unity.cmake).
@@ -15,46 +16,10 @@ namespace supervision_units_test {
 
 using namespace std::chrono_literals;
 
-class World {
+// The shared World, and systemd's word about "comfy" as the unit watch reads it.
+class World : public supervision_world::World {
  public:
-  explicit World(ServiceConfig svc) {
-    Config c;
-    c.gpu.baseline = 0;
-    c.services = {std::move(svc)};
-    arbiter_ = std::make_unique<Arbiter>(c);
-  }
-  void feed(const Event& e) {
-    for (auto& a : arbiter_->handle(e, now_)) {
-      if (auto* s = std::get_if<Lifecycle>(&a)) asked.push_back(*s);
-      if (auto* s = std::get_if<RecordCrash>(&a)) crashes.push_back(*s);
-      if (auto* s = std::get_if<CommandFinished>(&a)) finished.push_back(*s);
-      if (auto* s = std::get_if<EmitEvent>(&a)) events.push_back(s->event);
-    }
-  }
-  // A sample: `pid` (when not 0) holds `bytes` on GPU 0; its cgroup is no unit's.
-  void sample(int pid, Bytes bytes) {
-    SampleTaken s;
-    GpuSample g;
-    g.index = 0;
-    g.total = 24 * GiB;
-    g.used = bytes;
-    if (pid) {
-      g.processes.push_back(ProcessMemory{pid, bytes});
-      ProcessInfo p;
-      p.pid = pid;
-      p.ppid = 1;
-      p.cmdline = "python main.py";
-      s.host.processes.push_back(p);
-    }
-    s.gpus.gpus.push_back(g);
-    feed(s);
-  }
-  void tick(Duration d) {
-    for (Duration t{0}; t < d; t += 250ms) {
-      now_ += 250ms;
-      feed(Tick{});
-    }
-  }
+  explicit World(ServiceConfig svc) : supervision_world::World(std::move(svc)) {}
   ContainerChanged read(bool running, const std::string& restart = "no", int pid = 0) {
     ContainerChanged e;
     e.service = "comfy";
@@ -72,38 +37,9 @@ class World {
     e.result = parse_unit_result(result);
     return e;
   }
-  const ManagedState* m() {
-    const ServiceStatus* s = arbiter_->service("comfy");
-    return s && s->managed ? &*s->managed : nullptr;
-  }
-  Bytes bytes() { return arbiter_->service("comfy")->bytes; }
-  size_t count(const std::string& type) const {
-    size_t n = 0;
-    for (const auto& e : events) n += e.type == type;
-    return n;
-  }
-
-  std::vector<Lifecycle> asked;
-  std::vector<RecordCrash> crashes;
-  std::vector<CommandFinished> finished;
-  std::vector<EventRecord> events;
-
- private:
-  std::unique_ptr<Arbiter> arbiter_;
-  MonoTime now_{Duration(1'800'000'000'000)};
 };
 
-ServiceConfig comfy() {
-  ServiceConfig s;
-  s.name = "comfy";
-  s.kind = "comfyui";
-  s.url = "http://127.0.0.1:8188";
-  s.match.unit = "comfyui.service";
-  s.stop_timeout = 7s;
-  s.health_failures = 3;
-  s.max_restarts = 2;
-  return s;
-}
+ServiceConfig comfy() { return supervision_world::comfy_run_by(Control::unit); }
 
 TEST(UnitSupervision, ItsMainPidsMemoryIsTheUnitsAndAStopWaitsForItToGo) {
   World w(comfy());
@@ -130,21 +66,6 @@ TEST(UnitSupervision, ItsMainPidsMemoryIsTheUnitsAndAStopWaitsForItToGo) {
   EXPECT_TRUE(w.finished[0].ok) << w.finished[0].message;
   EXPECT_EQ(w.m()->state, ManagedPhase::stopped);
   EXPECT_EQ(w.count("service.stopped"), 1u);
-}
-
-TEST(UnitSupervision, ACrashIsRecordedWithTheUnitAndRestartedByVramdWhenRestartIsNo) {
-  World w(comfy());
-  w.feed(w.read(true, "no", 10));
-  w.feed(w.died(1, std::nullopt, "exit-code"));
-  ASSERT_EQ(w.crashes.size(), 1u);
-  EXPECT_EQ(w.crashes[0].unit, "comfyui.service");  // its logs: the journal's
-  EXPECT_EQ(w.crashes[0].container, "");
-  EXPECT_EQ(w.crashes[0].exit_code, 1);
-  EXPECT_EQ(w.m()->state, ManagedPhase::backoff);
-  w.tick(2s);
-  ASSERT_EQ(w.asked.size(), 1u);
-  EXPECT_EQ(w.asked[0].action, Command::start);
-  EXPECT_EQ(w.asked[0].via, Control::unit);
 }
 
 TEST(UnitSupervision, SystemdsOwnRestartIsRespectedAsItsTableSays) {
