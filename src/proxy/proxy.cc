@@ -494,6 +494,18 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     co_return again;
   }
 
+  // `Expect: 100-continue` (curl's, for a large body): vramd answers it before the body is read
+  // (the front door routes by it; a service proxy streams it), and the header does not go on:
+  // the service would answer it a second time. False when the client is gone.
+  template <class Fields>
+  asio::awaitable<bool> answer_continue(Client& c, http::header<true, Fields>& req) {
+    req.erase(http::field::expect);
+    beast::error_code ec;
+    c.expires_after(kClientWriteTimeout);
+    co_await asio::async_write(c, asio::buffer(kContinue), asio::redirect_error(use_awaitable, ec));
+    co_return !ec;
+  }
+
   // The front door routes by the body: it is read whole (within max_body) into `whole`.
   asio::awaitable<Stop> read_body(Client& c, beast::flat_buffer& cbuf,
                                   http::request_parser<http::buffer_body>& parser,
@@ -502,11 +514,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     const unsigned version = req.version();
     beast::error_code ec;
     if (has_token(req[http::field::expect], "100-continue")) {
-      req.erase(http::field::expect);
-      c.expires_after(kClientWriteTimeout);
-      co_await asio::async_write(c, asio::buffer(kContinue),
-                                 asio::redirect_error(use_awaitable, ec));
-      if (ec) co_return false;
+      if (!co_await answer_continue(c, req)) co_return false;
     }
     http::request_parser<http::string_body> sp{std::move(parser)};
     sp.body_limit(options.max_body);
@@ -807,12 +815,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     sc.usage.reset();
     Exchange<Body> x{c, cbuf, req, stream_parser, svc, model, wants_sse, sc, record};
     if (stream_parser && has_token(req[http::field::expect], "100-continue")) {
-      req.erase(http::field::expect);
-      beast::error_code ec;
-      c.expires_after(kClientWriteTimeout);
-      co_await asio::async_write(c, asio::buffer(kContinue),
-                                 asio::redirect_error(use_awaitable, ec));
-      if (ec) co_return false;
+      if (!co_await answer_continue(c, req)) co_return false;
     }
     prepare(req, svc, peer, x.upgrade);
     Slot slot{svc.limit, false, closed};

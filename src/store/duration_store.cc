@@ -33,6 +33,49 @@ std::optional<double> column_real(const SQLite::Column& c) {
   return c.getDouble();
 }
 
+// Rows per INSERT: a request's record is written for every proxied request, and a statement's
+// run costs about as much again as the row it inserts (callgrind: 18.8k instructions a record
+// one by one, bench/RESULTS.md). 64 rows x 16 columns stay far below SQLite's 32,766 variables.
+constexpr size_t kRowsPerInsert = 64;
+constexpr int kColumns = 16;
+
+std::string insert_sql(size_t rows) {
+  std::string sql =
+      "INSERT INTO durations (kind, service, at_ms, key, model, workflow, outcome, status,"
+      " wait_s, first_byte_s, seconds, tokens_per_s, cached_nodes, version, args_fp, gpu)"
+      " VALUES ";
+  for (size_t i = 0; i < rows; ++i) {
+    if (i) sql += ',';
+    sql += "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+  }
+  return sql + " ON CONFLICT DO NOTHING";  // a prompt already kept: that row alone is skipped
+}
+
+// One record's 16 values from variable `at` + 1 on. Not copied by SQLite (SQLITE_STATIC): the
+// records and the names of kinds and outcomes outlive the statement's run.
+void bind_record(SQLite::Statement& q, int at, const DurationRecord& r) {
+  q.bindNoCopy(at + 1, to_string(r.kind));
+  q.bindNoCopy(at + 2, r.service);
+  q.bind(at + 3, duration_ms_of(r.at));
+  q.bindNoCopy(at + 4, r.key);
+  q.bindNoCopy(at + 5, r.model);
+  q.bindNoCopy(at + 6, r.workflow);
+  q.bindNoCopy(at + 7, r.outcome ? to_string(*r.outcome) : "");
+  q.bind(at + 8, r.status);
+  bind_real(q, at + 9, finite_or_null(r.wait_s));
+  bind_real(q, at + 10, finite_or_null(r.first_byte_s));
+  q.bind(at + 11, r.seconds);
+  bind_real(q, at + 12, finite_or_null(r.tokens_per_s));
+  q.bind(at + 13, r.cached_nodes);
+  q.bindNoCopy(at + 14, r.version);
+  q.bindNoCopy(at + 15, r.args_fp);
+  if (r.gpu)
+    q.bind(at + 16, static_cast<int64_t>(*r.gpu));
+  else
+    q.bind(at + 16);
+}
+
+
 class SqliteDurationStore final : public DurationStore {
  public:
   explicit SqliteDurationStore(std::unique_ptr<SQLite::Database> db) : db_(std::move(db)) {}
@@ -77,52 +120,6 @@ Result<std::unique_ptr<DurationStore>> DurationStore::open(const std::string& pa
     return make_error(fmt::format("cannot open durations store {}: {}", path, e.what()));
   }
 }
-
-namespace {
-
-// Rows per INSERT: a request's record is written for every proxied request, and a statement's
-// run costs about as much again as the row it inserts (callgrind: 18.8k instructions a record
-// one by one, bench/RESULTS.md). 64 rows x 16 columns stay far below SQLite's 32,766 variables.
-constexpr size_t kRowsPerInsert = 64;
-constexpr int kColumns = 16;
-
-std::string insert_sql(size_t rows) {
-  std::string sql =
-      "INSERT INTO durations (kind, service, at_ms, key, model, workflow, outcome, status,"
-      " wait_s, first_byte_s, seconds, tokens_per_s, cached_nodes, version, args_fp, gpu)"
-      " VALUES ";
-  for (size_t i = 0; i < rows; ++i) {
-    if (i) sql += ',';
-    sql += "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
-  }
-  return sql + " ON CONFLICT DO NOTHING";  // a prompt already kept: that row alone is skipped
-}
-
-// One record's 16 values from variable `at` + 1 on. Not copied by SQLite (SQLITE_STATIC): the
-// records and the names of kinds and outcomes outlive the statement's run.
-void bind_record(SQLite::Statement& q, int at, const DurationRecord& r) {
-  q.bindNoCopy(at + 1, to_string(r.kind));
-  q.bindNoCopy(at + 2, r.service);
-  q.bind(at + 3, duration_ms_of(r.at));
-  q.bindNoCopy(at + 4, r.key);
-  q.bindNoCopy(at + 5, r.model);
-  q.bindNoCopy(at + 6, r.workflow);
-  q.bindNoCopy(at + 7, r.outcome ? to_string(*r.outcome) : "");
-  q.bind(at + 8, r.status);
-  bind_real(q, at + 9, finite_or_null(r.wait_s));
-  bind_real(q, at + 10, finite_or_null(r.first_byte_s));
-  q.bind(at + 11, r.seconds);
-  bind_real(q, at + 12, finite_or_null(r.tokens_per_s));
-  q.bind(at + 13, r.cached_nodes);
-  q.bindNoCopy(at + 14, r.version);
-  q.bindNoCopy(at + 15, r.args_fp);
-  if (r.gpu)
-    q.bind(at + 16, static_cast<int64_t>(*r.gpu));
-  else
-    q.bind(at + 16);
-}
-
-}  // namespace
 
 Status SqliteDurationStore::add(const std::vector<DurationRecord>& records) {
   std::vector<const DurationRecord*> rows;
