@@ -607,7 +607,7 @@ void Admission::admit(const World& world, const Now& now, std::vector<Action>& a
     for (const auto& m : group_members) {
       const ServiceStatus& st = world.services.at(m);
       const ServiceConfig* cfg = config_.find_service(m);
-      const ManagedState* ms = world.supervision.find(m);
+      std::optional<ManagedState> ms = world.supervision.find(m);
       // Starting a member of an exclusive group stops the members vramd runs.
       if (l.request.start && ms && ms->pid && ms->state != ManagedPhase::stopping) {
         actions.emplace_back(make_event(
@@ -1077,7 +1077,7 @@ LeaseReason wait_reason(const WaitContext& c, const World& world, MonoTime now) 
   }
   for (const auto& m : c.group_members) {
     const ServiceStatus& ms = world.services.at(m);
-    const ManagedState* managed = world.supervision.find(m);
+    std::optional<ManagedState> managed = world.supervision.find(m);
     if (managed && managed->pid)
       text += fmt::format("; {} (group '{}') must stop first: {}", m, c.group,
                           to_string(managed->state));

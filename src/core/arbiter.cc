@@ -259,7 +259,7 @@ const ServiceStatus* Arbiter::service(const std::string& name) const {
   ServiceStatus& out = views_[name];
   out = *st;
   out.idle_since = idle_since(out);
-  if (const ManagedState* m = supervision_.find(name)) {
+  if (std::optional<ManagedState> m = supervision_.find(name)) {
     out.managed = *m;
     // While its start waits for room, its reason is the start lease's.
     if (m->state == ManagedPhase::queued && m->start_lease)

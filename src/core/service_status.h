@@ -59,33 +59,22 @@ enum class Control {
 };
 const char* to_string(Control c);  // "" for none
 
-// A service vramd runs (it has `start`). All times monotonic.
+// What the rest of vramd sees of a supervised service (a process vramd runs, or a container or
+// unit its engine runs): a view that Supervision builds (Supervision::find); its own state, with
+// each phase's data, is core/supervised.h. All times monotonic.
 struct ManagedState {
   ManagedPhase state = ManagedPhase::stopped;
   std::optional<uint64_t> start_lease;  // the lease its start waits on, or holds until it is up
-  std::optional<int> pid;
+  std::optional<int> pid;               // a process's child, or a unit's MainPID
   bool adopted = false;
   std::optional<MonoTime> started_at;
   std::optional<MonoTime> healthy_since;
-  std::optional<MonoTime> stop_sent_at;  // a process's SIGTERM (its SIGKILL after stop_timeout)
-  bool kill_sent = false;
-  std::optional<MonoTime> next_health;
-  bool health_in_flight = false;
   int health_failures = 0;
-  std::string last_health;        // the last check's message
-  std::deque<MonoTime> restarts;  // within restart_window
-  Duration backoff{0};
-  std::optional<MonoTime> restart_at;
-  bool restart_after_stop = false;
-  std::string crash_on_exit;  // set when vramd ends it for a failure (start timeout, health)
-  std::string reason;         // why it failed, or the last thing that happened
+  std::string last_health;             // the last check's message
+  std::optional<MonoTime> restart_at;  // in backoff: when it starts again
+  std::string reason;                  // why it failed, or the last thing that happened
   std::optional<int> last_exit_code, last_signal;
   int restart_count = 0;  // since vramd started
-  // Stop verification: the GPU holdings must go.
-  std::optional<MonoTime> verify_until;
-  MonoTime stop_requested_at{};
-  Bytes bytes_at_stop = 0;
-  std::vector<std::pair<uint64_t, Command>> waiting;  // (request id, what it waits for)
   // A container's Docker restart policy, or a unit's Restart= (nullopt for a process vramd
   // runs). vramd restarts a container or a unit only when that policy does not.
   std::optional<EngineRestart> docker_restart_policy;

@@ -17,88 +17,108 @@ using namespace supervision_detail;
 namespace {
 
 // SIGTERM to a process vramd runs (its process group); SIGKILL follows at stop_timeout (due()).
-// REQUIRES: m.pid.
-void send_term(const std::string& service, ManagedState& m, const Now& now,
+// REQUIRES: s.pid, and s is stopping.
+void send_term(const std::string& service, Supervised& s, const Now& now,
                std::vector<Action>& actions) {
-  m.stop_sent_at = now.mono;
-  m.kill_sent = false;
-  actions.emplace_back(SignalService{service, *m.pid, SIGTERM});
+  phase::Stopping& stopping = std::get<phase::Stopping>(s.phase);
+  stopping.term_sent_at = now.mono;
+  stopping.kill_sent = false;
+  actions.emplace_back(SignalService{service, *s.pid, SIGTERM});
 }
 
 }  // namespace
 
-void supervision_detail::enter(ManagedState& m, ManagedPhase next, const Now& now) {
-  if (m.state == ManagedPhase::running && next != ManagedPhase::running)
-    forget_backoff_after_a_healthy_run(m, now);
-  m.state = next;
-  if (next != ManagedPhase::backoff) m.restart_at.reset();
-  if (next == ManagedPhase::starting) {
-    m.healthy_since.reset();
-    m.health_failures = 0;
-    m.health_in_flight = false;
-    m.next_health.reset();
+void supervision_detail::enter(Supervised& s, Phase next, const Now& now) {
+  if (s.state() == ManagedPhase::running && !std::holds_alternative<phase::Running>(next))
+    forget_backoff_after_a_healthy_run(s, now);
+  s.phase = std::move(next);
+  if (s.state() == ManagedPhase::starting) {
+    s.healthy_since.reset();
+    s.health_failures = 0;
   }
 }
 
-void supervision_detail::forget_backoff_after_a_healthy_run(ManagedState& m, const Now& now) {
-  if (m.healthy_since && now.mono - *m.healthy_since > kHealthyResetsBackoff)
-    m.backoff = Duration(0);
+ManagedState Supervised::view() const {
+  ManagedState v;
+  v.state = state();
+  v.start_lease = start_lease;
+  v.pid = pid;
+  v.adopted = adopted;
+  v.started_at = started_at;
+  v.healthy_since = healthy_since;
+  v.health_failures = health_failures;
+  v.last_health = last_health;
+  if (const auto* b = in<phase::Backoff>()) v.restart_at = b->restart_at;
+  v.reason = reason;
+  v.last_exit_code = last_exit_code;
+  v.last_signal = last_signal;
+  v.restart_count = restart_count;
+  v.docker_restart_policy = docker_restart_policy;
+  return v;
 }
 
-bool supervision_detail::count_health_check(ManagedState& m, const HealthChecked& e,
+void supervision_detail::forget_backoff_after_a_healthy_run(Supervised& s, const Now& now) {
+  if (s.healthy_since && now.mono - *s.healthy_since > kHealthyResetsBackoff)
+    s.backoff = Duration(0);
+}
+
+bool supervision_detail::count_health_check(Supervised& s, const HealthChecked& e,
                                             const ServiceConfig& cfg, const Now& now,
                                             std::vector<Action>& actions) {
-  m.next_health = now.mono + cfg.health_interval;
+  s.checks()->next = now.mono + cfg.health_interval;
   if (e.ok) {
-    if (m.health_failures > 0)
+    if (s.health_failures > 0)
       actions.emplace_back(make_event(now, "service.healthy", std::nullopt, e.service,
                                       fmt::format("{} answers its health check again", e.service)));
-    m.health_failures = 0;
+    s.health_failures = 0;
     return false;
   }
-  if (++m.health_failures == 1)
+  if (++s.health_failures == 1)
     actions.emplace_back(
         make_event(now, "service.unhealthy", std::nullopt, e.service,
                    fmt::format("{} failed a health check: {}", e.service, e.message)));
-  return m.health_failures >= cfg.health_failures;
+  return s.health_failures >= cfg.health_failures;
 }
 
-bool supervision_detail::restart_over_limit(ManagedState& m, const ServiceConfig& cfg,
+bool supervision_detail::restart_over_limit(Supervised& s, const ServiceConfig& cfg,
                                             const Now& now) {
-  while (!m.restarts.empty() && now.mono - m.restarts.front() > cfg.restart_window)
-    m.restarts.pop_front();
-  m.restarts.push_back(now.mono);
-  return static_cast<int>(m.restarts.size()) > cfg.max_restarts;
+  while (!s.restarts.empty() && now.mono - s.restarts.front() > cfg.restart_window)
+    s.restarts.pop_front();
+  s.restarts.push_back(now.mono);
+  return static_cast<int>(s.restarts.size()) > cfg.max_restarts;
 }
 
 supervision_detail::AfterExit supervision_detail::apply_restart_policy(
-    ManagedState& m, const std::string& service, const ServiceConfig& cfg, bool failure,
+    Supervised& s, const std::string& service, const ServiceConfig& cfg, bool failure,
     const std::string& how, const Now& now, std::vector<Action>& actions) {
-  bool again = cfg.restart == RestartPolicy::always ||
-               (cfg.restart == RestartPolicy::on_failure && failure);
+  bool again =
+      cfg.restart == RestartPolicy::always || (cfg.restart == RestartPolicy::on_failure && failure);
   if (!again) {
-    enter(m, failure ? ManagedPhase::failed : ManagedPhase::stopped, now);
-    m.reason = how;
+    if (failure)
+      enter(s, phase::Failed{}, now);
+    else
+      enter(s, phase::Stopped{}, now);
+    s.reason = how;
     return AfterExit::ended;
   }
-  if (restart_over_limit(m, cfg, now)) {
-    enter(m, ManagedPhase::failed, now);
-    m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
+  if (restart_over_limit(s, cfg, now)) {
+    enter(s, phase::Failed{}, now);
+    s.reason = fmt::format("{} times in {}; last: {}", s.restarts.size(),
                            format_duration(cfg.restart_window), how);
     actions.emplace_back(
         make_event(now, "service.failed", std::nullopt, service,
                    fmt::format("{} failed: crashed {}; start it by hand once fixed "
                                "(vramd doctor {})",
-                               service, m.reason, service)));
+                               service, s.reason, service)));
     return AfterExit::failed;
   }
-  enter(m, ManagedPhase::backoff, now);  // first: leaving running may end the crash loop
-  m.backoff = m.backoff == Duration(0) ? kFirstBackoff : std::min(m.backoff * 2, kMaxBackoff);
-  m.restart_at = now.mono + m.backoff;
-  m.reason = how;
+  forget_backoff_after_a_healthy_run(s, now);  // first: leaving running may end the crash loop
+  s.backoff = s.backoff == Duration(0) ? kFirstBackoff : std::min(s.backoff * 2, kMaxBackoff);
+  enter(s, phase::Backoff{now.mono + s.backoff}, now);
+  s.reason = how;
   actions.emplace_back(
       make_event(now, "service.backoff", std::nullopt, service,
-                 fmt::format("{} {}; restarting in {}", service, how, format_duration(m.backoff))));
+                 fmt::format("{} {}; restarting in {}", service, how, format_duration(s.backoff))));
   return AfterExit::backoff;
 }
 
@@ -113,11 +133,16 @@ std::string supervision_detail::exit_text(std::optional<int> code, std::optional
 
 const BackendTraits& supervision_detail::traits(Control via) {
   using B = BackendTraits;
-  static constexpr B kProcess{/*start_admission=*/true, /*vramd_kills=*/true,
-                              /*timed_from_ask=*/false, /*shown_before_told=*/true,
-                              kStartingHealthInterval, B::OnStartTimeout::end_as_crash,
-                              B::OnUnhealthy::stop_then_policy};
-  static constexpr B kEngine{false, false, true, false, Duration(0),
+  static constexpr B kProcess{
+      /*start_admission=*/true,        /*vramd_kills=*/true,
+      /*timed_from_ask=*/false,        /*shown_before_told=*/true,
+      kStartingHealthInterval,         B::OnStartTimeout::end_as_crash,
+      B::OnUnhealthy::stop_then_policy};
+  static constexpr B kEngine{false,
+                             false,
+                             true,
+                             false,
+                             Duration(0),
                              B::OnStartTimeout::answer_and_keep_checking,
                              B::OnUnhealthy::crash_and_restart_now};
   return via == Control::managed ? kProcess : kEngine;
@@ -144,60 +169,60 @@ Supervision::Supervised* Supervision::engine_run(const std::string& service) {
 }
 
 std::string Supervision::label(const std::string& service, const Supervised& s) {
-  if (s.via == Control::managed) return fmt::format("{} (pid {})", service, s.m.pid.value_or(0));
+  if (s.via == Control::managed) return fmt::format("{} (pid {})", service, s.pid.value_or(0));
   return fmt::format("{} ({} {})", service, s.via == Control::unit ? "unit" : "container",
                      s.target);
 }
 
-const ManagedState* Supervision::find(const std::string& service) const {
+std::optional<ManagedState> Supervision::find(const std::string& service) const {
   auto it = supervised_.find(service);
-  if (it == supervised_.end()) return nullptr;
+  if (it == supervised_.end()) return std::nullopt;
   const Supervised& s = it->second;
-  return traits(s.via).shown_before_told || s.known ? &s.m : nullptr;
+  if (!traits(s.via).shown_before_told && !s.known) return std::nullopt;
+  return s.view();
 }
 
 std::vector<std::pair<std::string, int>> Supervision::children() const {
   std::vector<std::pair<std::string, int>> out;
   for (const auto& [name, s] : supervised_)
-    if (s.via == Control::managed && s.m.pid) out.emplace_back(name, *s.m.pid);
+    if (s.via == Control::managed && s.pid) out.emplace_back(name, *s.pid);
   return out;
 }
 
 std::vector<std::pair<std::string, int>> Supervision::unit_main_pids() const {
   std::vector<std::pair<std::string, int>> out;
   for (const auto& [name, s] : supervised_)
-    if (s.via == Control::unit && s.m.pid) out.emplace_back(name, *s.m.pid);
+    if (s.via == Control::unit && s.pid) out.emplace_back(name, *s.pid);
   return out;
 }
 
+// The one deadline of s's phase: starting, its start_timeout (timed from the ask, or from the
+// child's start: its pid); stopping, the SIGKILL vramd sends stop_timeout after its SIGTERM;
+// backoff, its restart. nullopt for the other phases, and before what starts the clock.
+std::optional<MonoTime> supervision_detail::phase_deadline(const ServiceConfig& cfg,
+                                                           const Supervised& s) {
+  if (s.in<phase::Starting>()) {
+    if (s.started_at && (traits(s.via).timed_from_ask || s.pid))
+      return *s.started_at + cfg.start_timeout + Duration(1);
+  } else if (const auto* stopping = s.in<phase::Stopping>()) {
+    if (s.pid && stopping->term_sent_at && !stopping->kill_sent)
+      return *stopping->term_sent_at + cfg.stop_timeout;
+  } else if (const auto* b = s.in<phase::Backoff>()) {
+    return b->restart_at;
+  }
+  return std::nullopt;
+}
+
 std::optional<MonoTime> Supervision::due(const std::string& service, const Supervised& s) const {
-  const ManagedState& m = s.m;
-  const BackendTraits& t = traits(s.via);
   const ServiceConfig* cfg = config_.find_service(service);
   if (!cfg) return std::nullopt;  // gone from the config: nothing of it is timed
   std::optional<MonoTime> out;
   auto earliest = [&](std::optional<MonoTime> when) {
     if (when && (!out || *when < *out)) out = when;
   };
-  switch (m.state) {
-    case ManagedPhase::starting:  // timed from the ask, or from the child's start (its pid)
-      if (m.started_at && (t.timed_from_ask || m.pid))
-        earliest(*m.started_at + cfg->start_timeout + Duration(1));
-      break;
-    case ManagedPhase::stopping:
-      if (t.vramd_kills && m.pid && !m.kill_sent && m.stop_sent_at)
-        earliest(*m.stop_sent_at + cfg->stop_timeout);
-      break;
-    case ManagedPhase::backoff:
-      earliest(m.restart_at);
-      break;
-    default:
-      break;
-  }
-  // Health checks: scheduled once the start is confirmed (entering starting unschedules them).
-  if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) &&
-      !m.health_in_flight)
-    earliest(m.next_health);
+  earliest(phase_deadline(*cfg, s));
+  // Health checks: scheduled once the start is confirmed (a new Starting has none due).
+  if (const Checks* c = s.checks(); c && !c->in_flight) earliest(c->next);
   return out;
 }
 
@@ -208,12 +233,12 @@ std::optional<MonoTime> Supervision::next_deadline() const {
   return out;
 }
 
-void Supervision::finish_waiters(ManagedState& m, std::optional<Command> kind, bool ok,
+void Supervision::finish_waiters(Supervised& s, std::optional<Command> kind, bool ok,
                                  const std::string& message, std::vector<Action>& actions) {
-  for (auto it = m.waiting.begin(); it != m.waiting.end();) {
+  for (auto it = s.waiting.begin(); it != s.waiting.end();) {
     if (!kind || it->second == *kind) {
       actions.emplace_back(CommandFinished{it->first, ok, message});
-      it = m.waiting.erase(it);
+      it = s.waiting.erase(it);
     } else {
       ++it;
     }
@@ -244,109 +269,108 @@ void Supervision::command(const std::string& service, Command action, uint64_t r
     return;
   }
   Supervised& s = it->second;
-  ManagedState& m = s.m;
   if (action == Command::stop) {
     stop(service, s, request_id, world, now, actions, intents);
     return;
   }
   const bool process = s.via == Control::managed;
-  const bool up = m.state == ManagedPhase::running || m.state == ManagedPhase::starting;
+  const bool up = s.state() == ManagedPhase::running || s.state() == ManagedPhase::starting;
   auto ask = [&](Command a) {
     actions.emplace_back(
         Lifecycle{service, a, s.via, s.target, config_.find_service(service)->stop_timeout});
   };
   // A restart of what runs: a process is stopped and started again at its exit; an engine
   // restarts it on one ask.
-  if (action == Command::restart && (process ? m.pid.has_value() : up)) {
-    if (request_id) m.waiting.emplace_back(request_id, Command::start);
+  if (action == Command::restart && (process ? s.pid.has_value() : up)) {
+    if (request_id) s.waiting.emplace_back(request_id, Command::start);
     if (process) {
-      m.restart_after_stop = true;
-      if (m.state != ManagedPhase::stopping) stop_child(service, s, world, now, actions);
+      if (!s.in<phase::Stopping>()) stop_child(service, s, world, now, actions);
+      s.in<phase::Stopping>()->then_start = true;
       return;
     }
-    m.restarts.clear();  // by hand: clears a crash loop's verdict
-    m.backoff = Duration(0);
+    s.restarts.clear();  // by hand: clears a crash loop's verdict
+    s.backoff = Duration(0);
     ++s.expected_exits;
-    enter(m, ManagedPhase::stopping, now);
-    m.started_at = now.mono;  // the start timeout counts from the ask; set again when it is done
-    m.health_in_flight = false;
+    enter(s, phase::Stopping{}, now);
+    s.started_at = now.mono;  // the start timeout counts from the ask; set again when it is done
     ask(Command::restart);
     return;
   }
   if (up && (process || s.known)) {
     actions.emplace_back(CommandFinished{
-        request_id, true, fmt::format("{} is already {}", service, to_string(m.state))});
+        request_id, true, fmt::format("{} is already {}", service, to_string(s.state()))});
     return;
   }
-  if (m.state == ManagedPhase::queued && !force) {  // already waiting for room: wait with it
-    if (request_id) m.waiting.emplace_back(request_id, Command::start);
+  if (s.state() == ManagedPhase::queued && !force) {  // already waiting for room: wait with it
+    if (request_id) s.waiting.emplace_back(request_id, Command::start);
     return;
   }
   // A start by hand clears a crash loop's verdict.
-  m.restarts.clear();
-  m.backoff = Duration(0);
-  if (request_id) m.waiting.emplace_back(request_id, Command::start);
+  s.restarts.clear();
+  s.backoff = Duration(0);
+  if (request_id) s.waiting.emplace_back(request_id, Command::start);
   if (process) {
-    spawn(service, m, force, world, now, actions, intents);
+    spawn(service, s, force, world, now, actions, intents);
     return;
   }
-  enter(m, ManagedPhase::starting, now);  // checked once the engine says it started
-  m.started_at = now.mono;                // the start timeout counts from the ask
+  enter(s, phase::Starting{}, now);  // checked once the engine says it started
+  s.started_at = now.mono;           // the start timeout counts from the ask
   ask(action);
 }
 
 void Supervision::stop(const std::string& service, Supervised& s, uint64_t request_id,
                        const World& world, const Now& now, std::vector<Action>& actions,
                        Intents& intents) {
-  ManagedState& m = s.m;
   // A start (or restart) under way ends here: its waiters are told now, not left waiting.
-  finish_waiters(m, Command::start, false,
+  finish_waiters(s, Command::start, false,
                  fmt::format("the start of {} was cancelled by a stop", service), actions);
   if (s.via == Control::managed) {
-    m.restart_after_stop = false;  // a restart under way becomes this stop
-    m.crash_on_exit.clear();
-    if (!m.pid && m.state == ManagedPhase::starting) {
+    if (auto* stopping = s.in<phase::Stopping>()) {
+      stopping->then_start = false;  // a restart under way becomes this stop
+      stopping->crash.clear();
+    }
+    if (!s.pid && s.state() == ManagedPhase::starting) {
       // Spawned, its pid not told yet: SIGTERM goes as soon as it is (on_child_started).
-      if (request_id) m.waiting.emplace_back(request_id, Command::stop);
-      enter(m, ManagedPhase::stopping, now);
-      m.stop_requested_at = now.mono;
-      m.bytes_at_stop = world.services.at(service).bytes;
+      if (request_id) s.waiting.emplace_back(request_id, Command::stop);
+      enter(s, phase::Stopping{}, now);
+      s.stop_requested_at = now.mono;
+      s.bytes_at_stop = world.services.at(service).bytes;
       return;
     }
-    if (!m.pid) {  // no child (an engine is asked whatever vramd knows: it may run)
-      if (m.state == ManagedPhase::queued) {
-        end_start_lease(service, m, "start cancelled by a stop", intents);
+    if (!s.pid) {  // no child (an engine is asked whatever vramd knows: it may run)
+      if (s.state() == ManagedPhase::queued) {
+        end_start_lease(service, s, "start cancelled by a stop", intents);
         actions.emplace_back(make_event(
             now, "service.start_cancelled", std::nullopt, service,
             fmt::format("{} will not start: stop asked while it waited for GPU room", service)));
       }
-      enter(m, ManagedPhase::stopped, now);
+      enter(s, phase::Stopped{}, now);
       actions.emplace_back(
           CommandFinished{request_id, true, fmt::format("{} is not running", service)});
       return;
     }
   }
-  if (request_id) m.waiting.emplace_back(request_id, Command::stop);
-  if (m.state == ManagedPhase::stopping) return;  // one stop at a time: wait with it
+  if (request_id) s.waiting.emplace_back(request_id, Command::stop);
+  if (s.state() == ManagedPhase::stopping) return;  // one stop at a time: wait with it
   stop_child(service, s, world, now, actions);
 }
 
-void Supervision::spawn(const std::string& service, ManagedState& m, bool force, const World& world,
+void Supervision::spawn(const std::string& service, Supervised& s, bool force, const World& world,
                         const Now& now, std::vector<Action>& actions, Intents& intents) {
   const ServiceConfig* cfg = config_.find_service(service);
   if (force) {
-    if (m.start_lease)
+    if (s.start_lease)
       actions.emplace_back(make_event(
           now, "service.start_forced", std::nullopt, service,
           fmt::format("{} starts now (--force): no longer waits for GPU room", service)));
-    end_start_lease(service, m, "started with --force", intents);
+    end_start_lease(service, s, "started with --force", intents);
   } else if (std::optional<LoadNeed> need =
                  cfg ? load_need(world.services.at(service), *cfg, "") : std::nullopt) {
     // Start admission: the start waits for room like a lease (evicting idle services, stopping
     // its exclusive group's other members), and launches once the lease is granted. Its size is
     // learned (core/wake.h): its measured peak, else vram_estimate, else its last load.
-    enter(m, ManagedPhase::queued, now);
-    if (m.start_lease) return;
+    enter(s, phase::Queued{}, now);
+    if (s.start_lease) return;
     LeaseRequest r;
     r.vram = need->bytes;
     // Its GPU: the only one, else where it was last seen; else any.
@@ -359,11 +383,11 @@ void Supervision::spawn(const std::string& service, ManagedState& m, bool force,
     r.label = "start " + service;
     r.service = service;
     if (!cfg->start.empty()) r.command = cfg->start[0];
-    m.start_lease = 0;  // being queued: admission gives it its id (start_lease_queued)
+    s.start_lease = 0;  // being queued: admission gives it its id (start_lease_queued)
     intents.push_back(QueueStartLeaseIntent{service, std::move(r)});
     return;
   }
-  launch(service, m, world, now, actions, intents);
+  launch(service, s, world, now, actions, intents);
 }
 
 void Supervision::start_lease_queued(const std::string& service, uint64_t lease,
@@ -371,20 +395,19 @@ void Supervision::start_lease_queued(const std::string& service, uint64_t lease,
                                      std::vector<Action>& actions) {
   Supervised* s = process(service);
   if (!s) return;
-  s->m.start_lease = lease;
-  s->m.reason =
-      fmt::format("waiting for {} of GPU memory (lease #{})", format_size(r.vram), lease);
+  s->start_lease = lease;
+  s->reason = fmt::format("waiting for {} of GPU memory (lease #{})", format_size(r.vram), lease);
   actions.emplace_back(make_event(
       now, "service.queued", r.gpu, service,
       fmt::format("{} waits for {} on {} before it starts (lease #{})", service,
                   format_size(r.vram), r.gpu ? fmt::format("GPU {}", *r.gpu) : "any GPU", lease)));
 }
 
-void Supervision::end_start_lease(const std::string& service, ManagedState& m,
-                                  const std::string& why, Intents& intents) {
-  if (!m.start_lease) return;
-  uint64_t id = *m.start_lease;
-  m.start_lease.reset();
+void Supervision::end_start_lease(const std::string& service, Supervised& s, const std::string& why,
+                                  Intents& intents) {
+  if (!s.start_lease) return;
+  uint64_t id = *s.start_lease;
+  s.start_lease.reset();
   if (id) intents.push_back(EndLeaseIntent{id, fmt::format("{}: {}", service, why)});
 }
 
@@ -392,12 +415,11 @@ void Supervision::launch_granted(const std::string& service, uint64_t lease, con
                                  const Now& now, std::vector<Action>& actions, Intents& intents) {
   Supervised* s = process(service);
   if (!s) return;
-  ManagedState& m = s->m;
-  if (m.start_lease == lease && m.state == ManagedPhase::queued)
-    launch(service, m, world, now, actions, intents);
+  if (s->start_lease == lease && s->state() == ManagedPhase::queued)
+    launch(service, *s, world, now, actions, intents);
 }
 
-void Supervision::launch(const std::string& service, ManagedState& m, const World& world,
+void Supervision::launch(const std::string& service, Supervised& s, const World& world,
                          const Now& now, std::vector<Action>& actions, Intents& intents) {
   const ServiceConfig* cfg = config_.find_service(service);
   // Exclusive group: the other members give the GPU up first.
@@ -406,7 +428,7 @@ void Supervision::launch(const std::string& service, ManagedState& m, const Worl
       if (other.name == service || other.group != cfg->group) continue;
       const Supervised* o = process(other.name);
       const ServiceStatus& ost = world.services.at(other.name);
-      if (o && o->m.pid && o->m.state != ManagedPhase::stopping) {
+      if (o && o->pid && o->state() != ManagedPhase::stopping) {
         actions.emplace_back(make_event(
             now, "service.group_stop", std::nullopt, other.name,
             fmt::format("stopping {}: {} of group '{}' starts", other.name, service, cfg->group)));
@@ -417,8 +439,7 @@ void Supervision::launch(const std::string& service, ManagedState& m, const Worl
       }
     }
   }
-  enter(m, ManagedPhase::starting, now);
-  m.crash_on_exit.clear();
+  enter(s, phase::Starting{}, now);
   actions.emplace_back(SpawnService{service});
 }
 
@@ -429,10 +450,9 @@ void Supervision::start_for_lease(const StartForLeaseIntent& i, const World& wor
   const Supervised* s = process(i.service);
   bool down;
   if (s) {
-    const ManagedState& m = s->m;
-    if (m.start_lease) return;  // its own start is under way
-    down = m.state == ManagedPhase::stopped || m.state == ManagedPhase::failed ||
-           m.state == ManagedPhase::backoff;
+    if (s->start_lease) return;  // its own start is under way
+    down = s->state() == ManagedPhase::stopped || s->state() == ManagedPhase::failed ||
+           s->state() == ManagedPhase::backoff;
   } else {
     down = st->control != Control::none && st->state == ServiceState::unreachable;
   }
@@ -447,26 +467,24 @@ void Supervision::start_for_lease(const StartForLeaseIntent& i, const World& wor
 void Supervision::on_shutdown(const Now& now, std::vector<Action>& actions) const {
   for (const auto& [name, s] : supervised_) {
     const ServiceConfig* cfg = config_.find_service(name);
-    const ManagedState& m = s.m;
-    if (!traits(s.via).vramd_kills || !cfg || cfg->on_shutdown != OnShutdown::stop || !m.pid)
+    if (!traits(s.via).vramd_kills || !cfg || cfg->on_shutdown != OnShutdown::stop || !s.pid)
       continue;
     actions.emplace_back(make_event(now, "service.stopping", std::nullopt, name,
                                     fmt::format("stopping {} (pid {}) with vramd (on_shutdown = "
                                                 "\"stop\")",
-                                                name, *m.pid)));
-    actions.emplace_back(SignalService{name, *m.pid, SIGTERM});
+                                                name, *s.pid)));
+    actions.emplace_back(SignalService{name, *s.pid, SIGTERM});
   }
 }
 
 void Supervision::stop_child(const std::string& service, Supervised& s, const World& world,
                              const Now& now, std::vector<Action>& actions) {
-  ManagedState& m = s.m;
-  const bool up = m.state == ManagedPhase::running || m.state == ManagedPhase::starting;
-  enter(m, ManagedPhase::stopping, now);
-  m.stop_requested_at = now.mono;
-  m.bytes_at_stop = world.services.at(service).bytes;
+  const bool up = s.state() == ManagedPhase::running || s.state() == ManagedPhase::starting;
+  enter(s, phase::Stopping{}, now);
+  s.stop_requested_at = now.mono;
+  s.bytes_at_stop = world.services.at(service).bytes;
   if (traits(s.via).vramd_kills) {
-    send_term(service, m, now, actions);
+    send_term(service, s, now, actions);
     return;
   }
   // Its die will come as the engine's word: expected, unless it did not run (known stopped).
@@ -478,43 +496,47 @@ void Supervision::stop_child(const std::string& service, Supervised& s, const Wo
 
 void Supervision::on_child_started(const ChildStarted& e, const Now& now,
                                    std::vector<Action>& actions, Intents& intents) {
-  Supervised* s = process(e.service);
-  if (!s) return;
-  ManagedState& m = s->m;
+  Supervised* found = process(e.service);
+  if (!found) return;
+  Supervised& s = *found;
   // A stop came between the spawn and its pid (stop()): it is sent now.
-  const bool stop_asked = m.state == ManagedPhase::stopping && !m.pid && !e.adopted;
+  const bool stop_asked = s.state() == ManagedPhase::stopping && !s.pid && !e.adopted;
   if (!e.ok) {
-    enter(m, ManagedPhase::failed, now);
-    m.reason = e.error;
+    enter(s, phase::Failed{}, now);
+    s.reason = e.error;
     actions.emplace_back(make_event(now, "service.start_failed", std::nullopt, e.service,
                                     fmt::format("cannot start {}: {}", e.service, e.error)));
-    finish_waiters(m, Command::start, false, e.error, actions);
+    finish_waiters(s, Command::start, false, e.error, actions);
     if (stop_asked)
-      finish_waiters(m, Command::stop, true,
+      finish_waiters(s, Command::stop, true,
                      fmt::format("{} is not running (it could not start: {})", e.service, e.error),
                      actions);
-    end_start_lease(e.service, m, "could not start", intents);
+    end_start_lease(e.service, s, "could not start", intents);
     return;
   }
   if (stop_asked) {
-    m.pid = e.pid;
-    m.adopted = false;
-    m.started_at = now.mono;
+    s.pid = e.pid;
+    s.adopted = false;
+    s.started_at = now.mono;
     actions.emplace_back(make_event(
         now, "service.started", std::nullopt, e.service,
         fmt::format("started {} (pid {}), and stopping it: a stop was asked", e.service, e.pid)));
-    send_term(e.service, m, now, actions);
+    send_term(e.service, s, now, actions);
     return;
   }
-  if (e.adopted) end_start_lease(e.service, m, "adopted", intents);
-  enter(m, e.adopted ? ManagedPhase::running : ManagedPhase::starting, now);
-  m.pid = e.pid;
-  m.adopted = e.adopted;
-  m.started_at = now.mono;
-  m.healthy_since.reset();
-  m.health_in_flight = false;
-  m.next_health = now.mono + (e.adopted ? Duration(0) : traits(s->via).first_check);
-  if (e.adopted) m.healthy_since = now.mono;
+  if (e.adopted) end_start_lease(e.service, s, "adopted", intents);
+  // Adopted: it ran before this vramd, up and checked from now; else checked once it had
+  // first_check to bind its port.
+  Checks checks{now.mono + (e.adopted ? Duration(0) : traits(s.via).first_check)};
+  if (e.adopted)
+    enter(s, phase::Running{checks}, now);
+  else
+    enter(s, phase::Starting{checks}, now);
+  s.pid = e.pid;
+  s.adopted = e.adopted;
+  s.started_at = now.mono;
+  s.healthy_since.reset();
+  if (e.adopted) s.healthy_since = now.mono;
   actions.emplace_back(
       make_event(now, e.adopted ? "service.adopted" : "service.started", std::nullopt, e.service,
                  e.adopted ? fmt::format("{} (pid {}) still runs: adopted again", e.service, e.pid)
@@ -523,37 +545,36 @@ void Supervision::on_child_started(const ChildStarted& e, const Now& now,
 
 void Supervision::on_child_exited(const ChildExited& e, const World& world, const Now& now,
                                   std::vector<Action>& actions, Intents& intents) {
-  Supervised* s = process(e.service);
-  if (!s) return;
-  ManagedState& m = s->m;
-  if (!m.pid || *m.pid != e.pid) return;
+  Supervised* found = process(e.service);
+  if (!found) return;
+  Supervised& s = *found;
+  if (!s.pid || *s.pid != e.pid) return;
   const ServiceConfig* cfg = config_.find_service(e.service);
-  m.pid.reset();
-  end_start_lease(e.service, m, "exited before it was up", intents);
-  m.last_exit_code = e.exit_code;
-  m.last_signal = e.signal;
-  m.health_in_flight = false;
+  s.pid.reset();
+  end_start_lease(e.service, s, "exited before it was up", intents);
+  s.last_exit_code = e.exit_code;
+  s.last_signal = e.signal;
   std::string how = exit_text(e.exit_code, e.signal);
 
-  bool asked = m.state == ManagedPhase::stopping && m.crash_on_exit.empty();
-  if (asked) {
-    m.verify_until = now.mono + kStopVerifyTimeout;  // verify_stops() says when the memory is gone
-    if (m.restart_after_stop) {
-      m.restart_after_stop = false;
-      ++m.restart_count;
+  phase::Stopping* stopping = s.in<phase::Stopping>();
+  // Ended by vramd for failing (start timeout, health): a failure whatever its status.
+  std::string failing = stopping ? std::move(stopping->crash) : std::string();
+  if (stopping && failing.empty()) {                   // a stop or restart that was asked
+    s.verify_until = now.mono + kStopVerifyTimeout;  // verify_stops() says when the memory is gone
+    if (stopping->then_start) {
+      ++s.restart_count;
       actions.emplace_back(make_event(now, "service.restarting", std::nullopt, e.service,
                                       fmt::format("{} {}; starting it again", e.service, how)));
-      spawn(e.service, m, false, world, now, actions, intents);
+      spawn(e.service, s, false, world, now, actions, intents);
     } else {
-      enter(m, ManagedPhase::stopped, now);
+      enter(s, phase::Stopped{}, now);
     }
     return;
   }
 
   // It died on its own (or vramd ended it for failing): a crash.
-  bool ended_by_vramd = !m.crash_on_exit.empty();  // for failing: a failure whatever the status
-  std::string why = ended_by_vramd ? m.crash_on_exit : how;
-  m.crash_on_exit.clear();
+  bool ended_by_vramd = !failing.empty();
+  std::string why = ended_by_vramd ? failing : how;
   bool failure = ended_by_vramd || !e.exit_code || *e.exit_code != 0 || e.signal;
   RecordCrash crash{e.service,
                     e.pid,
@@ -568,13 +589,13 @@ void Supervision::on_child_exited(const ChildExited& e, const World& world, cons
 
   // A service gone from the config (it cannot be here without one) gets the defaults.
   static const ServiceConfig kDefaults;
-  switch (apply_restart_policy(m, e.service, cfg ? *cfg : kDefaults, failure, why, now, actions)) {
+  switch (apply_restart_policy(s, e.service, cfg ? *cfg : kDefaults, failure, why, now, actions)) {
     case AfterExit::ended:
-      finish_waiters(m, std::nullopt, false, fmt::format("{} {}", e.service, why), actions);
+      finish_waiters(s, std::nullopt, false, fmt::format("{} {}", e.service, why), actions);
       break;
     case AfterExit::failed:
-      finish_waiters(m, std::nullopt, false,
-                     fmt::format("{} failed: crashed {}", e.service, m.reason), actions);
+      finish_waiters(s, std::nullopt, false,
+                     fmt::format("{} failed: crashed {}", e.service, s.reason), actions);
       break;
     case AfterExit::backoff:
       break;
@@ -587,71 +608,58 @@ void Supervision::on_health_checked(const HealthChecked& e, const World& world, 
   const ServiceConfig* cfg = config_.find_service(e.service);
   if (it == supervised_.end() || !cfg) return;
   Supervised& s = it->second;
-  ManagedState& m = s.m;
-  m.health_in_flight = false;
-  m.last_health = e.message;
-  if (m.state == ManagedPhase::starting) {
-    m.next_health = now.mono + kStartingHealthInterval;
+  s.last_health = e.message;
+  Checks* checks = s.checks();
+  if (!checks) return;  // an answer that its run's end overtook
+  checks->in_flight = false;
+  if (s.state() == ManagedPhase::starting) {
+    checks->next = now.mono + kStartingHealthInterval;
     if (!e.ok) return;
-    enter(m, ManagedPhase::running, now);
-    m.healthy_since = now.mono;
-    m.health_failures = 0;
-    m.reason.clear();
-    m.next_health = now.mono + cfg->health_interval;
-    end_start_lease(e.service, m, "is up", intents);  // its memory is its own from now on
-    std::string took = m.started_at ? format_age(now.mono - *m.started_at) : "?";
+    enter(s, phase::Running{Checks{now.mono + cfg->health_interval}}, now);
+    s.healthy_since = now.mono;
+    s.health_failures = 0;
+    s.reason.clear();
+    end_start_lease(e.service, s, "is up", intents);  // its memory is its own from now on
+    std::string took = s.started_at ? format_age(now.mono - *s.started_at) : "?";
     actions.emplace_back(make_event(now, "service.healthy", std::nullopt, e.service,
                                     fmt::format("{} is up after {}", label(e.service, s), took)));
-    finish_waiters(m, Command::start, true, fmt::format("{} is up after {}", e.service, took),
+    finish_waiters(s, Command::start, true, fmt::format("{} is up after {}", e.service, took),
                    actions);
     return;
   }
-  if (m.state != ManagedPhase::running) return;
-  if (count_health_check(m, e, *cfg, now, actions))
-    unhealthy(e.service, s,
-              fmt::format("failed {} health checks in a row (last: {})", m.health_failures,
-                          e.message),
-              world, now, actions);
+  if (s.state() != ManagedPhase::running) return;
+  if (count_health_check(s, e, *cfg, now, actions))
+    unhealthy(
+        e.service, s,
+        fmt::format("failed {} health checks in a row (last: {})", s.health_failures, e.message),
+        world, now, actions);
 }
 
 void Supervision::on_tick(const World& world, const Now& now, std::vector<Action>& actions,
                           Intents& intents) {
   for (auto& [name, s] : supervised_) {
-    ManagedState& m = s.m;
     const ServiceConfig* cfg = config_.find_service(name);
-    std::optional<MonoTime> when = due(name, s);
-    if (!cfg || !when || now.mono < *when) continue;
-    const BackendTraits& t = traits(s.via);
-    switch (m.state) {
-      case ManagedPhase::starting:
-        if (m.started_at && (t.timed_from_ask || m.pid) &&
-            now.mono - *m.started_at > cfg->start_timeout)
-          start_timed_out(name, s, world, now, actions);
-        break;
-      case ManagedPhase::stopping:
-        if (t.vramd_kills && m.pid && !m.kill_sent && m.stop_sent_at &&
-            now.mono - *m.stop_sent_at >= cfg->stop_timeout) {
-          m.kill_sent = true;
-          actions.emplace_back(make_event(now, "service.kill", std::nullopt, name,
-                                          fmt::format("{} did not stop within {}: SIGKILL", name,
-                                                      format_duration(cfg->stop_timeout))));
-          actions.emplace_back(SignalService{name, *m.pid, SIGKILL});
-        }
-        break;
-      case ManagedPhase::backoff:
-        if (m.restart_at && now.mono >= *m.restart_at)
-          restart_after_backoff(name, s, world, now, actions, intents);
-        break;
-      default:
-        break;
+    if (!cfg) continue;  // gone from the config: nothing of it is timed
+    if (std::optional<MonoTime> at = phase_deadline(*cfg, s); at && now.mono >= *at) {
+      if (s.in<phase::Starting>()) {
+        start_timed_out(name, s, world, now, actions);
+      } else if (auto* stopping = s.in<phase::Stopping>()) {
+        stopping->kill_sent = true;
+        actions.emplace_back(make_event(now, "service.kill", std::nullopt, name,
+                                        fmt::format("{} did not stop within {}: SIGKILL", name,
+                                                    format_duration(cfg->stop_timeout))));
+        actions.emplace_back(SignalService{name, *s.pid, SIGKILL});
+      } else if (s.in<phase::Backoff>()) {
+        restart_after_backoff(name, s, world, now, actions, intents);
+      }
     }
     // Suspended (cuda-checkpoint): its server may block on the GPU until restored; its health
     // is checked again once it is.
     const ServiceStatus* st = world.services.find(name);
     bool suspended = st && st->asleep && st->asleep->depth == SleepDepth::suspend;
-    if ((m.state == ManagedPhase::starting || m.state == ManagedPhase::running) &&
-        !m.health_in_flight && m.next_health && now.mono >= *m.next_health && !suspended) {
-      m.health_in_flight = true;
+    Checks* checks = s.checks();
+    if (checks && !checks->in_flight && checks->next && now.mono >= *checks->next && !suspended) {
+      checks->in_flight = true;
       actions.emplace_back(CheckHealth{name});
     }
   }
@@ -659,40 +667,39 @@ void Supervision::on_tick(const World& world, const Now& now, std::vector<Action
 
 void Supervision::start_timed_out(const std::string& service, Supervised& s, const World& world,
                                   const Now& now, std::vector<Action>& actions) {
-  ManagedState& m = s.m;
   const ServiceConfig& cfg = *config_.find_service(service);
   std::string why = fmt::format(
       "did not answer its health check within start_timeout {} (last: {})",
-      format_duration(cfg.start_timeout), m.last_health.empty() ? "no answer" : m.last_health);
+      format_duration(cfg.start_timeout), s.last_health.empty() ? "no answer" : s.last_health);
   actions.emplace_back(make_event(now, "service.start_timeout", std::nullopt, service,
                                   fmt::format("{} {}", service, why)));
   switch (traits(s.via).on_start_timeout) {
     case BackendTraits::OnStartTimeout::end_as_crash:
       stop_child(service, s, world, now, actions);
-      m.crash_on_exit = why;  // its exit counts as a failure: the restart policy applies
+      s.in<phase::Stopping>()->crash = why;  // its exit is a failure: the restart policy applies
       break;
     case BackendTraits::OnStartTimeout::answer_and_keep_checking:
-      finish_waiters(m, Command::start, false, fmt::format("{} {}", service, why), actions);
+      finish_waiters(s, Command::start, false, fmt::format("{} {}", service, why), actions);
       // Counted from here as a running service that fails its checks: health_failures restart
       // it (checked from now if the engine never confirmed the start).
-      enter(m, ManagedPhase::running, now);
-      if (!m.next_health) m.next_health = now.mono;
-      m.reason = why;
+      phase::Running running{std::get<phase::Starting>(s.phase).checks};
+      if (!running.checks.next) running.checks.next = now.mono;
+      enter(s, std::move(running), now);
+      s.reason = why;
       break;
   }
 }
 
 void Supervision::unhealthy(const std::string& service, Supervised& s, const std::string& why,
                             const World& world, const Now& now, std::vector<Action>& actions) {
-  ManagedState& m = s.m;
   const ServiceConfig& cfg = *config_.find_service(service);
   switch (traits(s.via).on_unhealthy) {
     case BackendTraits::OnUnhealthy::stop_then_policy:
-      if (!m.pid) return;
+      if (!s.pid) return;
       actions.emplace_back(make_event(now, "service.restart", std::nullopt, service,
                                       fmt::format("restarting {}: {}", service, why)));
       stop_child(service, s, world, now, actions);
-      m.crash_on_exit = why;  // its exit counts as a failure: the restart policy and backoff apply
+      s.in<phase::Stopping>()->crash = why;  // its exit is a failure: policy and backoff apply
       return;
     case BackendTraits::OnUnhealthy::crash_and_restart_now:
       break;
@@ -702,64 +709,63 @@ void Supervision::unhealthy(const std::string& service, Supervised& s, const std
   actions.emplace_back(RecordCrash{service, 0, std::nullopt, std::nullopt, now.wall, why,
                                    world.ledger.holders(kHeld), unit ? "" : s.target,
                                    unit ? s.target : "", false});
-  if (restart_over_limit(m, cfg, now)) {
-    enter(m, ManagedPhase::failed, now);
-    m.reason = fmt::format("{} times in {}; last: {}", m.restarts.size(),
+  if (restart_over_limit(s, cfg, now)) {
+    enter(s, phase::Failed{}, now);
+    s.reason = fmt::format("{} times in {}; last: {}", s.restarts.size(),
                            format_duration(cfg.restart_window), why);
     actions.emplace_back(make_event(
         now, "service.failed", std::nullopt, service,
-        fmt::format("{} failed: {}; stopping it; start it by hand once fixed", service, m.reason)));
+        fmt::format("{} failed: {}; stopping it; start it by hand once fixed", service, s.reason)));
     // Not left running while shown failed: it answers no check and holds its memory (a process
     // is stopped by its SIGTERM the same way). Its exit is the stop's, and it stays failed.
     s.stop_counted = true;
     ++s.expected_exits;
-    m.stop_requested_at = now.mono;
-    m.bytes_at_stop = world.services.at(service).bytes;
+    s.stop_requested_at = now.mono;
+    s.bytes_at_stop = world.services.at(service).bytes;
     actions.emplace_back(Lifecycle{service, Command::stop, s.via, s.target, cfg.stop_timeout});
     return;
   }
   actions.emplace_back(make_event(now, "service.restart", std::nullopt, service,
                                   fmt::format("restarting {}: {}", service, why)));
   ++s.expected_exits;
-  enter(m, ManagedPhase::stopping, now);
-  m.reason = why;
+  enter(s, phase::Stopping{}, now);
+  s.reason = why;
   actions.emplace_back(Lifecycle{service, Command::restart, s.via, s.target, cfg.stop_timeout});
 }
 
 void Supervision::restart_after_backoff(const std::string& service, Supervised& s,
                                         const World& world, const Now& now,
                                         std::vector<Action>& actions, Intents& intents) {
-  ManagedState& m = s.m;
-  ++m.restart_count;
+  ++s.restart_count;
   if (s.via == Control::managed) {
-    spawn(service, m, false, world, now, actions, intents);  // "service.started" at its pid
+    spawn(service, s, false, world, now, actions, intents);  // "service.started" at its pid
     return;
   }
-  enter(m, ManagedPhase::starting, now);  // checked once the engine says it started
-  m.started_at = now.mono;
+  enter(s, phase::Starting{}, now);  // checked once the engine says it started
+  s.started_at = now.mono;
   actions.emplace_back(make_event(now, "service.restarting", std::nullopt, service,
                                   fmt::format("starting {} again", label(service, s))));
-  actions.emplace_back(
-      Lifecycle{service, Command::start, s.via, s.target, config_.find_service(service)->stop_timeout});
+  actions.emplace_back(Lifecycle{service, Command::start, s.via, s.target,
+                                 config_.find_service(service)->stop_timeout});
 }
 
 void Supervision::verify_stops(const World& world, const Now& now, std::vector<Action>& actions) {
-  for (auto& [name, s] : supervised_) verify_stop(name, s.m, world, now, actions);
+  for (auto& [name, s] : supervised_) verify_stop(name, s, world, now, actions);
 }
 
-void Supervision::verify_stop(const std::string& name, ManagedState& m, const World& world,
+void Supervision::verify_stop(const std::string& name, Supervised& s, const World& world,
                               const Now& now, std::vector<Action>& actions) {
   {
     Bytes bytes = world.services.at(name).bytes;
-    if (!m.verify_until) return;
+    if (!s.verify_until) return;
     bool gone = bytes < kHeld;
-    if (!gone && now.mono < *m.verify_until) return;
-    m.verify_until.reset();
+    if (!gone && now.mono < *s.verify_until) return;
+    s.verify_until.reset();
     std::string message;
     if (gone) {
-      message = fmt::format("stopped {}: {} → {} in {:.1f} s", name, format_size(m.bytes_at_stop),
+      message = fmt::format("stopped {}: {} → {} in {:.1f} s", name, format_size(s.bytes_at_stop),
                             format_size(bytes),
-                            static_cast<double>((now.mono - m.stop_requested_at).count()) / 1000.0);
+                            static_cast<double>((now.mono - s.stop_requested_at).count()) / 1000.0);
     } else {
       std::string where;
       for (const auto& g : world.ledger.status().gpus)
@@ -774,7 +780,7 @@ void Supervision::verify_stop(const std::string& name, ManagedState& m, const Wo
     }
     actions.emplace_back(make_event(now, gone ? "service.stopped" : "service.stop_incomplete",
                                     std::nullopt, name, message));
-    finish_waiters(m, Command::stop, gone, message, actions);
+    finish_waiters(s, Command::stop, gone, message, actions);
   }
 }
 

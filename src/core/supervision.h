@@ -19,6 +19,7 @@
 #include "core/events.h"
 #include "core/intents.h"
 #include "core/service_status.h"
+#include "core/supervised.h"
 
 namespace vramd {
 
@@ -62,8 +63,9 @@ class Supervision {
   // group; vramd does not wait for them); the others are left running, to be adopted again.
   void on_shutdown(const Now& now, std::vector<Action>& actions) const;
 
-  // nullptr unless vramd runs this service, or it is a container whose state the engine told.
-  const ManagedState* find(const std::string& service) const;
+  // What it is now (Supervised::view): nullopt unless vramd runs this service, or it is a
+  // container or unit whose state the engine told.
+  std::optional<ManagedState> find(const std::string& service) const;
   // (service, root pid) of every child: the ledger names their processes' memory.
   std::vector<std::pair<std::string, int>> children() const;
   // (service, MainPID) of every unit systemd says runs.
@@ -72,32 +74,17 @@ class Supervision {
   std::optional<MonoTime> next_deadline() const;
 
  private:
-  // A service vramd supervises: a process it runs (`start`), or a container or a unit that an
-  // engine (Docker, Podman, systemd) runs for it. One kind of entry, one state machine: what
-  // differs by backend is data (supervision_detail::traits) or a branch on `via` at the few
-  // places where the backends act differently (the ask, the exit's meaning).
-  struct Supervised {
-    Control via = Control::managed;  // managed | container | unit
-    std::string target;              // match.container or match.unit; "" for a process
-    ManagedState m;                  // its phase; pid: a process's child, or a unit's MainPID
-    // The engine's side (untouched for a process).
-    bool known = false;      // the engine has told its state at least once
-    int expected_exits = 0;  // stops and restarts vramd asked for whose die has not come yet
-    // The stop under way was counted in expected_exits (it was up, or not known yet). A unit's
-    // die comes from a state read, maybe after systemctl's answer: a stop that was not counted
-    // must not take the count of one that was.
-    bool stop_counted = false;
-  };
+  using Supervised = supervision_detail::Supervised;  // core/supervised.h
   // The entry of `service` when vramd runs its process (engine_run: when an engine runs it), else
   // null.
   Supervised* process(const std::string& service);
   Supervised* engine_run(const std::string& service);
 
-  void spawn(const std::string& service, ManagedState& m, bool force, const World& world,
+  void spawn(const std::string& service, Supervised& s, bool force, const World& world,
              const Now& now, std::vector<Action>& actions, Intents& intents);
-  void launch(const std::string& service, ManagedState& m, const World& world, const Now& now,
+  void launch(const std::string& service, Supervised& s, const World& world, const Now& now,
               std::vector<Action>& actions, Intents& intents);
-  void end_start_lease(const std::string& service, ManagedState& m, const std::string& why,
+  void end_start_lease(const std::string& service, Supervised& s, const std::string& why,
                        Intents& intents);
   // A stop asked by a client or another part: waits with one under way.
   void stop(const std::string& service, Supervised& s, uint64_t request_id, const World& world,
@@ -106,9 +93,9 @@ class Supervision {
   // asked of the engine (with stop_timeout).
   void stop_child(const std::string& service, Supervised& s, const World& world, const Now& now,
                   std::vector<Action>& actions);
-  void finish_waiters(ManagedState& m, std::optional<Command> kind, bool ok,
+  void finish_waiters(Supervised& s, std::optional<Command> kind, bool ok,
                       const std::string& message, std::vector<Action>& actions);
-  void verify_stop(const std::string& service, ManagedState& m, const World& world, const Now& now,
+  void verify_stop(const std::string& service, Supervised& s, const World& world, const Now& now,
                    std::vector<Action>& actions);
 
   // The phase's deadline or the next health check, whichever comes first (nullopt: none).

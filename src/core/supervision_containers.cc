@@ -22,8 +22,7 @@ using namespace supervision_detail;
 namespace {
 
 // Whether Docker starts this container again by itself after this exit.
-bool docker_restarts(const ContainerChanged& e, std::optional<EngineRestart> policy,
-                     bool failure) {
+bool docker_restarts(const ContainerChanged& e, std::optional<EngineRestart> policy, bool failure) {
   if (policy == EngineRestart::always || policy == EngineRestart::unless_stopped) return true;
   return policy == EngineRestart::on_failure && failure &&
          (e.restart_max == 0 || e.restart_count < e.restart_max);
@@ -74,42 +73,38 @@ void Supervision::on_lifecycle_done(const LifecycleDone& e, const Now& now,
   Supervised* found = engine_run(e.service);
   if (!found) return;
   Supervised& c = *found;
-  ManagedState& m = c.m;
   Command waits_for = e.action == Command::stop ? Command::stop : Command::start;
   if (!e.ok) {
     if (e.action != Command::start && c.expected_exits > 0) --c.expected_exits;
-    enter(m, ManagedPhase::failed, now);
-    m.reason = e.message;
-    finish_waiters(m, waits_for, false, e.message, actions);
+    enter(c, phase::Failed{}, now);
+    c.reason = e.message;
+    finish_waiters(c, waits_for, false, e.message, actions);
     return;
   }
   if (e.action == Command::stop) {
     // A failed service stopped by vramd (over max_restarts) stays failed, as a stopped one.
-    const ManagedPhase after =
-        m.state == ManagedPhase::failed ? ManagedPhase::failed : ManagedPhase::stopped;
+    const Phase after = c.in<phase::Failed>() ? Phase{phase::Failed{}} : Phase{phase::Stopped{}};
     if (!e.changed) {
       if (c.stop_counted && c.expected_exits > 0) --c.expected_exits;  // no die will come
-      enter(m, after, now);
+      enter(c, after, now);
       c.known = true;
-      finish_waiters(m, Command::stop, true, fmt::format("{} was not running", e.service),
-                     actions);
+      finish_waiters(c, Command::stop, true, fmt::format("{} was not running", e.service), actions);
       return;
     }
-    enter(m, after, now);
+    enter(c, after, now);
     c.known = true;
-    m.verify_until = now.mono + kStopVerifyTimeout;  // verify_stops() answers the waiters
+    c.verify_until = now.mono + kStopVerifyTimeout;  // verify_stops() answers the waiters
     return;
   }
   // Started (or restarted): up once its health check answers. An answer that a later command
   // overtook (a stop while it started) changes nothing.
   c.known = true;
-  bool current = m.state == ManagedPhase::starting ||
-                 (e.action == Command::restart && m.state == ManagedPhase::stopping);
+  bool current = c.state() == ManagedPhase::starting ||
+                 (e.action == Command::restart && c.state() == ManagedPhase::stopping);
   if (!current) return;
-  if (e.action == Command::restart) ++m.restart_count;
-  enter(m, ManagedPhase::starting, now);
-  m.started_at = now.mono;
-  m.next_health = now.mono + traits(c.via).first_check;  // confirmed: checked from now
+  if (e.action == Command::restart) ++c.restart_count;
+  enter(c, phase::Starting{Checks{now.mono + traits(c.via).first_check}}, now);  // confirmed
+  c.started_at = now.mono;
 }
 
 void Supervision::on_container_changed(const ContainerChanged& e, const World& world,
@@ -117,54 +112,52 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
   Supervised* found = engine_run(e.service);
   if (!found) return;
   Supervised& c = *found;
-  ManagedState& m = c.m;
   const ServiceConfig* cfg = config_.find_service(e.service);
-  if (e.restart_policy) m.docker_restart_policy = e.restart_policy;
+  if (e.restart_policy) c.docker_restart_policy = e.restart_policy;
   bool first = !c.known;
   c.known = true;
   const bool unit = c.via == Control::unit;
   if (unit && e.main_pid > 0) {
-    m.pid = e.main_pid;  // its memory is the unit's (OwnerHints::unit_pids)
-  } else if (unit && !e.running && m.state != ManagedPhase::stopping && !m.verify_until) {
-    m.pid.reset();  // kept while a stop is verified: its memory must go
+    c.pid = e.main_pid;  // its memory is the unit's (OwnerHints::unit_pids)
+  } else if (unit && !e.running && c.state() != ManagedPhase::stopping && !c.verify_until) {
+    c.pid.reset();  // kept while a stop is verified: its memory must go
   }
 
   if (!e.died) {
     if (e.running) {
       if (first) {
-        enter(m, ManagedPhase::running, now);  // it ran before vramd looked: up, checked from now
-        m.started_at = now.mono;
-        m.healthy_since = now.mono;
-        m.next_health = now.mono;
-      } else if (m.state == ManagedPhase::stopped || m.state == ManagedPhase::failed ||
-                 m.state == ManagedPhase::backoff) {
+        // It ran before vramd looked: up, checked from now.
+        enter(c, phase::Running{Checks{now.mono}}, now);
+        c.started_at = now.mono;
+        c.healthy_since = now.mono;
+      } else if (c.state() == ManagedPhase::stopped || c.state() == ManagedPhase::failed ||
+                 c.state() == ManagedPhase::backoff) {
         // Started by someone else: Docker's restart policy, `docker start`, compose.
-        enter(m, ManagedPhase::starting, now);
-        m.started_at = now.mono;
-        m.next_health = now.mono;  // it runs: checked from now
+        enter(c, phase::Starting{Checks{now.mono}}, now);  // it runs: checked from now
+        c.started_at = now.mono;
         actions.emplace_back(make_event(now, "service.started", std::nullopt, e.service,
                                         fmt::format("{} runs again", label(e.service, c))));
       }
-    } else if (m.state != ManagedPhase::stopping && m.state != ManagedPhase::backoff &&
-               m.state != ManagedPhase::failed) {
-      enter(m, ManagedPhase::stopped, now);
+    } else if (c.state() != ManagedPhase::stopping && c.state() != ManagedPhase::backoff &&
+               c.state() != ManagedPhase::failed) {
+      enter(c, phase::Stopped{}, now);
       if (first) c.expected_exits = 0;
     }
     return;
   }
 
-  m.last_exit_code = e.exit_code;
-  m.last_signal = e.signal;
-  forget_backoff_after_a_healthy_run(m, now);  // before its run's healthy_since goes
-  if (c.expected_exits > 0) {  // a stop or restart vramd asked for
+  c.last_exit_code = e.exit_code;
+  c.last_signal = e.signal;
+  forget_backoff_after_a_healthy_run(c, now);  // before its run's healthy_since goes
+  if (c.expected_exits > 0) {                  // a stop or restart vramd asked for
     --c.expected_exits;
     return;
   }
   const UnitResult result = unit ? unit_result(e) : UnitResult::unknown;
   bool failure = unit ? result != UnitResult::success : e.oom || !e.exit_code || *e.exit_code != 0;
-  std::string how = e.oom ? fmt::format("was killed for memory (OOM), status {}",
-                                        e.exit_code.value_or(-1))
-                          : exit_text(e.exit_code, e.signal);
+  std::string how =
+      e.oom ? fmt::format("was killed for memory (OOM), status {}", e.exit_code.value_or(-1))
+            : exit_text(e.exit_code, e.signal);
   if (unit && result == UnitResult::unknown)
     how = "ended, and systemd started it again before vramd read how (NRestarts grew)";
   else if (unit && result != UnitResult::success && result != UnitResult::exit_code &&
@@ -177,18 +170,18 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
                                      unit ? c.target : "", e.oom});
   actions.emplace_back(make_event(now, failure ? "service.crashed" : "service.exited", std::nullopt,
                                   e.service, fmt::format("{} {}", label(e.service, c), how)));
-  finish_waiters(m, std::nullopt, false, fmt::format("{} {}", e.service, how), actions);
-  m.health_in_flight = false;
-  m.healthy_since.reset();
+  finish_waiters(c, std::nullopt, false, fmt::format("{} {}", e.service, how), actions);
+  if (Checks* checks = c.checks()) checks->in_flight = false;
+  c.healthy_since.reset();
 
-  if (unit ? systemd_restarts(result, m.docker_restart_policy)
-           : docker_restarts(e, m.docker_restart_policy, failure)) {
+  if (unit ? systemd_restarts(result, c.docker_restart_policy)
+           : docker_restarts(e, c.docker_restart_policy, failure)) {
     // Docker (systemd) brings it back itself: vramd does not fight its policy (a second start
     // would race its own); its start is seen as a state read.
-    enter(m, ManagedPhase::stopped, now);
+    enter(c, phase::Stopped{}, now);
     const char* by = unit ? "systemd" : "Docker";
-    std::string_view policy = to_string(*m.docker_restart_policy);  // restarts: it is known
-    m.reason = fmt::format("{}; {} restarts it ({} {})", how, by,
+    std::string_view policy = to_string(*c.docker_restart_policy);  // restarts: it is known
+    c.reason = fmt::format("{}; {} restarts it ({} {})", how, by,
                            unit ? "Restart=" : "restart policy", policy);
     actions.emplace_back(make_event(
         now, unit ? "service.systemd_restarts" : "service.docker_restarts", std::nullopt, e.service,
@@ -196,7 +189,7 @@ void Supervision::on_container_changed(const ContainerChanged& e, const World& w
                     unit ? "Restart=" : "restart: ", policy)));
     return;
   }
-  apply_restart_policy(m, e.service, *cfg, failure, how, now, actions);
+  apply_restart_policy(c, e.service, *cfg, failure, how, now, actions);
 }
 
 }  // namespace vramd

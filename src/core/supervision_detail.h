@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/events.h"
 #include "core/service_status.h"
+#include "core/supervised.h"
 #include "core/units.h"
 
 namespace vramd::supervision_detail {
@@ -59,25 +60,29 @@ const BackendTraits& traits(Control via);
 // by backend stays with the caller, after this call:
 // - a run that leaves `running` after more than kHealthyResetsBackoff healthy ends a crash loop:
 //   its next crash backs off from kFirstBackoff again;
-// - a restart is due only in backoff: `restart_at` goes with every other phase;
-// - `starting` is a new run: its checks start afresh (no healthy_since, no failures, none in
-//   flight) and none is due until the start is confirmed (the pid, or the engine's word): the
-//   caller sets `next_health` then.
-void enter(ManagedState& m, ManagedPhase next, const Now& now);
+// - `starting` is a new run: no healthy_since, no failures in a row.
+// What only one phase has (a backoff's restart time, a stop's SIGTERM, a run's health checks)
+// is `next`'s alternative, and goes with it: a start's checks are due once the start is
+// confirmed (the pid, or the engine's word), when the caller sets them.
+void enter(Supervised& s, Phase next, const Now& now);
+
+// The one deadline of s's phase (nullopt: none): a start's start_timeout, a process's SIGKILL
+// stop_timeout after its SIGTERM, a backoff's restart. Health checks are timed apart (Checks).
+std::optional<MonoTime> phase_deadline(const ServiceConfig& cfg, const Supervised& s);
 
 // A run healthy for more than kHealthyResetsBackoff ends a crash loop: its crash backs off from
 // kFirstBackoff again. At an exit (before its run's healthy_since goes) and when leaving running.
-void forget_backoff_after_a_healthy_run(ManagedState& m, const Now& now);
+void forget_backoff_after_a_healthy_run(Supervised& s, const Now& now);
 
 // A health check's answer while running (a process or a container alike): the next check is
 // scheduled and failures in a row counted, with an event at the first failure and at recovery.
 // True when `health_failures` in a row are reached: the caller restarts it its own way.
-bool count_health_check(ManagedState& m, const HealthChecked& e, const ServiceConfig& cfg,
+bool count_health_check(Supervised& s, const HealthChecked& e, const ServiceConfig& cfg,
                         const Now& now, std::vector<Action>& actions);
 
 // Counts a restart now in its restart_window; true when that makes more than max_restarts
 // (the caller marks it failed).
-bool restart_over_limit(ManagedState& m, const ServiceConfig& cfg, const Now& now);
+bool restart_over_limit(Supervised& s, const ServiceConfig& cfg, const Now& now);
 
 // What the restart policy made of an exit (restart, max_restarts in restart_window, backoff).
 enum class AfterExit { ended, failed, backoff };
@@ -85,9 +90,9 @@ enum class AfterExit { ended, failed, backoff };
 // container alike: stopped or failed when the policy does not restart it; failed, with
 // `service.failed`, when this restart would be one too many; else a backoff doubling from
 // kFirstBackoff to kMaxBackoff, with `service.backoff`. The caller then answers its waiters.
-AfterExit apply_restart_policy(ManagedState& m, const std::string& service,
-                               const ServiceConfig& cfg, bool failure, const std::string& how,
-                               const Now& now, std::vector<Action>& actions);
+AfterExit apply_restart_policy(Supervised& s, const std::string& service, const ServiceConfig& cfg,
+                               bool failure, const std::string& how, const Now& now,
+                               std::vector<Action>& actions);
 
 // "exited with status 1", "killed by SIGKILL".
 std::string exit_text(std::optional<int> code, std::optional<int> sig);

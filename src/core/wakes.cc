@@ -38,7 +38,7 @@ MonoTime end_of_hour(const Now& now) {
 // The service as the plan reads it: service policy's status with supervision's part joined.
 ServiceStatus status_of(const World& w, const std::string& service) {
   ServiceStatus st = w.services.at(service);
-  if (const ManagedState* m = w.supervision.find(service)) st.managed = *m;
+  if (std::optional<ManagedState> m = w.supervision.find(service)) st.managed = *m;
   return st;
 }
 
@@ -431,7 +431,7 @@ void Wakes::advance(const World& world, const Now& now, std::vector<Action>& act
     } else if (run.phase == Phase::waiting_unload) {
       if (!world.services.unloading(run.service)) done = !plan(run, world, now, actions, intents);
     } else if (run.phase == Phase::starting) {
-      const ManagedState* m = world.supervision.find(run.service);
+      std::optional<ManagedState> m = world.supervision.find(run.service);
       ManagedPhase ph = m ? m->state : ManagedPhase::stopped;
       if (ph == ManagedPhase::running) {
         if (run.depth)
