@@ -37,28 +37,6 @@ TEST(ContainerSupervision, UnknownUntilTheEngineSaysThenRunning) {
   EXPECT_EQ(w.m()->docker_restart_policy, EngineRestart::unless_stopped);
 }
 
-TEST(ContainerSupervision, AStopIsAnsweredOnceTheEngineStoppedItAndItsMemoryWent) {
-  World w(comfy());
-  w.state(true);
-  w.feed(ServiceCommand{"comfy", Command::stop, 1, false});
-  ASSERT_EQ(w.asked.size(), 1u);
-  EXPECT_EQ(w.asked[0].action, Command::stop);
-  EXPECT_EQ(w.asked[0].target, "comfyui");
-  EXPECT_EQ(w.asked[0].stop_timeout, Duration(7s));
-  EXPECT_EQ(w.m()->state, ManagedPhase::stopping);
-  w.sample();
-  EXPECT_TRUE(w.finished.empty());  // the engine has not answered
-  w.die(137);                       // the exit it asked for: no crash
-  EXPECT_TRUE(w.crashes.empty());
-  w.feed(LifecycleDone{"comfy", Command::stop, true, "done"});
-  EXPECT_TRUE(w.finished.empty());  // not before a sample shows its memory gone
-  w.sample();
-  ASSERT_EQ(w.finished.size(), 1u);
-  EXPECT_TRUE(w.finished[0].ok);
-  EXPECT_EQ(w.m()->state, ManagedPhase::stopped);
-  EXPECT_TRUE(w.has("service.stopped"));
-}
-
 TEST(ContainerSupervision, AStopOfAStoppedContainerAnswersAtOnceAndALaterDieIsACrash) {
   World w(comfy());
   w.state(false);
@@ -135,8 +113,8 @@ TEST(ContainerSupervision, FailedHealthChecksOverTheLimitStopItAndItStaysFailed)
   EXPECT_EQ(w.asked.size(), asked + 1) << "failed: nothing is asked again";
 }
 
-// Characterisation (docs/plans/supervision-one-machine.md, step 0): what a container does today
-// where a process differs, pinned before the two state machines become one.
+// Where a container differs from a process by design (supervision_detail::traits), pinned before
+// the two state machines became one.
 
 // A container start that times out answers its waiters false and is then counted as a running
 // service that fails its checks (a process is killed as a crash instead).

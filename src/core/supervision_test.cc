@@ -105,6 +105,44 @@ TEST_P(EverySupervised, ACrashBacksOffDoublingAndACrashLoopEndsFailedUntilAStart
   EXPECT_EQ(d.starts_asked(), asked + 1);
 }
 
+// A stop is asked its backend's way (SIGTERM to a process; the engine's stop with stop_timeout),
+// and answered once it ended and a sample shows its memory gone: its own exit is no crash.
+TEST_P(EverySupervised, AStopIsAnsweredOnceItEndedAndItsMemoryWent) {
+  Driven d(GetParam());
+  d.bring_up();
+  d.holds(10 * GiB);
+  d.ask(Command::stop, 9);
+  EXPECT_EQ(d.m().state, ManagedPhase::stopping);
+  if (GetParam() == Control::managed) {
+    EXPECT_EQ(d.w.signals, (std::vector<std::pair<std::string, int>>{{"comfy", SIGTERM}}));
+  } else {
+    ASSERT_EQ(d.w.asked.size(), 2u);  // the start, then the stop
+    EXPECT_EQ(d.w.asked[1].action, Command::stop);
+    EXPECT_EQ(d.w.asked[1].target,
+              GetParam() == Control::container ? "comfyui" : "comfyui.service");
+    EXPECT_EQ(d.w.asked[1].stop_timeout, 7s);
+  }
+  d.holds(10 * GiB);
+  EXPECT_EQ(d.w.finished.size(), 1u);  // the start's answer only: the stop is not done
+  d.stop_confirmed();
+  EXPECT_EQ(d.w.finished.size(), 1u);  // answered at a sample, not at the exit
+  EXPECT_TRUE(d.w.crashes.empty());    // the exit it asked for
+  EXPECT_FALSE(d.w.has("service.crashed"));
+  EXPECT_EQ(d.m().state, ManagedPhase::stopped);
+  if (GetParam() == Control::unit) {
+    // Ended, and its MainPID (its own while the stop is verified) still holds the memory: no
+    // answer yet. (An exited child's pid is no longer a process's.)
+    d.holds(10 * GiB);
+    EXPECT_EQ(d.w.finished.size(), 1u);
+  }
+  d.holds(0);
+  ASSERT_EQ(d.w.finished.size(), 2u);
+  EXPECT_EQ(d.w.finished[1].request_id, 9u);
+  EXPECT_TRUE(d.w.finished[1].ok) << d.w.finished[1].message;
+  EXPECT_EQ(d.w.count("service.stopped"), 1u);
+  EXPECT_EQ(d.m().state, ManagedPhase::stopped);
+}
+
 // health_failures failed checks in a row restart it. A process is stopped (SIGTERM) and its exit
 // is the crash, under the restart policy and its backoff; an engine's service is recorded as a
 // crash at once and restarted by one ask (its exit then is the restart's own).
@@ -289,8 +327,8 @@ TEST(ArbiterSupervisor, ServicesWithoutStartCannotBeStarted) {
   EXPECT_NE(w.finished[0].message.find("no start command, container or unit"), std::string::npos);
 }
 
-// Characterisation (docs/plans/supervision-one-machine.md, step 0): each phase's deadline is the
-// Arbiter's next one, to the millisecond, pinned before the phases get one deadline each.
+// Each phase's one deadline (supervision_detail::phase_deadline) is the Arbiter's next one, to
+// the millisecond (pinned before the phases got one deadline each, and unchanged since).
 TEST(ArbiterSupervisor, EachPhaseHasItsDeadline) {
   World w({managed("comfy")});
   w.feed(ServiceCommand{"comfy", Command::start, 1});

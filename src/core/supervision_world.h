@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <csignal>
 #include <memory>
 #include <string>
 #include <vector>
@@ -163,6 +164,33 @@ class Driven {
     e.exit_code = code;
     if (via == Control::unit) e.result = parse_unit_result(code == 0 ? "success" : "exit-code");
     w.feed(e);
+  }
+  // Its processes hold `bytes` on GPU 0 (0: none), as a sample shows: a process's child and a
+  // unit's MainPID are named by their pid; a container by its cgroup, which this sample does not
+  // give (its memory reads 0 here).
+  void holds(Bytes bytes) {
+    if (bytes == 0 || via == Control::container)
+      w.sample();
+    else
+      w.sample(pid, bytes);
+  }
+  // The stop vramd asked for is done: the child ended by SIGTERM, or the engine's die and its
+  // "done" (a unit's die is read as systemd says it: Result=success).
+  void stop_confirmed() {
+    if (via == Control::managed) {
+      w.feed(ChildExited{"comfy", pid, std::nullopt, SIGTERM});
+      return;
+    }
+    ContainerChanged e = state(false);
+    e.died = true;
+    if (via == Control::unit) {
+      e.signal = SIGTERM;
+      e.result = parse_unit_result("success");
+    } else {
+      e.exit_code = 143;
+    }
+    w.feed(e);
+    w.feed(LifecycleDone{"comfy", Command::stop, true, "done"});
   }
   // The crash record names it by its backend: its pid, its container, its unit.
   void expect_named(const RecordCrash& r) const {
