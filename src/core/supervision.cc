@@ -112,9 +112,9 @@ supervision_detail::AfterExit supervision_detail::apply_restart_policy(
                                service, s.reason, service)));
     return AfterExit::failed;
   }
-  forget_backoff_after_a_healthy_run(s, now);  // first: leaving running may end the crash loop
+  enter(s, phase::Backoff{}, now);  // first: leaving running may end the crash loop
   s.backoff = s.backoff == Duration(0) ? kFirstBackoff : std::min(s.backoff * 2, kMaxBackoff);
-  enter(s, phase::Backoff{now.mono + s.backoff}, now);
+  s.in<phase::Backoff>()->restart_at = now.mono + s.backoff;
   s.reason = how;
   actions.emplace_back(
       make_event(now, "service.backoff", std::nullopt, service,
