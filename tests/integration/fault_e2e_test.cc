@@ -330,7 +330,9 @@ TEST(FaultE2E, SqliteBusyFromAnotherWriterIsRefusedThenWrittenOnceTheLockGoes) {
   ASSERT_EQ(code0, 201) << first.dump(2);
 
   // A real SQLITE_BUSY: another connection holds the write lock (past vramd's 5 s busy timeout).
-  SQLite::Database other(d.db(), SQLite::OPEN_READWRITE);
+  // It waits for the lock itself: the daemon's store thread may be writing the first lease's
+  // events at this moment, and BEGIN EXCLUSIVE without a busy timeout then fails at once.
+  SQLite::Database other(d.db(), SQLite::OPEN_READWRITE, /*busyTimeoutMs=*/10'000);
   other.exec("BEGIN EXCLUSIVE");
   LatencyFigures lat = measure(d, "sqlite_busy", [&] {
     auto [code, refused] = d.post("/v1/leases", kLease);
