@@ -684,7 +684,7 @@ void Supervision::start_timed_out(const std::string& service, Supervised& s, con
       // it (checked from now if the engine never confirmed the start).
       phase::Running running{std::get<phase::Starting>(s.phase).checks};
       if (!running.checks.next) running.checks.next = now.mono;
-      enter(s, std::move(running), now);
+      enter(s, running, now);
       s.reason = why;
       break;
   }
