@@ -133,18 +133,20 @@ std::string supervision_detail::exit_text(std::optional<int> code, std::optional
 
 const BackendTraits& supervision_detail::traits(Control via) {
   using B = BackendTraits;
-  static constexpr B kProcess{
-      /*start_admission=*/true,        /*vramd_kills=*/true,
-      /*timed_from_ask=*/false,        /*shown_before_told=*/true,
-      kStartingHealthInterval,         B::OnStartTimeout::end_as_crash,
-      B::OnUnhealthy::stop_then_policy};
-  static constexpr B kEngine{false,
-                             false,
-                             true,
-                             false,
-                             Duration(0),
-                             B::OnStartTimeout::answer_and_keep_checking,
-                             B::OnUnhealthy::crash_and_restart_now};
+  static constexpr B kProcess{.start_admission = true,
+                              .vramd_kills = true,
+                              .timed_from_ask = false,
+                              .shown_before_told = true,
+                              .first_check = kStartingHealthInterval,
+                              .on_start_timeout = B::OnStartTimeout::end_as_crash,
+                              .on_unhealthy = B::OnUnhealthy::stop_then_policy};
+  static constexpr B kEngine{.start_admission = false,
+                             .vramd_kills = false,
+                             .timed_from_ask = true,
+                             .shown_before_told = false,
+                             .first_check = Duration(0),
+                             .on_start_timeout = B::OnStartTimeout::answer_and_keep_checking,
+                             .on_unhealthy = B::OnUnhealthy::crash_and_restart_now};
   return via == Control::managed ? kProcess : kEngine;
 }
 
@@ -559,7 +561,7 @@ void Supervision::on_child_exited(const ChildExited& e, const World& world, cons
   phase::Stopping* stopping = s.in<phase::Stopping>();
   // Ended by vramd for failing (start timeout, health): a failure whatever its status.
   std::string failing = stopping ? std::move(stopping->crash) : std::string();
-  if (stopping && failing.empty()) {                   // a stop or restart that was asked
+  if (stopping && failing.empty()) {                 // a stop or restart that was asked
     s.verify_until = now.mono + kStopVerifyTimeout;  // verify_stops() says when the memory is gone
     if (stopping->then_start) {
       ++s.restart_count;
