@@ -1,6 +1,7 @@
 // vramd: the daemon and its CLI.
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -201,6 +202,16 @@ int main(int argc, char** argv) {
   sim->add_option("--seed", sim_opts.seed, "seed for --generate (default 1)")->needs(gen);
 
   auto* version = app.add_subcommand("version", "print the version");
+
+  // An unknown first word: CLI11 would only say "A subcommand is required", not which word.
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    std::function<bool(CLI::App*)> named = [&](CLI::App* sub) { return sub->check_name(word); };
+    if (app.get_subcommands(named).empty()) {
+      std::cerr << "vramd: unknown command '" << word << "'\nRun with --help for the commands.\n";
+      return vramd::kExitUsage;
+    }
+  }
 
   try {
     app.parse(argc, argv);

@@ -217,7 +217,9 @@ TEST(DaemonE2E, BrokenConfigIsReportedWithFileLineColumn) {
 TEST(DaemonE2E, WrongArgumentsExit2) {
   TempDir dir;
   EXPECT_EQ(run_cli({"status", "--bogus"}, {}, dir).code, 2);
-  EXPECT_EQ(run_cli({"frobnicate"}, {}, dir).code, 2);
+  auto unknown = run_cli({"frobnicate"}, {}, dir);
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("unknown command 'frobnicate'"), std::string::npos) << unknown.err;
   EXPECT_EQ(run_cli({}, {}, dir).code, 2);
 }
 
