@@ -941,6 +941,20 @@ const std::vector<Key<ServiceConfig>> kServiceKeys = {
         +[](const Svc& svc) { return toml_text(svc.proxy.max_queue); },
         R"(integer ≥ 0)", R"()",
         R"(Requests waiting for `max_concurrent`; the next gets 429.)"},
+    {"max_connections",
+        +[](ConfigParser& p, const toml::node& n, const std::string& f, Svc& svc) {
+          if (auto v = p.whole_value(n, f, 1)) svc.proxy.max_connections = static_cast<int>(*v);
+        },
+        nullptr,
+        R"(integer ≥ 1)", R"(by kind)",
+        R"(Connections vramd's proxies keep to the service at most, idle ones included; more requests wait in vramd's queue, not in the server's. Default: `llamacpp` its HTTP threads less one (max(`total_slots` + 2, CPUs − 1), `total_slots` from `/props`; one left for vramd's probes and other clients), other kinds no limit ([proxy.md](proxy.md#upstream-connections)).)"},
+    {"keep_alive_timeout",
+        +[](ConfigParser& p, const toml::node& n, const std::string& f, Svc& svc) {
+          if (auto d = p.positive_duration(n, f)) svc.proxy.keep_alive_timeout = *d;
+        },
+        nullptr,
+        R"(duration)", R"(by kind)",
+        R"(How long the service keeps an idle connection open (its own keep-alive timeout); vramd closes its idle connections to it before that, and a shorter `Keep-Alive: timeout=N` from the service wins. Default: 5 s (llama.cpp, vLLM, SGLang and uvicorn's), `a1111` 30 s, `localai` 120 s, `comfyui` 3630 s, `ollama` none.)"},
     {"first_byte_timeout",
         +[](ConfigParser& p, const toml::node& n, const std::string& f, Svc& svc) {
           if (auto d = p.positive_duration(n, f)) svc.proxy.first_byte_timeout = *d;

@@ -35,6 +35,10 @@ struct ServiceProxyConfig {
   std::string listen;  // `proxy = "127.0.0.1:8189"`; empty: no proxy of its own
   int max_concurrent = 0;  // 0: no limit
   int max_queue = 64;      // requests waiting beyond max_concurrent before 429
+  // Connections to the service at most (idle kept-alive ones included); 0: the kind's default
+  // (llama-server: its HTTP threads less one; the others: no limit).
+  int max_connections = 0;
+  std::optional<Duration> keep_alive_timeout;  // the service's own; nullopt: the kind's
   Duration first_byte_timeout = std::chrono::minutes(5);
   std::optional<Duration> wake_timeout;  // nullopt: start_timeout
 };

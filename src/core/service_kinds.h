@@ -43,6 +43,12 @@ struct ServiceKind {
   // A first guess at a sleep1 wake (weights back from host RAM), until vramd has measured one;
   // a sleep2 wake is guessed at reload_cost, a start at twice that.
   Duration sleep1_wake{0};
+  // On the wire (../shared/reference/transport.md), what vramd's proxies must respect as the
+  // server's client: how long it keeps an idle connection open (0: until the client closes it),
+  // and whether it serves a fixed number of connections at once, one HTTP thread each, idle
+  // keep-alive time included (llama-server's `--threads-http`: max(slots + 2, CPUs - 1)).
+  Duration keep_alive_timeout = std::chrono::seconds(5);
+  bool fixed_http_threads = false;
 };
 
 // Every kind, in documentation order.

@@ -4,7 +4,9 @@
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 #include "core/service_kinds.h"
 
@@ -15,6 +17,13 @@ namespace asio = boost::asio;
 bool proxied(const ServiceConfig& svc) {
   const ServiceKind* kind = find_service_kind(svc.kind);
   return kind && kind->needs_url && !svc.url.empty() && !svc.discovered;
+}
+
+// llama-server's HTTP threads by default (`--threads-http -1`: max(slots + 2, CPUs - 1), each
+// connection holding one for its life) less one, left for vramd's probes and other clients.
+int llama_connections(int slots) {
+  int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(std::max(slots, 1) + 2, cpus - 1) - 1;
 }
 
 ProxyOptions proxy_options(const Config& config) {
@@ -39,6 +48,12 @@ ProxyOptions proxy_options(const Config& config) {
     s.wake_timeout = svc.proxy.wake_timeout.value_or(svc.start_timeout);
     s.max_concurrent = svc.proxy.max_concurrent;
     s.max_queue = svc.proxy.max_queue;
+    const ServiceKind* kind = find_service_kind(svc.kind);
+    s.keep_alive_timeout =
+        svc.proxy.keep_alive_timeout.value_or(kind ? kind->keep_alive_timeout : s.keep_alive_timeout);
+    s.max_connections = svc.proxy.max_connections > 0 ? svc.proxy.max_connections
+                        : kind && kind->fixed_http_threads ? llama_connections(1)
+                                                           : 0;
     o.services.push_back(std::move(s));
   }
   return o;

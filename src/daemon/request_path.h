@@ -31,6 +31,8 @@ namespace vramd {
 // by discovery: the proxy's routes are set at start, and a discovered service is only watched.
 bool proxied(const ServiceConfig& svc);
 ProxyOptions proxy_options(const Config& config);
+// llama-server's default HTTP threads for `slots` slots on this machine, less one (docs/proxy.md).
+int llama_connections(int slots);
 bool wants_proxy(const Config& config);
 
 class RequestPath : public ProxyHooks {

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <array>
+#include <charconv>
+#include <deque>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
@@ -60,6 +62,16 @@ const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 void no_delay(tcp::socket& s) {
   beast::error_code ec;
   s.set_option(tcp::no_delay(true), ec);
+}
+
+// An ACK now for what came in, and for what comes next until vramd sends again. A server that
+// writes a response's head and body in two sends without TCP_NODELAY (llama-server before about
+// b4760) holds the body back until the head is ACKed (Nagle), and Linux delays that ACK on a
+// kept-alive connection by 40 ms or more, hoping to send it with data: a 40 ms stall a request.
+// Set after each request is written (sending puts the socket back in that delaying mode).
+void quick_ack(tcp::socket& s) {
+  int one = 1;
+  ::setsockopt(s.native_handle(), IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
 }
 
 // An OpenAI-style error body: {"error":{"message","type","code"}}.
@@ -151,15 +163,127 @@ struct Scratch {
   UsageScan usage;                // the response body's tail: its tokens (request_log.h)
 };
 
+// A request waiting for a connection to a service that has max_connections open: handed an
+// idle one, or the right to open one, in arrival order.
+struct ConnWaiter {
+  explicit ConnWaiter(const asio::any_io_executor& ex) : timer(ex) {}
+  asio::steady_timer timer;
+  ConnPtr handed;            // a kept-alive connection, handed over as it came back
+  bool may_connect = false;  // one closed: this waiter's connection is counted already
+};
+
+// The connections to one service (docs/proxy.md, "Upstream connections"): at most
+// max_connections open, idle ones included; an idle one is dropped before the service's own
+// keep-alive timeout would close it (the race that sends a request into a closing connection).
 struct Upstream {
-  Upstream(ProxyServiceOptions o) : opt(std::move(o)), limit(opt.max_concurrent, opt.max_queue) {}
+  Upstream(ProxyServiceOptions o)
+      : opt(std::move(o)), limit(opt.max_concurrent, opt.max_queue), keep_idle(keep_for(opt.keep_alive_timeout)) {}
+  struct Idle {
+    ConnPtr conn;
+    Clock::time_point since;
+  };
   ProxyServiceOptions opt;
   HttpUrl url;
   std::vector<tcp::endpoint> endpoints;
-  std::vector<ConnPtr> idle;  // keep-alive connections to the service
+  std::vector<Idle> idle;  // keep-alive connections to the service, the latest last
+  int open = 0;            // connections open to it: idle and in use (not a WebSocket's)
+  bool shut = false;       // the proxy closed: nobody waits, nothing is kept
+  std::deque<std::shared_ptr<ConnWaiter>> waiting;
   ConcurrencyLimit limit;
+  Clock::duration keep_idle;  // how long an idle connection is kept
   std::unique_ptr<tcp::acceptor> acceptor;
   int port = 0;
+
+  // An idle connection is kept a margin short of the service's timeout: a fifth of it, at least
+  // 0.5 s (4 s for 5 s). No timeout: a minute, so that vramd does not hold a connection forever.
+  static Clock::duration keep_for(Duration timeout) {
+    if (timeout <= Duration::zero()) return std::chrono::seconds(60);
+    Clock::duration margin = std::max<Clock::duration>(timeout / 5, std::chrono::milliseconds(500));
+    return std::max<Clock::duration>(timeout - margin, std::chrono::milliseconds(100));
+  }
+  // A `Keep-Alive: timeout=N` from the service shorter than the one assumed: N wins.
+  void heard_timeout(std::chrono::seconds t) {
+    keep_idle = std::min(keep_idle, keep_for(t));
+  }
+  bool at_limit() const { return opt.max_connections > 0 && open >= opt.max_connections; }
+
+  // A connection closed: the first waiter may open one in its place.
+  void closed_one() {
+    --open;
+    if (!shut && !waiting.empty() && !at_limit()) {
+      std::shared_ptr<ConnWaiter> w = std::move(waiting.front());
+      waiting.pop_front();
+      ++open;
+      w->may_connect = true;
+      w->timer.cancel();
+    }
+  }
+  // A connection whose answer was read whole: to the first waiter, else kept idle.
+  void give_back(ConnPtr c, std::size_t max_idle) {
+    if (shut) {
+      c.reset();
+      --open;
+      return;
+    }
+    if (!waiting.empty()) {
+      std::shared_ptr<ConnWaiter> w = std::move(waiting.front());
+      waiting.pop_front();
+      w->handed = std::move(c);
+      w->timer.cancel();
+      return;
+    }
+    if (idle.size() >= max_idle) {
+      c.reset();
+      closed_one();
+      return;
+    }
+    c->expires_never();
+    idle.push_back({std::move(c), Clock::now()});
+  }
+  // Every idle connection closed (the service restarted, or vramd stops).
+  void drop_idle() {
+    while (!idle.empty()) {
+      idle.pop_back();
+      closed_one();
+    }
+  }
+};
+
+// A connection to a service, counted in its Upstream's `open` until it is closed or given back.
+class UpConn {
+ public:
+  UpConn() = default;
+  UpConn(const UpConn&) = delete;
+  UpConn& operator=(const UpConn&) = delete;
+  ~UpConn() { reset(); }
+  void set(ConnPtr c, Upstream& svc) {
+    reset();
+    conn_ = std::move(c);
+    svc_ = &svc;
+  }
+  void reset() {
+    if (!conn_) return;
+    conn_.reset();
+    if (svc_) svc_->closed_one();
+  }
+  // Kept for the next request (or handed to one waiting).
+  void give_back(std::size_t max_idle) {
+    Upstream* svc = svc_;
+    svc->give_back(std::move(conn_), max_idle);
+  }
+  // No longer counted (a WebSocket: its connection lives as long as the tunnel, outside the
+  // limit); it is still closed when this goes.
+  void uncount() {
+    if (conn_ && svc_) svc_->closed_one();
+    svc_ = nullptr;
+  }
+  explicit operator bool() const { return static_cast<bool>(conn_); }
+  Client& operator*() const { return *conn_; }
+  Client* operator->() const { return conn_.operator->(); }
+
+ private:
+  ConnPtr conn_;
+  Upstream* svc_ = nullptr;
 };
 
 // One wake in flight for (service, model); every request held for it waits on it.
@@ -579,15 +703,25 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
   // `check`: peek at a kept-alive connection before reusing it (a syscall per request). A request
   // that can be sent again skips it: a connection the service closed fails the write or the
   // read, and the request goes once more on a fresh one.
-  // A kept-alive connection from the pool, if one is there (no coroutine: most requests).
-  static bool take_idle(Upstream& svc, ConnPtr& out, bool check) {
+  // A kept-alive connection from the pool, if one is there (no coroutine: most requests). Those
+  // idle past keep_idle are closed first: the service is about to close them itself.
+  static bool take_idle(Upstream& svc, UpConn& out, bool check) {
+    const Clock::time_point now = Clock::now();
+    std::size_t stale = 0;
+    while (stale < svc.idle.size() && now - svc.idle[stale].since > svc.keep_idle) ++stale;
+    if (stale > 0) {
+      svc.idle.erase(svc.idle.begin(), svc.idle.begin() + static_cast<std::ptrdiff_t>(stale));
+      for (std::size_t i = 0; i < stale; ++i) svc.closed_one();
+    }
     while (!svc.idle.empty()) {
-      ConnPtr s = std::move(svc.idle.back());
+      ConnPtr s = std::move(svc.idle.back().conn);
       svc.idle.pop_back();
       if (!check || alive(*s)) {
-        out = std::move(s);
+        out.set(std::move(s), svc);
         return true;
       }
+      s.reset();
+      svc.closed_one();
     }
     return false;
   }
@@ -609,6 +743,55 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     no_delay(s->socket());
     out = std::move(s);
     co_return true;
+  }
+
+  // A new connection, already counted in svc.open (uncounted again when it fails).
+  asio::awaitable<bool> connect_counted(Upstream& svc, UpConn& out, std::string& error) {
+    ConnPtr s;
+    if (!co_await connect(svc, s, error)) {
+      svc.closed_one();
+      co_return false;
+    }
+    out.set(std::move(s), svc);
+    co_return true;
+  }
+
+  // What acquire() found.
+  enum class Got { reused, fresh, failed, timed_out };
+
+  // A connection for one request: a kept-alive one, a new one, or, while max_connections are
+  // open, the next one given back (or the room of the next one closed), in arrival order. A
+  // waiting request gives up at first_byte_timeout, or when its client has gone.
+  asio::awaitable<Got> acquire(Client& c, Upstream& svc, UpConn& out, bool check,
+                               std::string& error) {
+    if (svc.waiting.empty()) {
+      if (take_idle(svc, out, check)) co_return Got::reused;
+      if (!svc.at_limit()) {
+        ++svc.open;
+        co_return co_await connect_counted(svc, out, error) ? Got::fresh : Got::failed;
+      }
+    }
+    auto w = std::make_shared<ConnWaiter>(co_await asio::this_coro::executor);
+    svc.waiting.push_back(w);
+    const Clock::time_point deadline = Clock::now() + svc.opt.first_byte_timeout;
+    beast::error_code ec;
+    while (!w->handed && !w->may_connect && !svc.shut && Clock::now() < deadline) {
+      w->timer.expires_at(std::min(deadline, Clock::now() + options.heartbeat));
+      co_await w->timer.async_wait(asio::redirect_error(use_awaitable, ec));
+      if (!w->handed && !w->may_connect && peer_closed(c)) break;
+    }
+    if (w->handed) {
+      out.set(std::move(w->handed), svc);
+      co_return Got::reused;
+    }
+    if (w->may_connect)
+      co_return co_await connect_counted(svc, out, error) ? Got::fresh : Got::failed;
+    std::erase(svc.waiting, w);
+    error = fmt::format("no connection to it came free within first_byte_timeout {} ({} open, "
+                        "max_connections {})",
+                        format_duration(svc.opt.first_byte_timeout), svc.open,
+                        svc.opt.max_connections);
+    co_return Got::timed_out;
   }
 
   // Holds the request until the service is ready, the wake fails or wake_timeout passes. A
@@ -681,11 +864,9 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
   static std::string comments(const WakeState& w, size_t& seen, bool heartbeat,
                               const std::string& service) {
     std::string out;
-    for (; seen < w.messages.size(); ++seen)
-      out += ": waiting for GPU room: " + w.messages[seen] + "\n\n";
+    for (; seen < w.messages.size(); ++seen) out += ": " + w.messages[seen] + "\n\n";
     if (out.empty() && heartbeat)
-      out = ": waiting for GPU room: " +
-            (w.messages.empty() ? "waking " + service : w.messages.back()) + "\n\n";
+      out = ": " + (w.messages.empty() ? "waking " + service : w.messages.back()) + "\n\n";
     return out.empty() ? out : chunk(out);
   }
 
@@ -800,7 +981,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     bool replayable = !stream_parser || stream_parser->is_done();  // can be sent again
     bool sse_open = false;  // a held stream's head went out already
     std::optional<http::response_parser<http::buffer_body>> rp;  // the service's answer
-    ConnPtr up;                                                   // the connection to it
+    UpConn up;                                                    // the connection to it
   };
 
   // Forwards one request (its body streamed from `stream_parser`, or whole in `req`) and its
@@ -880,21 +1061,25 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
   }
 
   // forward: the request to the service and its answer's head back, on a kept-alive connection
-  // or a new one. A kept one the service had closed: once more on a fresh one. Else 502/504.
+  // or a new one (acquire()). A kept one that fails before one byte of the answer came back
+  // (the service closed it): once more on a fresh one, if the request can be sent again
+  // (docs/proxy.md, "Upstream connections"). Else 502/504.
   template <class Body>
   asio::awaitable<Stop> forward(Exchange<Body>& x) {
     Upstream& svc = x.svc;
     for (int attempt = 0;; ++attempt) {
       std::string error;
       x.up.reset();
-      bool reused = take_idle(svc, x.up, !x.replayable || attempt > 0);
-      if (!reused && !co_await connect(svc, x.up, error)) {
+      x.rp.reset();
+      Got got = co_await acquire(x.c, svc, x.up, !x.replayable || attempt > 0, error);
+      if (got == Got::failed || got == Got::timed_out) {
         metrics.upstream_error(svc.opt.name);
-        bool keep = co_await respond_upstream_error(x.c, x.record.status, x.sse_open, 502,
-                                                    svc.opt.name, error,
-                                                    x.client_keep && x.replayable, x.version);
+        bool keep = co_await respond_upstream_error(
+            x.c, x.record.status, x.sse_open, got == Got::failed ? 502 : 504, svc.opt.name, error,
+            x.client_keep && x.replayable, x.version);
         co_return keep;
       }
+      const bool reused = got == Got::reused;
       beast::error_code ec;
       x.up->expires_after(svc.opt.first_byte_timeout);
       if constexpr (std::is_same_v<Body, http::string_body>) {  // head and body in one write
@@ -911,6 +1096,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       }
       // The answer's head, past any 100 Continue the service sent anyway.
       if (!ec) {
+        quick_ack(x.up->socket());
         x.sc.ubuf.clear();
         x.up->expires_after(svc.opt.first_byte_timeout);  // from the request's last byte
       }
@@ -923,9 +1109,11 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
         if (ec || x.rp->get().result() != http::status::continue_) break;
       }
       if (!ec) co_return std::nullopt;
-      // The others kept from then are likely closed too (the service restarted): dropped.
-      if (reused && x.replayable && attempt == 0 && ec != beast::error::timeout) {
-        svc.idle.clear();
+      // Not one byte of the answer: the service had closed the kept connection. The others kept
+      // from then are likely closed too (it restarted): dropped.
+      const bool answered = x.rp && x.rp->got_some();
+      if (reused && x.replayable && !answered && attempt == 0 && ec != beast::error::timeout) {
+        svc.drop_idle();
         continue;
       }
       metrics.upstream_error(svc.opt.name);
@@ -952,13 +1140,25 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     x.record.streamed = x.wants_sse || !res.has_content_length();
     if (x.upgrade && res.result() == http::status::switching_protocols) {
       activity.end();  // an open WebSocket is busy only while messages flow
+      x.up.uncount();  // its connection is the tunnel's, outside max_connections
       co_await tunnel(x.c, x.cbuf, *x.up, sc.ubuf, res, x.svc);
       co_return false;
     }
     const bool up_keep = res.keep_alive() && !x.rp->need_eof();
+    if (up_keep) heard_keep_alive(x.svc, res);
     const bool body_expected = !x.is_head && status >= 200 && status != 204 && status != 304;
     beast::error_code ec;
     char* buf = sc.body.data();
+    if (x.sse_open && status >= 400) {
+      // The stream's head went out while the request was held: the service's error becomes an
+      // error event the clients raise, then the stream's end; never its raw body in the stream.
+      std::string body;
+      ec = co_await collect_body(*x.up, sc.ubuf, *x.rp, x.svc, buf, body);
+      std::string bytes = chunk(error_event(status, body, x.svc.opt.name)) + "0\r\n\r\n";
+      x.c.expires_after(kClientWriteTimeout);
+      co_await asio::async_write(x.c, asio::buffer(bytes), asio::redirect_error(use_awaitable, ec));
+      co_return false;
+    }
     if (x.sse_open) {
       // The head went out while the request was held: the body follows as chunks.
       ec = co_await relay_chunks(x.c, *x.up, sc.ubuf, *x.rp, x.svc, buf, sc.usage);
@@ -991,11 +1191,20 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       if (ec == beast::error::timeout) metrics.upstream_error(x.svc.opt.name);
       co_return false;
     }
-    if (up_keep && x.rp->is_done() && x.svc.idle.size() < kIdleUpstreams) {
-      x.up->expires_never();
-      x.svc.idle.push_back(std::move(x.up));
-    }
+    if (up_keep && x.rp->is_done()) x.up.give_back(kIdleUpstreams);
     co_return x.client_keep;
+  }
+
+  // `Keep-Alive: timeout=5, max=100` (cpp-httplib's): the service's idle timeout, heard.
+  static void heard_keep_alive(Upstream& svc, const http::fields& res) {
+    auto it = res.find(http::field::keep_alive);
+    if (it == res.end()) return;
+    std::string_view v = it->value();
+    std::size_t at = v.find("timeout=");
+    if (at == std::string_view::npos) return;
+    int secs = 0;
+    auto [end, ec] = std::from_chars(v.data() + at + 8, v.data() + v.size(), secs);
+    if (ec == std::errc() && secs > 0) svc.heard_timeout(std::chrono::seconds(secs));
   }
 
   asio::awaitable<bool> respond_upstream_error(Client& c, unsigned& status, bool sse_open,
@@ -1106,6 +1315,49 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       }
       if (last) co_return ec;
     }
+  }
+
+  // An error answer's body, up to 64 KiB (the rest is read and dropped), to put in an event.
+  asio::awaitable<beast::error_code> collect_body(Client& up, beast::flat_buffer& ubuf,
+                                                  http::response_parser<http::buffer_body>& p,
+                                                  Upstream& svc, char* buf, std::string& out) {
+    beast::error_code ec;
+    while (!p.is_done()) {
+      p.get().body().data = buf;
+      p.get().body().size = kChunk;
+      up.expires_after(svc.opt.first_byte_timeout);
+      co_await http::async_read_some(up, ubuf, p, asio::redirect_error(use_awaitable, ec));
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec == http::error::end_of_stream && p.is_done()) ec = {};
+      if (ec) co_return ec;
+      std::size_t n = kChunk - p.get().body().size;
+      out.append(buf, std::min(n, std::size_t{64 * 1024} - std::min(out.size(), std::size_t{64 * 1024})));
+    }
+    co_return ec;
+  }
+
+  // A service's error answer as one SSE error event: `event: error` and `data: {"error": ...}`,
+  // which the OpenAI clients raise (they read `error` in any event's data) and Anthropic's too
+  // (its `error` event). The service's own error object where it sent one, else its words.
+  static std::string error_event(unsigned status, const std::string& body,
+                                 const std::string& service) {
+    nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+    nlohmann::json err;
+    if (j.is_object() && j.contains("error") && j["error"].is_object()) {
+      err = j["error"];
+    } else {
+      std::string said = j.is_object() && j.contains("error") && j["error"].is_string()
+                             ? j["error"].get<std::string>()
+                         : j.is_object() && j.contains("detail") && j["detail"].is_string()
+                             ? j["detail"].get<std::string>()
+                             : body.substr(0, 1024);
+      err = {{"message", fmt::format("{} answered {}: {}", service, status, said)},
+             {"type", "upstream_error"}};
+    }
+    if (!err.contains("code")) err["code"] = status;
+    std::string data = nlohmann::json{{"error", err}}.dump(
+        -1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return "event: error\ndata: " + data + "\n\n";
   }
 
   // The response body as chunks of an already open chunked response.
@@ -1306,7 +1558,10 @@ void Proxy::close() {
   if (impl_->front) impl_->front->close(ec);
   for (auto& u : impl_->upstreams) {
     if (u->acceptor) u->acceptor->close(ec);
-    u->idle.clear();
+    u->shut = true;
+    u->drop_idle();
+    for (auto& w : u->waiting) w->timer.cancel();
+    u->waiting.clear();
   }
 }
 

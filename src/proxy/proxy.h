@@ -32,6 +32,12 @@ struct ProxyServiceOptions {
   Duration wake_timeout = std::chrono::minutes(2);
   int max_concurrent = 0;  // 0: no limit
   int max_queue = 0;       // requests waiting for a slot before 429
+  // Connections to the service at most, idle kept-alive ones included (0: no limit): a server
+  // that serves a fixed number at once (llama-server) makes a connection beyond them wait
+  // unserved, so requests wait for a connection in vramd instead (docs/proxy.md).
+  int max_connections = 0;
+  // The service's own keep-alive timeout (0: none): idle connections are dropped before it.
+  Duration keep_alive_timeout = std::chrono::seconds(5);
 };
 
 struct ProxyOptions {

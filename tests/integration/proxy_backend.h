@@ -37,7 +37,8 @@ using asio::use_awaitable;
 // POST /v1/chat/completions with "stream":true (SSE events "data: i\n\n", chunked); POST
 // /v1/... otherwise {"backend","model","path"}; ANY /echo {"headers":{...},"body_bytes"};
 // POST /upload (reads the body piece by piece; answers the ms of each piece's arrival);
-// GET /slow?ms=MS; /hang (never answers); GET /ws (WebSocket echo); GET /close-soon (answers,
+// a model "error-500": 500 with llama-server's error body; GET /slow?ms=MS; /hang (never
+// answers); GET /ws (WebSocket echo); GET /close-soon (answers,
 // then closes the kept-alive connection 100 ms later).
 class ProxyBackend {
  public:
@@ -167,6 +168,14 @@ class ProxyBackend {
           stream = j.value("stream", false);
           model = j.value("model", "");
         }
+      }
+      if (model == "error-500") {
+        // llama-server's answer to what it cannot do (a stream asked for too), with its shape.
+        std::string body =
+            R"({"error":{"code":500,"message":"Only one completion choice is allowed","type":"server_error"}})";
+        co_await respond(s, 500, body, kJson);
+        if (!req.keep_alive()) co_return;
+        continue;
       }
       if (path == "/chunked" || path == "/sse" || stream) {
         int n = query_int(target, "n", 5), gap = query_int(target, "gap", 150);
