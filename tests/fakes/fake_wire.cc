@@ -11,10 +11,9 @@ namespace vramd::fakes {
 
 namespace {
 
-constexpr std::array<const char*, 7> kWireFlags = {"--workers",    "--keep-alive",
-                                                    "--max-requests", "--keep-alive-header",
-                                                    "--close-on-error", "--split-writes",
-                                                    "--nodelay"};
+constexpr std::array<const char*, 7> kWireFlags = {
+    "--workers",        "--keep-alive",   "--max-requests", "--keep-alive-header",
+    "--close-on-error", "--split-writes", "--nodelay"};
 
 Result<bool> wire_on_off(const std::string& flag, const std::string& v) {
   if (v == "on") return true;

@@ -39,11 +39,16 @@ class WireFake {
  public:
   WireFake(const std::string& kind, std::vector<std::string> extra = {}) {
     std::string state = dir_.file("state.json");
-    EXPECT_TRUE(write_fake_gpu_state(state, make_fake_gpu_state({{"NVIDIA GeForce RTX 3090",
-                                                                   24 * GiB}})));
+    EXPECT_TRUE(
+        write_fake_gpu_state(state, make_fake_gpu_state({{"NVIDIA GeForce RTX 3090", 24 * GiB}})));
     port_ = testing::free_port();
-    std::vector<std::string> argv = {testing::build_dir() + "/fake-gpu-server", "--kind", kind,
-                                     "--port", std::to_string(port_), "--state", state};
+    std::vector<std::string> argv = {testing::build_dir() + "/fake-gpu-server",
+                                     "--kind",
+                                     kind,
+                                     "--port",
+                                     std::to_string(port_),
+                                     "--state",
+                                     state};
     argv.insert(argv.end(), extra.begin(), extra.end());
     log_ = dir_.file("out.log");
     child_ = std::make_unique<Child>(argv, std::vector<std::string>{}, log_);
@@ -71,7 +76,7 @@ struct WireResponse {
   int status = 0;
   std::string head;  // status line and headers
   std::string body;
-  bool head_alone = false;  // the first recv() held the head and not one byte of the body
+  bool head_alone = false;       // the first recv() held the head and not one byte of the body
   milliseconds head_to_body{0};  // from the head's arrival to the body's last byte
   bool has_header(const std::string& line) const {
     return head.find("\r\n" + line + "\r\n") != std::string::npos;
@@ -352,9 +357,9 @@ TEST(FakeWire, GenericHttpKeepsTheServersOwnWays) {
 
 TEST(FakeWire, BadWireFlagsExitTwo) {
   for (auto flags : std::vector<std::vector<std::string>>{{"--nodelay", "maybe"},
-                                                         {"--workers", "-1"},
-                                                         {"--keep-alive", "0s"},
-                                                         {"--max-requests"}}) {
+                                                          {"--workers", "-1"},
+                                                          {"--keep-alive", "0s"},
+                                                          {"--max-requests"}}) {
     WireFake fake("llamacpp", flags);
     int status = fake.child().wait_exit(milliseconds(3000));
     ASSERT_TRUE(WIFEXITED(status)) << flags[0];
