@@ -12,6 +12,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
+#include <deque>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -101,13 +102,17 @@ struct HttpServer::Impl {
   HttpHandler handler;
   HttpLimits limits;
   HttpSecurity security;
+  HttpWire wire;
   std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> tcp;
   std::vector<std::unique_ptr<asio::local::stream_protocol::acceptor>> unix_;
   std::vector<std::string> unix_paths;
+  std::size_t serving = 0;                    // connections served now (counted with wire.workers)
+  std::deque<std::function<void()>> waiting;  // accepted, each waiting for a worker, oldest first
 
   template <typename Stream>
   asio::awaitable<void> session(Stream stream) {
     beast::flat_buffer buffer;
+    std::size_t answered = 0;
     for (bool first = true;; first = false) {
       http::request_parser<http::string_body> parser;
       parser.header_limit(static_cast<std::uint32_t>(limits.header_bytes));
@@ -168,7 +173,15 @@ struct HttpServer::Impl {
         }
       }
       if (takeover.taken_over()) break;
+      ++answered;
+      if (wire.max_requests != 0 && answered >= wire.max_requests) keep_alive = false;
+      if (wire.close_on_error && res.result_int() >= 400) keep_alive = false;
       res.keep_alive(keep_alive);
+      if (keep_alive && wire.keep_alive_header)
+        res.set(http::field::keep_alive,
+                fmt::format("timeout={}, max={}",
+                            std::chrono::duration_cast<std::chrono::seconds>(limits.idle_timeout).count(),
+                            wire.max_requests));
       res.prepare_payload();
       if (head) {  // the length of the GET's body, without the body (RFC 9110 9.3.2)
         std::size_t length = res.body().size();
@@ -176,7 +189,14 @@ struct HttpServer::Impl {
         res.content_length(length);
       }
       stream.expires_after(limits.read_timeout);
-      co_await http::async_write(stream, res, asio::redirect_error(use_awaitable, ec));
+      if (wire.split_writes) {
+        http::response_serializer<http::string_body> sr{res};
+        co_await http::async_write_header(stream, sr, asio::redirect_error(use_awaitable, ec));
+        if (!ec && !sr.is_done())
+          co_await http::async_write(stream, sr, asio::redirect_error(use_awaitable, ec));
+      } else {
+        co_await http::async_write(stream, res, asio::redirect_error(use_awaitable, ec));
+      }
       if (ec || !keep_alive) break;
     }
     beast::error_code ignored;
@@ -193,13 +213,37 @@ struct HttpServer::Impl {
         spdlog::warn("accept failed: {}", ec.message());
         continue;
       }
-      asio::co_spawn(io, session(Stream(std::move(socket))), asio::detached);
+      if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+        if (wire.nodelay) socket.set_option(asio::ip::tcp::no_delay(true), ec);
+      }
+      if (wire.workers == 0) {
+        asio::co_spawn(io, session(Stream(std::move(socket))), asio::detached);
+      } else if (serving < wire.workers) {
+        serve_counted<Stream>(std::move(socket));
+      } else {
+        auto held = std::make_shared<decltype(socket)>(std::move(socket));
+        waiting.push_back([this, held] { serve_counted<Stream>(std::move(*held)); });
+      }
     }
+  }
+
+  // A session that holds one of wire.workers until it ends, then hands it to the oldest waiting
+  // connection.
+  template <typename Stream, typename Socket>
+  void serve_counted(Socket socket) {
+    ++serving;
+    asio::co_spawn(io, session(Stream(std::move(socket))), [this](const std::exception_ptr&) {
+      --serving;
+      if (waiting.empty()) return;
+      auto next = std::move(waiting.front());
+      waiting.pop_front();
+      next();
+    });
   }
 };
 
 HttpServer::HttpServer(asio::io_context& io, HttpHandler handler, HttpLimits limits)
-    : impl_(new Impl{io, std::move(handler), limits, {}, {}, {}, {}}) {}
+    : impl_(new Impl{io, std::move(handler), limits, {}, {}, {}, {}, {}, 0, {}}) {}
 
 HttpServer::~HttpServer() {
   close();
@@ -215,6 +259,8 @@ void HttpServer::close() {
 }
 
 void HttpServer::set_security(HttpSecurity security) { impl_->security = std::move(security); }
+
+void HttpServer::set_wire(HttpWire wire) { impl_->wire = wire; }
 
 Status HttpServer::secure(const std::string& token, const std::string& token_file) {
   HttpSecurity security{.enabled = true, .token = token};

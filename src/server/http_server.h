@@ -43,7 +43,32 @@ struct HttpLimits {
   std::size_t header_bytes = std::size_t{16} * 1024;
   std::size_t body_bytes = std::size_t{1024} * 1024;
   std::chrono::seconds read_timeout{15};  // a request must arrive whole within this
-  std::chrono::seconds idle_timeout{60};  // keep-alive connections idle this long are closed
+  // A keep-alive connection idle this long after its last response byte is closed (a FIN).
+  std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};
+};
+
+// How the server behaves on the wire beyond what its answers mean: the habits of the servers
+// vramd sits in front of (../shared/reference/transport.md), for the stand-ins in tests/fakes.
+// The defaults are vramd's own API server's: every connection served at once, no cap on requests,
+// one send per response, the socket's options as the system gives them (Nagle on).
+struct HttpWire {
+  // At most this many connections served at once (0: no limit). Further accepted connections
+  // wait in order, unread and unanswered, until a served one closes: cpp-httplib's thread pool,
+  // where a connection holds its worker while it idles between requests too.
+  std::size_t workers = 0;
+  // The Nth response on a connection carries `Connection: close`, then the server closes (0: no
+  // limit); cpp-httplib's 100.
+  std::size_t max_requests = 0;
+  // Keep-alive responses carry `Keep-Alive: timeout=<idle s>, max=<max_requests>` (cpp-httplib).
+  bool keep_alive_header = false;
+  // A response with status >= 400 carries `Connection: close`, then the server closes
+  // (cpp-httplib >= 0.28).
+  bool close_on_error = false;
+  // The status line and headers in one send(), the body in another (cpp-httplib < 0.34,
+  // uvicorn). Streams (HttpStream) are written as the handler writes them either way.
+  bool split_writes = false;
+  // TCP_NODELAY on accepted TCP sockets (uvicorn, aiohttp, Go). Off: Nagle's algorithm stays on.
+  bool nodelay = false;
 };
 
 // The daemon's access rules over TCP (server/auth.h): a bearer token, and without one, loopback
@@ -61,6 +86,8 @@ class HttpServer {
 
   // Call before listen_tcp.
   void set_security(HttpSecurity security);
+  // Call before listening.
+  void set_wire(HttpWire wire);
   // Turns the rules on with the daemon's token: `token`, or the content of `token_file` (error
   // when it cannot be read or is empty; a warning in the log when others may read it).
   Status secure(const std::string& token, const std::string& token_file);

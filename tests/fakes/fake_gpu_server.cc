@@ -260,7 +260,10 @@ int main(int argc, char** argv) {
                  "  [--model-bytes SIZE] [--model NAME] [--unloaded] [--na] [--self-report SIZE]\n"
                  "  [--unload-delay DUR] [--partial PCT] [--ignore-unload] [--hang] [--http-500]\n"
                  "  [--garbage] [--slow DUR] [--crash-on-unload] [--busy-for DUR] [--router]\n"
-                 "  [--asleep-keeps SIZE] [--weights-ram SIZE]\n");
+                 "  [--asleep-keeps SIZE] [--weights-ram SIZE]\n"
+                 "  [--workers N] [--keep-alive DUR|none] [--max-requests N]\n"
+                 "  [--keep-alive-header on|off] [--close-on-error on|off]\n"
+                 "  [--split-writes on|off] [--nodelay on|off]\n");
     return 2;
   }
   boost::asio::io_context io;
@@ -269,12 +272,14 @@ int main(int argc, char** argv) {
 
   vramd::HttpLimits limits;
   limits.read_timeout = std::chrono::seconds(3600);  // --slow and --hang outlast the default
-  limits.idle_timeout = std::chrono::seconds(3600);
+  // No idle timeout (Ollama's): a year stands for never.
+  limits.idle_timeout = options->wire.keep_alive.value_or(std::chrono::hours(24 * 365));
   vramd::HttpServer server(
       io, [&model](vramd::HttpRequest req, vramd::HttpStream& out) {
         return handle(model, std::move(req), out);
       },
       limits);
+  server.set_wire(options->wire.http);
   std::string host = options->host.find(':') != std::string::npos ? "[" + options->host + "]"
                                                                    : options->host;
   auto st = server.listen_tcp(host + ":" + std::to_string(options->port));

@@ -47,6 +47,7 @@ Result<Options> parse_options(const std::vector<std::string>& args) {
   if (const char* s = std::getenv("FAKE_NVML_STATE")) o.state_path = s;
   std::optional<int> port;
   std::optional<Bytes> asleep_keeps, weights_ram;  // defaults depend on --kind
+  std::vector<std::pair<std::string, std::string>> wire_flags;  // applied once --kind is known
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> Result<std::string> {
@@ -129,6 +130,10 @@ Result<Options> parse_options(const std::vector<std::string>& args) {
       o.crash_on_unload = true;
     } else if (a == "--router") {
       o.router = true;
+    } else if (is_wire_flag(a)) {  // on the wire: fake_wire.cc
+      auto v = value();
+      if (!v) return make_error(v.error());
+      wire_flags.emplace_back(a, *v);
     } else {
       return make_error("unknown argument '" + a + "'");
     }
@@ -148,6 +153,9 @@ Result<Options> parse_options(const std::vector<std::string>& args) {
   bool vllm = o.kind == "vllm";
   o.asleep_keeps = asleep_keeps.value_or(vllm ? 500 * MiB : 0);
   o.weights_ram = weights_ram.value_or(vllm ? 256 * MiB : 0);
+  auto wire = wire_options(o.kind, wire_flags);
+  if (!wire) return make_error(wire.error());
+  o.wire = *wire;
   return o;
 }
 

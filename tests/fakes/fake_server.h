@@ -23,6 +23,13 @@
 
 namespace vramd::fakes {
 
+// How the fake behaves on the wire (fake_wire.cc): by default as its kind's real server does
+// (../shared/reference/transport.md); README.md "On the wire" lists the flags.
+struct WireOptions {
+  HttpWire http;                       // workers, requests per connection, headers, writes, TCP
+  std::optional<Duration> keep_alive;  // an idle keep-alive connection closed after; nullopt: never
+};
+
 // The command line (README.md lists every flag).
 struct Options {
   std::string kind;
@@ -57,6 +64,10 @@ struct Options {
   // vLLM's level-1 sleep copies the weights to host RAM: this much real anonymous memory is held
   // until the wake. Default 256MiB for vllm, 0 for the other kinds.
   Bytes weights_ram = 0;
+
+  // On the wire (fake_wire.cc): --workers, --keep-alive, --max-requests, --keep-alive-header,
+  // --close-on-error, --split-writes, --nodelay; default_wire(kind) unless given.
+  WireOptions wire;
 };
 
 // Parses argv (without argv[0]). Error text is for people.
@@ -69,6 +80,14 @@ std::string default_model(const std::string& kind);
 std::string default_version(const std::string& kind);
 // Every kind the fake knows ("forge" is a1111's alias).
 const std::vector<std::string>& known_kinds();
+
+// The wire traits of a kind's real server (the table in fake_wire.cc).
+WireOptions default_wire(const std::string& kind);
+// True for the flags wire_options reads.
+bool is_wire_flag(const std::string& arg);
+// default_wire(kind) with the wire flags given (flag, value), in order. Error text is for people.
+Result<WireOptions> wire_options(const std::string& kind,
+                                 const std::vector<std::pair<std::string, std::string>>& flags);
 
 // The request split into what handlers need.
 struct Call {
