@@ -129,6 +129,8 @@ Result<Options> parse_options(const std::vector<std::string>& args) {
       o.crash_on_unload = true;
     } else if (a == "--router") {
       o.router = true;
+    } else if (a == "--slots" || a == "--metrics") {
+      (a == "--slots" ? o.slots : o.metrics) = true;
     } else {
       return make_error("unknown argument '" + a + "'");
     }
