@@ -34,6 +34,49 @@ TEST(Fingerprint, EachKindByItsOwnAnswer) {
             "localai");
 }
 
+// Issue 46: llama-server b4747 with its default flags, as it answers (examples/server/server.cpp:
+// handle_slots and handle_metrics without --slots/--metrics, handle_props, handle_models).
+TEST(Fingerprint, APlainLlamaServerWithDefaultFlags) {
+  const std::string slots_off =
+      R"({"error":{"code":501,"message":"This server does not support slots endpoint. Start it with `--slots`","type":"not_supported_error"}})";
+  const std::string metrics_off =
+      R"({"error":{"code":501,"message":"This server does not support metrics endpoint. Start it with `--metrics`","type":"not_supported_error"}})";
+  const std::string not_found =
+      R"({"error":{"code":404,"message":"File Not Found","type":"not_found_error"}})";
+  const std::string props =
+      R"({"default_generation_settings":{"id":0,"id_task":-1,"n_ctx":4096,"is_processing":false},)"
+      R"("total_slots":1,"model_path":"/m/tiny.gguf","chat_template":"","bos_token":"<s>",)"
+      R"("eos_token":"</s>","build_info":"b4748-a8b1f8a"})";
+  const std::string models =
+      R"({"object":"list","data":[{"id":"/m/tiny.gguf","object":"model","created":1740000000,)"
+      R"("owned_by":"llamacpp","meta":{"vocab_type":2,"n_vocab":32000,"n_ctx_train":2048,)"
+      R"("n_embd":64,"n_params":4620000,"size":9310000}}]})";
+  Answers a = {{"/system_stats", {404, not_found}},
+               {"/", {200, "<!DOCTYPE html><html>"}},
+               {"/metrics", {501, metrics_off}},
+               {"/slots", {501, slots_off}},
+               {"/props", {200, props}},
+               {"/health", {200, R"({"status":"ok"})"}},
+               {"/v1/models", {200, models}},
+               {"/readyz", {404, not_found}}};
+  auto f = identify_server(a);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->kind, "llamacpp");
+  EXPECT_EQ(f->evidence, "GET /props: default_generation_settings, total_slots");
+  a.erase("/props");  // /v1/models alone tells it too
+  EXPECT_EQ(kind(a), "llamacpp");
+  // While its model loads, every path answers 503 "Loading model".
+  const std::string loading =
+      R"({"error":{"code":503,"message":"Loading model","type":"unavailable_error"}})";
+  Answers l;
+  for (const auto& p : fingerprint_paths()) l[p] = {503, loading};
+  EXPECT_EQ(kind(l), "llamacpp");
+  // A 503 health of another shape is not llama.cpp; nor are models owned by someone else.
+  EXPECT_EQ(kind({{"/health", {503, R"({"error":"starting"})"}}}), "");
+  EXPECT_EQ(kind({{"/v1/models", {200, R"({"data":[{"id":"m","owned_by":"vllm"}]})"}}}), "");
+  EXPECT_EQ(kind({{"/v1/models", {200, R"({"data":[{"id":"m","owned_by":7}]})"}}}), "");
+}
+
 TEST(Fingerprint, LookalikesAndGarbageAreNotServers) {
   EXPECT_EQ(kind({}), "");
   // A plain web server: 200 everywhere with HTML.
