@@ -13,7 +13,7 @@ const std::vector<ServiceKind>& service_kinds() {
       {.name = "comfyui", .unload_timeout = seconds(30), .reload_cost = seconds(20),
        .own_keys = {"sleep_level"}, .sleeps = {D::sleep1, D::sleep2}, .sleep1_wake = seconds(5)},
       {.name = "ollama", .unload_timeout = seconds(20), .reload_cost = seconds(10),
-       .self_report_covers_process = true, .has_wake = true},
+       .self_report_covers_process = true, .has_wake = true, .ollama_api = true},
       {.name = "vllm", .unload_timeout = seconds(20), .reload_cost = seconds(60), .has_wake = true,
        .sleep_levels = true, .own_keys = {"sleep_level"}, .sleeps = {D::sleep1, D::sleep2}, .sleep1_wake = seconds(3)},
       {.name = "sglang", .unload_timeout = seconds(20), .reload_cost = seconds(60),

@@ -43,6 +43,9 @@ struct ServiceKind {
   // A first guess at a sleep1 wake (weights back from host RAM), until vramd has measured one;
   // a sleep2 wake is guessed at reload_cost, a start at twice that.
   Duration sleep1_wake{0};
+  // It serves Ollama's own API (/api/chat, /api/tags): the front door's Ollama routes list and
+  // reach only such services (the others would answer 404).
+  bool ollama_api = false;
 };
 
 // Every kind, in documentation order.
