@@ -137,11 +137,27 @@ void Ledger::on_sample(const SampleTaken& s, const OwnerHints& hints,
       // Name owners that held a noteworthy amount last time.
       for (const auto& prev : status_.gpus) {
         if (prev.sample.index != g.index) continue;
-        for (const auto& h : prev.holdings)
-          if (h.owner == owner && h.bytes >= config_.gpu.residual_tolerance)
-            emit("owner.gone", g.index, owner.name,
-                 fmt::format("{} {} released {} on GPU {} after {}", to_string(owner.kind),
-                             owner.name, format_size(h.bytes), gpu_label(g), format_age(now.mono - t)));
+        for (const auto& h : prev.holdings) {
+          if (h.owner != owner || h.bytes < config_.gpu.residual_tolerance) continue;
+          // Its processes held on under another name (a service discovered or configured took
+          // them over): the bytes were named anew, not released.
+          const Holding* heir = nullptr;
+          for (const auto& now_h : gs.holdings)
+            for (int pid : h.pids)
+              if (!heir && std::find(now_h.pids.begin(), now_h.pids.end(), pid) != now_h.pids.end())
+                heir = &now_h;
+          if (heir) {
+            emit("owner.renamed", g.index, owner.name,
+                 fmt::format("{} {} is now {} {} on GPU {} ({} held, nothing released)",
+                             to_string(owner.kind), owner.name, to_string(heir->owner.kind),
+                             heir->owner.name, gpu_label(g), format_size(heir->bytes)));
+            continue;
+          }
+          emit(
+              "owner.gone", g.index, owner.name,
+              fmt::format("{} {} released {} on GPU {} after {}", to_string(owner.kind), owner.name,
+                          format_size(h.bytes), gpu_label(g), format_age(now.mono - t)));
+        }
       }
     }
     since = std::move(next_since);

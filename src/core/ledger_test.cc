@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace vramd {
 namespace {
 
@@ -15,7 +17,7 @@ class LedgerWorld {
 
   void hold(int pid, Bytes bytes) { procs_[pid] = bytes; }
   void release(int pid) { procs_.erase(pid); }
-  std::vector<Action> sample(GpuHealth health = GpuHealth::ok) {
+  std::vector<Action> sample(GpuHealth health = GpuHealth::ok, const OwnerHints& hints = {}) {
     SampleTaken s;
     GpuSample g;
     g.index = 0;
@@ -35,7 +37,7 @@ class LedgerWorld {
     }
     s.gpus.gpus.push_back(g);
     std::vector<Action> actions;
-    ledger_.on_sample(s, {}, {}, now_, actions);
+    ledger_.on_sample(s, hints, {}, now_, actions);
     return actions;
   }
   void advance(Duration d) { now_ += d; }
@@ -113,6 +115,28 @@ TEST(Ledger, AnOwnerThatLeavesIsNamedWithWhatItHeldAndHistoryKeepsIt) {
       for (Bytes b : s.values) held |= b == 6 * GiB;
   EXPECT_TRUE(held);
   EXPECT_EQ(w.ledger().history(7, w.now(), 15min, 100).times.size(), 0u);  // no such GPU
+}
+
+// Issue 46: a discovered service took over a process's bytes; nothing left the GPU.
+TEST(Ledger, BytesNamedAnewAreNotCalledReleased) {
+  LedgerWorld w;
+  w.sample();
+  w.advance(1s);
+  w.hold(812, 2 * GiB);
+  w.sample();
+  w.advance(5s);
+  OwnerHints hints;
+  hints.managed = {{"speaches", 812}};
+  auto actions = w.sample(GpuHealth::ok, hints);
+  std::vector<std::string> types = LedgerWorld::types(actions);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "owner.gone"), 0)
+      << ::testing::PrintToString(types);
+  ASSERT_EQ(std::count(types.begin(), types.end(), "owner.renamed"), 1);
+  for (const auto& a : actions)
+    if (auto* e = std::get_if<EmitEvent>(&a); e && e->event.type == "owner.renamed") {
+      EXPECT_EQ(e->event.message.find("released 2.0 GiB"), std::string::npos) << e->event.message;
+      EXPECT_NE(e->event.message.find("speaches"), std::string::npos) << e->event.message;
+    }
 }
 
 TEST(Ledger, HoldersAreListedLargestFirst) {

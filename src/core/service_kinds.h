@@ -49,6 +49,9 @@ struct ServiceKind {
   // keep-alive time included (llama-server's `--threads-http`: max(slots + 2, CPUs - 1)).
   Duration keep_alive_timeout = std::chrono::seconds(5);
   bool fixed_http_threads = false;
+  // It serves Ollama's own API (/api/chat, /api/tags): the front door's Ollama routes list and
+  // reach only such services (the others would answer 404).
+  bool ollama_api = false;
 };
 
 // Every kind, in documentation order.

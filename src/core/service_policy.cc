@@ -222,6 +222,7 @@ void ServicePolicy::apply_probe(ServiceStatus& st, const ServiceProbe& p, const 
   // A sleeper's models are still its own (the front door routes to them and wakes it), where
   // its API no longer lists them asleep (Ollama's /api/ps, llama.cpp's loaded models).
   st.models = p.models.empty() && st.asleep ? st.asleep->models : p.models;
+  if (!p.installed.empty()) st.installed = p.installed;
   st.self_reported_vram = p.self_reported_vram;
   note_variant(st, p, now, actions);
   note_finished(st, p, actions);

@@ -107,6 +107,8 @@ struct ServiceStatus {
   int requests_in_flight = 0;  // through vramd's proxy: > 0 is busy, whatever the probe says
   std::optional<int> queue_depth;
   std::vector<std::string> models;
+  // ServiceProbe::installed, kept from the last probe that listed any (for the front door).
+  std::vector<std::string> installed;
   std::string probe_error;
   std::optional<MonoTime> last_probe;
   ProbePace pace;

@@ -20,10 +20,18 @@ namespace vramd {
 
 namespace asio = boost::asio;
 
+// Its probed models (loaded, then installed), then its configured ones (the same list the proxy
+// adds; here they carry whether the service serves Ollama's API, so that /api/tags lists them).
 void Daemon::each_models(const RequestPath::Hooks::EachModels& each) const {
   for (const auto& cfg : arbiter_.config().services) {
     if (!proxied(cfg)) continue;  // the front door routes only to what it reaches
-    if (const ServiceStatus* st = arbiter_.service_policy_status(cfg.name)) each(cfg.name, st->models);
+    const ServiceKind* kind = find_service_kind(cfg.kind);
+    bool ollama_api = kind && kind->ollama_api;
+    if (const ServiceStatus* st = arbiter_.service_policy_status(cfg.name)) {
+      each(cfg.name, ollama_api, st->models);
+      each(cfg.name, ollama_api, st->installed);  // loaded on the request (Ollama's /api/tags)
+    }
+    each(cfg.name, ollama_api, cfg.models);
   }
 }
 

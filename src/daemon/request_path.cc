@@ -121,19 +121,21 @@ void RequestPath::in_flight_changed(const std::string& service, int now_in_fligh
 ModelList RequestPath::models() {
   size_t i = 0;
   bool same = models_ != nullptr;
-  hooks_.models([&](const std::string& service, const std::vector<std::string>& models) {
-    for (const auto& m : models) {
-      same = same && i < models_->size() && (*models_)[i].model == m &&
-             (*models_)[i].service == service;
-      ++i;
-    }
-  });
+  hooks_.models(
+      [&](const std::string& service, bool ollama_api, const std::vector<std::string>& models) {
+        for (const auto& m : models) {
+          same = same && i < models_->size() && (*models_)[i].model == m &&
+                 (*models_)[i].service == service && (*models_)[i].ollama_api == ollama_api;
+          ++i;
+        }
+      });
   if (same && i == models_->size()) return models_;
   auto fresh = std::make_shared<std::vector<ModelEntry>>();
   fresh->reserve(i);
-  hooks_.models([&](const std::string& service, const std::vector<std::string>& models) {
-    for (const auto& m : models) fresh->push_back({m, service});
-  });
+  hooks_.models(
+      [&](const std::string& service, bool ollama_api, const std::vector<std::string>& models) {
+        for (const auto& m : models) fresh->push_back({m, service, ollama_api});
+      });
   models_ = std::move(fresh);
   return models_;
 }

@@ -43,9 +43,10 @@ class RequestPath : public ProxyHooks {
     // adapter can wake it.
     std::function<bool(const std::string& service, const std::string& model)> ready;
     std::function<bool(const std::string& service)> can_wake;
-    // Calls `each` with every proxied service and the models it serves, in config order,
-    // copying nothing.
-    using EachModels = std::function<void(const std::string& service,
+    // Calls `each` with every proxied service, whether it serves Ollama's API
+    // (ModelEntry::ollama_api), and the models it serves, in config order, copying nothing (a
+    // service may be named more than once: its probed models, then its configured ones).
+    using EachModels = std::function<void(const std::string& service, bool ollama_api,
                                           const std::vector<std::string>& models)>;
     std::function<void(const EachModels& each)> models;
   };

@@ -21,12 +21,14 @@ struct Core {
 
   std::vector<std::pair<std::string, std::vector<std::string>>> served = {{"ollama", {"llama3"}}};
   RequestPath::Hooks hooks() {
-    return {[this](const Event& e) { fed.push_back(e); },
-            [this](const std::string& s, const std::string& m) { return ready.count(s + "/" + m) > 0; },
-            [this](const std::string&) { return wakeable; },
-            [this](const RequestPath::Hooks::EachModels& each) {
-              for (const auto& [service, models] : served) each(service, models);
-            }};
+    return {
+        [this](const Event& e) { fed.push_back(e); },
+        [this](const std::string& s, const std::string& m) { return ready.count(s + "/" + m) > 0; },
+        [this](const std::string&) { return wakeable; },
+        [this](const RequestPath::Hooks::EachModels& each) {
+          for (const auto& [service, models] : served)
+            each(service, service.rfind("ollama", 0) == 0, models);
+        }};
   }
   template <typename T>
   std::vector<T> all() const {
@@ -81,6 +83,8 @@ TEST(RequestPathTest, TheModelListIsKeptUntilAServicesModelsChange) {
   ASSERT_EQ(first->size(), 3u);
   EXPECT_EQ((*first)[1].model, "qwen");
   EXPECT_EQ((*first)[2].service, "vllm");
+  EXPECT_TRUE((*first)[0].ollama_api);  // /api/tags lists only these
+  EXPECT_FALSE((*first)[2].ollama_api);
   EXPECT_EQ(path.models(), first);  // nothing changed: the same list
 
   core.served[0].second.pop_back();  // ollama unloaded qwen

@@ -34,6 +34,9 @@ struct WakeResult {
 struct ModelEntry {
   std::string model;
   std::string service;
+  // Its service serves Ollama's own API (/api/chat, /api/generate, /api/tags): only such
+  // entries are listed by GET /api/tags and routed from Ollama's paths.
+  bool ollama_api = false;
 };
 
 // Every model the services serve, as one list that does not change: while the services' models

@@ -94,11 +94,17 @@ std::optional<Route> ModelTable::find(std::string_view model) const {
       return exact(m.substr(0, m.size() - 7));
     return nullptr;
   };
-  if (const ModelEntry* e = lookup(model)) return Route{e->service, e->model};
+  if (const ModelEntry* e = lookup(model)) return Route{e->service, e->model, e->ollama_api};
   if (auto a = aliases_.find(std::string(model)); a != aliases_.end()) {
-    if (const ModelEntry* e = lookup(a->second)) return Route{e->service, e->model};
+    if (const ModelEntry* e = lookup(a->second)) return Route{e->service, e->model, e->ollama_api};
   }
   return std::nullopt;
+}
+
+std::optional<Route> ModelTable::find_for(std::string_view path, std::string_view model) const {
+  std::optional<Route> r = find(model);
+  if (r && is_ollama_path(path) && !r->ollama_api) return std::nullopt;
+  return r;
 }
 
 std::vector<std::string> ModelTable::known() const {
@@ -125,7 +131,8 @@ std::string ModelTable::openai_list() const {
 
 std::string ModelTable::ollama_tags() const {
   nlohmann::json models = nlohmann::json::array();
-  for (const auto& e : entries_) models.push_back({{"name", e.model}, {"model", e.model}});
+  for (const auto& e : entries_)
+    if (e.ollama_api) models.push_back({{"name", e.model}, {"model", e.model}});
   return nlohmann::json{{"models", models}}.dump();
 }
 
@@ -163,5 +170,7 @@ bool is_routed_path(std::string_view path) {
                                                        "/api/embed"};
   return std::find(kPaths.begin(), kPaths.end(), path) != kPaths.end();
 }
+
+bool is_ollama_path(std::string_view path) { return path.rfind("/api/", 0) == 0; }
 
 }  // namespace vramd

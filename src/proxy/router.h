@@ -15,6 +15,7 @@ namespace vramd {
 struct Route {
   std::string service;
   std::string model;  // the name the service knows (an alias resolved)
+  bool ollama_api = false;  // the service serves Ollama's API (ModelEntry::ollama_api)
 };
 
 class ModelTable {
@@ -24,11 +25,15 @@ class ModelTable {
 
   // Exact name, then an alias, then Ollama's implicit ":latest" either way.
   std::optional<Route> find(std::string_view model) const;
+  // find() for a request to `path`: Ollama's own paths (/api/...) reach only services that serve
+  // Ollama's API (ModelEntry::ollama_api); the OpenAI ones reach every service.
+  std::optional<Route> find_for(std::string_view path, std::string_view model) const;
   // Every model name and alias, sorted, for error messages.
   std::vector<std::string> known() const;
   // The OpenAI list: {"object":"list","data":[{"id","object":"model","created":0,"owned_by"}]}.
   std::string openai_list() const;
-  // Ollama's GET /api/tags shape: {"models":[{"name","model"}]}.
+  // Ollama's GET /api/tags shape: {"models":[{"name","model"}]}, of the models whose service
+  // serves Ollama's API only (the others would answer /api/chat with 404).
   std::string ollama_tags() const;
 
  private:
@@ -43,6 +48,8 @@ std::optional<std::string> request_model(std::string_view content_type, std::str
 
 // True for the front door's routed paths (/v1/chat/completions, ..., /api/chat).
 bool is_routed_path(std::string_view path);
+// True for Ollama's own API paths (/api/chat, /api/generate, /api/embed, /api/tags).
+bool is_ollama_path(std::string_view path);
 
 // Whether a request body asks for a stream ("stream": true in JSON).
 bool body_wants_stream(std::string_view content_type, std::string_view body);

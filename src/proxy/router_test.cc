@@ -40,6 +40,24 @@ TEST(ModelTable, OpenAiListNamesTheOwner) {
   EXPECT_EQ(j["data"][2]["owned_by"], "ollama");
 }
 
+// Issue 46: /api/tags listed llama.cpp's and vLLM's models, whose servers answer /api/chat 404.
+TEST(ModelTable, OllamasPathsListAndReachOnlyServicesThatServeOllamasApi) {
+  ModelTable t({{"llama3.1:8b", "ollama", true}, {"qwen", "vllm"}, {"/m/tiny.gguf", "llamacpp"}},
+               {{"gpt-4o-mini", "llama3.1:8b"}, {"tiny", "/m/tiny.gguf"}});
+  auto tags = nlohmann::json::parse(t.ollama_tags());
+  ASSERT_EQ(tags["models"].size(), 1u) << tags.dump();
+  EXPECT_EQ(tags["models"][0]["name"], "llama3.1:8b");
+  EXPECT_EQ(t.find_for("/api/chat", "llama3.1")->service, "ollama");
+  EXPECT_EQ(t.find_for("/api/chat", "gpt-4o-mini")->model, "llama3.1:8b");
+  EXPECT_FALSE(t.find_for("/api/chat", "qwen"));
+  EXPECT_FALSE(t.find_for("/api/generate", "tiny"));
+  // The OpenAI paths reach every service, Ollama's too.
+  EXPECT_EQ(t.find_for("/v1/chat/completions", "qwen")->service, "vllm");
+  EXPECT_EQ(t.find_for("/v1/chat/completions", "tiny")->model, "/m/tiny.gguf");
+  EXPECT_EQ(t.find_for("/v1/completions", "llama3.1:8b")->service, "ollama");
+  EXPECT_EQ(nlohmann::json::parse(t.openai_list())["data"].size(), 5u);
+}
+
 TEST(RequestModel, JsonAndMultipart) {
   EXPECT_EQ(request_model("application/json", R"({"model":"m","x":1})"), "m");
   EXPECT_FALSE(request_model("application/json", R"({"model":3})"));

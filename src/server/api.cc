@@ -434,17 +434,29 @@ boost::asio::awaitable<HttpResponse> Api::hosts(const Call&) {
   co_return json_reply(200, *hosts);
 }
 
+// A service as the API shows it: its `models` are those its probe lists, then its configured
+// `models` (the front door routes both).
+json Api::service_json(const ServiceStatus& s, const Now& now) const {
+  json out = to_json(s, now);
+  if (const ServiceConfig* cfg = daemon_.arbiter().config().find_service(s.name)) {
+    json& models = out["models"];
+    for (const auto& m : cfg->models)
+      if (std::find(models.begin(), models.end(), m) == models.end()) models.push_back(m);
+  }
+  return out;
+}
+
 boost::asio::awaitable<HttpResponse> Api::services(const Call&) {
   json out = json::array();
   Now now = daemon_.now();
-  for (const auto& s : daemon_.arbiter().services()) out.push_back(to_json(s, now));
+  for (const auto& s : daemon_.arbiter().services()) out.push_back(service_json(s, now));
   co_return json_reply(200, json{{"services", out}});
 }
 
 boost::asio::awaitable<HttpResponse> Api::service(const Call& c) {
   const ServiceStatus* s = daemon_.arbiter().service(c.param());
   if (!s) co_return error(404, "not_found", fmt::format("no service named '{}'", c.param()));
-  co_return json_reply(200, to_json(*s, daemon_.now()));
+  co_return json_reply(200, service_json(*s, daemon_.now()));
 }
 
 boost::asio::awaitable<HttpResponse> Api::chart(const Call& c) {

@@ -146,6 +146,8 @@ class Api {
   static const std::vector<Route>& routes();
 
  private:
+  // A service as GET /v1/services shows it: its probed models and its configured ones.
+  nlohmann::json service_json(const ServiceStatus& s, const Now& now) const;
   boost::asio::awaitable<HttpResponse> version(const Call& c);
   boost::asio::awaitable<HttpResponse> status(const Call& c);
   boost::asio::awaitable<HttpResponse> chart(const Call& c);

@@ -14,6 +14,7 @@
 
 #include "integration/test_util.h"
 #include "services/adapter.h"
+#include "services/fingerprint.h"
 #include "services/http_client.h"
 #include "testgpu/fake_gpu_state.h"
 
@@ -158,7 +159,9 @@ class AdapterKind : public ::testing::TestWithParam<std::string> {};
 TEST_P(AdapterKind, ProbeIdleThenBusyAfterWork) {
   SKIP_WITHOUT_FAKE();
   const std::string kind = GetParam();
-  FakeServer fake(kind);
+  // llama-server says busy only with --slots (or --metrics); without, see LlamaCppDefaultFlags*.
+  FakeServer fake(
+      kind, kind == "llamacpp" ? std::vector<std::string>{"--slots"} : std::vector<std::string>{});
   ASSERT_TRUE(fake.ready());
   ServiceConfig c = config_for(kind, fake.url());
   ServiceProbe idle = probe_once(c);
@@ -282,6 +285,18 @@ TEST(Adapters, OllamaListsModelsAndSelfReport) {
   EXPECT_EQ(body.value("keep_alive", -1), 0);
 }
 
+// Issue 46: Ollama unloads an idle model (keep_alive, 5 min by default); /api/tags still names
+// it, and a request loads it again.
+TEST(Adapters, OllamaNamesItsInstalledModelsUnloadedToo) {
+  SKIP_WITHOUT_FAKE();
+  FakeServer fake("ollama", {"--model", "qwen2.5:7b", "--unloaded"});
+  ASSERT_TRUE(fake.ready());
+  ServiceProbe p = probe_once(config_for("ollama", fake.url()));
+  EXPECT_EQ(p.error, "");
+  EXPECT_TRUE(p.models.empty());
+  EXPECT_EQ(p.installed, std::vector<std::string>{"qwen2.5:7b"});
+}
+
 TEST(Adapters, ComfyUiBusyAfterPromptAndSelfReportIsEvidence) {
   SKIP_WITHOUT_FAKE();
   FakeServer fake("comfyui", {"--self-report", "100MiB"});
@@ -334,6 +349,76 @@ TEST(Adapters, LlamaCppPlainHasNoUnload) {
   UnloadCall u = unload_once(config_for("llamacpp", fake.url()));
   EXPECT_EQ(u.result, UnloadCall::Result::not_supported) << u.message;
   EXPECT_EQ(fake.fake_state().value("unload_calls", -1), 0);
+}
+
+// Issue 46: a llama-server started with its default flags (b4747: /slots and /metrics answer
+// 501) lists its one model in /v1/models; busy is unknown, which is no error, and the calls that
+// said 501 are not asked again at every probe.
+TEST(Adapters, LlamaCppDefaultFlagsListItsModelAndLeaveBusyUnknownQuietly) {
+  SKIP_WITHOUT_FAKE();
+  FakeServer fake("llamacpp", {"--model", "/srv/models/tiny.gguf", "--version", "b4748-abc"});
+  ASSERT_TRUE(fake.ready());
+  ServiceConfig c = config_for("llamacpp", fake.url());
+  asio::io_context io;
+  std::unique_ptr<Adapter> a = adapter_for(c, io);
+  std::optional<ServiceProbe> first, second;
+  int after_first = 0;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        first = co_await a->probe();
+        after_first = fake.fake_state().value("requests", 0);
+        second = co_await a->probe();
+      },
+      asio::detached);
+  io.run();
+  ASSERT_TRUE(first && second);
+  EXPECT_TRUE(first->reachable);
+  EXPECT_EQ(first->error, "");
+  EXPECT_EQ(first->busy, std::nullopt);
+  EXPECT_EQ(first->models, std::vector<std::string>{"/srv/models/tiny.gguf"});
+  EXPECT_EQ(first->version, "b4748-abc");
+  EXPECT_EQ(second->error, "");
+  EXPECT_EQ(second->models, first->models);
+  // The second probe asks /v1/models and /props only: not /slots, not /metrics.
+  EXPECT_EQ(fake.fake_state().value("requests", 0) - after_first, 2) << fake.fake_state().dump();
+  // No unload for a plain server: stopping it frees its memory.
+  EXPECT_EQ(unload_once(c).result, UnloadCall::Result::not_supported);
+}
+
+TEST(Adapters, LlamaCppBusyFromMetricsWhenSlotsAreOff) {
+  SKIP_WITHOUT_FAKE();
+  FakeServer fake("llamacpp", {"--metrics"});
+  ASSERT_TRUE(fake.ready());
+  ServiceConfig c = config_for("llamacpp", fake.url());
+  ServiceProbe idle = probe_once(c);
+  EXPECT_EQ(idle.error, "");
+  EXPECT_EQ(idle.busy, false);
+  ASSERT_TRUE(fake.http("POST", "/fake/busy?for=5s").ok());
+  EXPECT_EQ(probe_once(c).busy, true);
+}
+
+// `vramd discover`'s fingerprint over real HTTP: the answers of a llama-server with its
+// default flags, as cli/discover.cc asks them.
+TEST(Adapters, FingerprintKnowsAPlainLlamaServerByItsPropsAndModels) {
+  SKIP_WITHOUT_FAKE();
+  FakeServer fake("llamacpp");
+  ASSERT_TRUE(fake.ready());
+  std::map<std::string, ProbeAnswer> answers;
+  for (const auto& path : fingerprint_paths()) {
+    Result<HttpReply> r = fake.http("GET", path);
+    ASSERT_TRUE(r.ok()) << path << ": " << r.error();
+    answers[path] = ProbeAnswer{r->status, r->body};
+  }
+  EXPECT_EQ(answers["/slots"].status, 501u) << answers["/slots"].body;
+  EXPECT_EQ(answers["/metrics"].status, 501u);
+  std::optional<Fingerprint> fp = identify_server(answers);
+  ASSERT_TRUE(fp);
+  EXPECT_EQ(fp->kind, "llamacpp");
+  EXPECT_NE(fp->evidence.find("/props"), std::string::npos) << fp->evidence;
+  // Only /v1/models left (an older or stripped build): still llama.cpp.
+  std::map<std::string, ProbeAnswer> models_only = {{"/v1/models", answers["/v1/models"]}};
+  EXPECT_EQ(identify_server(models_only).value_or(Fingerprint{}).kind, "llamacpp");
 }
 
 TEST(Adapters, LlamaCppHealthLoading) {

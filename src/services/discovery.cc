@@ -103,11 +103,13 @@ DiscoveryResult assemble_discovery(const DiscoveryInput& in,
     const DiscoveryInput::GpuHeld& held = in.gpu_procs.at(pid);
     DiscoveredServer* hit = nullptr;
     std::vector<int> tried;
+    int first_listener = 0;  // the nearest process of the chain that listens, for `unknown`
     for (int at : chain) {
       auto ports = in.ports_of.find(at);
       if (ports == in.ports_of.end()) continue;
       for (int port : ports->second) {
         tried.push_back(port);
+        if (!first_listener) first_listener = at;
         auto answers = probed.find(port);
         if (answers == probed.end()) continue;
         auto fp = identify_server(answers->second);
@@ -133,6 +135,10 @@ DiscoveryResult assemble_discovery(const DiscoveryInput& in,
       DiscoveredServer u;
       u.evidence = tried.empty() ? "no listening port"
                                  : fmt::format("no fingerprint on port {}", fmt::join(tried, ", "));
+      // Its pid and the first port tried are reported too (`vramd discover --json`): the
+      // process that listens there, else the GPU process itself.
+      u.listener_pid = first_listener ? first_listener : pid;
+      u.port = tried.empty() ? 0 : tried.front();
       const ProcessInfo* p = find_process(in, pid);
       u.cmdline = p ? p->cmdline : "";
       name_and_match(u, p);

@@ -38,6 +38,8 @@ struct DiscoveredServer {
   std::string kind;  // "" when no fingerprint matched
   std::string evidence;
   std::string url;
+  // Unknown ones: the first port tried (0: none listens) and the process listening there, else
+  // the GPU process itself.
   int port = 0;
   int listener_pid = 0;
   std::vector<int> gpu_pids;

@@ -20,6 +20,13 @@ json object(const std::map<std::string, ProbeAnswer>& a, const std::string& path
   return j.is_discarded() ? json(nullptr) : j;
 }
 
+// j[key] when it is a string, else "" (never throws on a body of another shape).
+std::string text_at(const json& j, const char* key) {
+  if (!j.is_object()) return {};
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 bool metrics_have(const std::map<std::string, ProbeAnswer>& a, const std::string& prefix) {
   const ProbeAnswer* r = ok(a, "/metrics");
   if (!r) return false;
@@ -38,10 +45,19 @@ bool metrics_have(const std::map<std::string, ProbeAnswer>& a, const std::string
 }  // namespace
 
 const std::vector<std::string>& fingerprint_paths() {
-  static const std::vector<std::string> paths = {
-      "/system_stats", "/",      "/sdapi/v1/options", "/v1/internal/model/info", "/get_model_info",
-      "/metrics",      "/slots", "/v2",               "/health",                 "/api/ps",
-      "/readyz",       "/v1/models"};
+  static const std::vector<std::string> paths = {"/system_stats",
+                                                 "/",
+                                                 "/sdapi/v1/options",
+                                                 "/v1/internal/model/info",
+                                                 "/get_model_info",
+                                                 "/metrics",
+                                                 "/slots",
+                                                 "/props",
+                                                 "/v2",
+                                                 "/health",
+                                                 "/api/ps",
+                                                 "/readyz",
+                                                 "/v1/models"};
   return paths;
 }
 
@@ -63,6 +79,22 @@ std::optional<Fingerprint> identify_server(const std::map<std::string, ProbeAnsw
   if (json j = object(a, "/slots");
       j.is_array() && !j.empty() && j[0].is_object() && j[0].contains("id"))
     return Fingerprint{"llamacpp", "GET /slots: a list of slots"};
+  // /slots and /metrics need --slots / --metrics; /props and /v1/models answer without flags.
+  if (json j = object(a, "/props"); j.is_object() && j.contains("default_generation_settings") &&
+                                    j.contains("total_slots") && j.contains("build_info"))
+    return Fingerprint{"llamacpp", "GET /props: default_generation_settings, total_slots"};
+  if (json j = object(a, "/v1/models"); j.is_object() && j.contains("data") &&
+                                        j["data"].is_array() && !j["data"].empty() &&
+                                        text_at(j["data"][0], "owned_by") == "llamacpp")
+    return Fingerprint{"llamacpp", "GET /v1/models: owned_by llamacpp"};
+  // While it loads its model, llama-server answers every path 503 in its own error shape.
+  if (const auto it = a.find("/health"); it != a.end() && it->second.status == 503) {
+    json j = json::parse(it->second.body, nullptr, false);
+    if (j.is_object() && j.contains("error") &&
+        text_at(j["error"], "type") == "unavailable_error" &&
+        text_at(j["error"], "message") == "Loading model")
+      return Fingerprint{"llamacpp", "GET /health: 503 Loading model (llama-server's error)"};
+  }
   if (json j = object(a, "/v2"); j.is_object() && j.value("name", "") == "triton")
     return Fingerprint{"triton", "GET /v2: name triton"};
   if (metrics_have(a, "nv_inference_"))

@@ -31,7 +31,11 @@ struct Fingerprint {
 //   textgen    GET /v1/internal/model/info  JSON with "model_name"
 //   sglang     GET /get_model_info      JSON with "model_path"; or vllm-less `sglang:` metrics
 //   vllm       GET /metrics             `vllm:` metric families
-//   llamacpp   GET /metrics `llamacpp:`, or GET /slots (a list of slots with "id")
+//   llamacpp   GET /metrics `llamacpp:`, or GET /slots (a list of slots with "id"), both off
+//              by default; or GET /props with default_generation_settings, total_slots and
+//              build_info, or GET /v1/models owned_by "llamacpp" (both always answer); or, while
+//              it loads, GET /health 503 {"error":{"message":"Loading model","type":
+//              "unavailable_error"}}
 //   triton     GET /v2                  JSON "name": "triton"; or `nv_inference_` metrics
 //   tabbyapi   GET /health              JSON "status" with an "issues" list
 //   speaches   GET /api/ps              JSON "models" list (Ollama answered "/" first)

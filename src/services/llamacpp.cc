@@ -1,10 +1,13 @@
-// llama.cpp server: busy from GET /slots; plain servers have no unload (stop the process);
-// router mode (config `router`, or detected from GET /models) unloads each loaded model.
+// llama.cpp server. Busy from GET /slots, else /metrics, where the server was started with
+// --slots or --metrics (both off by default: 501, then busy is unknown and neither is asked again
+// until the server is lost); its model from GET /v1/models, which answers in every mode. Plain
+// servers have no unload (stop the process); router mode (config `router`, or detected: its
+// models carry a status) unloads each loaded model.
 #include "services/http_adapter_base.h"
+#include "services/comfyui_history.h"  // parse_llamacpp_build_info
 #include "services/kinds.h"
-#include "services/comfyui_history.h"
-#include "services/comfyui_history.h"
 #include "services/parsers.h"
+#include "services/prometheus.h"
 
 namespace vramd {
 namespace {
@@ -20,34 +23,16 @@ class LlamaCppAdapter final : public HttpAdapter {
   awaitable<ServiceProbe> probe() override {
     ServiceProbe p;
     Deadline d = probe_deadline();
-    Result<HttpReply> r = co_await call("GET", "/slots", {}, d);
-    if (!r) {
-      add_error(p, describe("GET", "/slots", r));
-      co_return p;
-    }
-    p.reachable = true;
-    if (ok_status(r->status)) {
-      json j = json::parse(r->body, nullptr, false);
-      Result<bool> busy = j.is_discarded() ? Result<bool>(make_error("the answer is not JSON"))
-                                           : parse_llamacpp_slots(j);
-      if (busy) {
-        p.busy = *busy;
-      } else {
-        add_error(p, "GET /slots: " + busy.error());
-      }
-    } else if (r->status != 501 && r->status != 404 && r->status != 503) {
-      // 501: --no-slots; 404: router mode without ?model; 503: no free slot (fail_on_no_slot).
-      add_error(p, describe("GET", "/slots", r));
-    } else if (r->status == 503) {
-      p.busy = true;
-    }
-    if (router_.value_or(true)) {
+    if (co_await probe_busy(d, p)) {
       std::optional<std::vector<std::string>> models = co_await list_models(d, p);
       if (models) p.models = *models;
     }
+    if (!p.reachable) {
+      busy_from_ = BusyFrom::untried;  // a server started again may have other flags
+      co_return p;
+    }
     // Its version, for the durations history (docs/history.md): extra, never a probe error.
-    if (p.reachable)
-      if (auto v = co_await optional_json("/props", d)) p.version = parse_llamacpp_build_info(*v);
+    if (auto v = co_await optional_json("/props", d)) p.version = parse_llamacpp_build_info(*v);
     co_return p;
   }
 
@@ -86,17 +71,80 @@ class LlamaCppAdapter final : public HttpAdapter {
   }
 
  private:
-  // GET /models: the loaded model ids. Decides router mode when not configured: a router lists
-  // models with a status; a plain server lists its one model without.
+  // Which call says busy: /slots (--slots), else /metrics (--metrics); `none` once both said 501
+  // (or 404: a router without ?model), so that neither is asked at every probe.
+  enum class BusyFrom { untried, slots, metrics, none };
+
+  // False when the server did not answer at all.
+  awaitable<bool> probe_busy(Deadline d, ServiceProbe& p) {
+    if (busy_from_ == BusyFrom::untried || busy_from_ == BusyFrom::slots) {
+      Result<HttpReply> r = co_await call("GET", "/slots", {}, d);
+      if (!r) {
+        add_error(p, describe("GET", "/slots", r));
+        co_return false;
+      }
+      p.reachable = true;
+      if (ok_status(r->status)) {
+        busy_from_ = BusyFrom::slots;
+        json j = json::parse(r->body, nullptr, false);
+        Result<bool> busy = j.is_discarded() ? Result<bool>(make_error("the answer is not JSON"))
+                                             : parse_llamacpp_slots(j);
+        if (busy) {
+          p.busy = *busy;
+        } else {
+          add_error(p, "GET /slots: " + busy.error());
+        }
+        co_return true;
+      }
+      if (r->status == 503) {
+        // No free slot (fail_on_no_slot): busy. While the model loads every path answers 503
+        // "Loading model": unknown (health says it).
+        if (llamacpp_error_message(r->body) != "Loading model") p.busy = true;
+        co_return true;
+      }
+      if (r->status != 501 && r->status != 404) {
+        add_error(p, describe("GET", "/slots", r));
+        co_return true;
+      }
+      busy_from_ = BusyFrom::metrics;  // 501: started without --slots
+    }
+    if (busy_from_ != BusyFrom::metrics) co_return true;
+    Result<HttpReply> r = co_await call("GET", "/metrics", {}, d);
+    if (!r) {
+      add_error(p, describe("GET", "/metrics", r));
+      co_return false;
+    }
+    p.reachable = true;
+    if (r->status == 501 || r->status == 404) {
+      busy_from_ = BusyFrom::none;  // started without --metrics too: busy stays unknown
+      co_return true;
+    }
+    if (!ok_status(r->status)) {
+      if (r->status != 503) add_error(p, describe("GET", "/metrics", r));
+      co_return true;
+    }
+    PromExposition e = parse_prometheus(r->body);
+    p.busy = busy_from_metrics(e, {"llamacpp:requests_processing", "llamacpp:requests_deferred"});
+    if (std::optional<double> deferred = e.sum("llamacpp:requests_deferred"))
+      p.queue_depth = static_cast<int>(*deferred);
+    if (!p.busy) add_error(p, "GET /metrics: no llamacpp:requests_processing");
+    co_return true;
+  }
+
+  // The served models: a plain server's one model (GET /v1/models, in every mode and without
+  // flags), a router's loaded ones (GET /models). Decides router mode when not configured: a
+  // router lists models with a status; a plain server lists its one model without.
   awaitable<std::optional<std::vector<std::string>>> list_models(Deadline d, ServiceProbe& p) {
-    Result<HttpReply> r = co_await call("GET", "/models", {}, d);
+    const char* path = router_.value_or(false) ? "/models" : "/v1/models";
+    Result<HttpReply> r = co_await call("GET", path, {}, d);
+    if (r) p.reachable = true;
     if (!r || !ok_status(r->status)) {
-      if (!router_) co_return std::nullopt;  // not a router: quiet
-      add_error(p, describe("GET", "/models", r));
+      // 503 while the model loads: health says so; the probe's busy call said what it could.
+      if (!r || r->status != 503) add_error(p, describe("GET", path, r));
       co_return std::nullopt;
     }
     json j = json::parse(r->body, nullptr, false);
-    if (!router_) {
+    if (!router_ && !j.is_discarded()) {
       const json* list =
           j.is_array() ? &j : (j.is_object() && j.contains("data") ? &j["data"] : nullptr);
       bool has_status = false;
@@ -105,13 +153,12 @@ class LlamaCppAdapter final : public HttpAdapter {
           has_status = has_status || (m.is_object() && m.contains("status"));
       }
       router_ = has_status;
-      if (!has_status) co_return std::nullopt;
     }
     Result<std::vector<std::string>> models =
         j.is_discarded() ? Result<std::vector<std::string>>(make_error("the answer is not JSON"))
                          : parse_llamacpp_models(j);
     if (!models) {
-      add_error(p, "GET /models: " + models.error());
+      add_error(p, std::string("GET ") + path + ": " + models.error());
       co_return std::nullopt;
     }
     co_return *models;
@@ -122,6 +169,7 @@ class LlamaCppAdapter final : public HttpAdapter {
   static std::string model_body(const std::string& m) { return json{{"model", m}}.dump(); }
 
   std::optional<bool> router_;  // nullopt until detected
+  BusyFrom busy_from_ = BusyFrom::untried;
   std::vector<std::string> last_models_;
 };
 

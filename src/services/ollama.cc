@@ -31,6 +31,13 @@ class OllamaAdapter final : public HttpAdapter {
         add_error(p, "GET /api/ps: " + models.error());
       }
     }
+    // Every model it has, loaded or not: a request loads it, so the front door routes them all.
+    if (p.reachable)
+      if (auto j = co_await optional_json("/api/tags", probe_deadline()))
+        if (j->is_object() && j->contains("models") && (*j)["models"].is_array())
+          for (const auto& m : (*j)["models"])
+            if (m.is_object() && m.contains("name") && m["name"].is_string())
+              p.installed.push_back(m["name"].get<std::string>());
     // Its version, for the durations history (docs/history.md): extra, never a probe error.
     if (p.reachable)
       if (auto v = co_await optional_json("/api/version", probe_deadline())) p.version = parse_ollama_version(*v);

@@ -1,5 +1,6 @@
-// SGLang: busy from /metrics (needs --enable-metrics); release/resume memory occupation (needs
-// --enable-memory-saver). Releasing with requests in flight is unsafe: refused while busy.
+// SGLang: busy from /metrics (needs --enable-metrics), its models from /v1/models;
+// release/resume memory occupation (needs --enable-memory-saver). Releasing with requests in flight
+// is unsafe: refused while busy.
 #include "services/http_adapter_base.h"
 #include "services/kinds.h"
 #include "services/parsers.h"
@@ -15,13 +16,24 @@ class SglangAdapter final : public HttpAdapter {
 
   awaitable<ServiceProbe> probe() override {
     ServiceProbe p;
-    if (auto text = co_await probe_text("/metrics", probe_deadline(), p)) {
+    Deadline d = probe_deadline();
+    if (auto text = co_await probe_text("/metrics", d, p)) {
       PromExposition e = parse_prometheus(*text);
       p.busy = busy_from_metrics(e, {"sglang:num_running_reqs", "sglang:num_queue_reqs"});
       if (std::optional<double> q = e.sum("sglang:num_queue_reqs")) {
         p.queue_depth = static_cast<int>(*q);
       }
       if (!p.busy) add_error(p, "GET /metrics: no sglang:num_running_reqs (--enable-metrics?)");
+    }
+    if (!p.reachable) co_return p;
+    // The names it serves (--served-model-name, else its model path): /v1/models answers without
+    // any flag, its memory released or not.
+    if (auto j = co_await probe_json("/v1/models", d, p)) {
+      if (j->is_object() && j->contains("data") && (*j)["data"].is_array()) {
+        for (const auto& m : (*j)["data"])
+          if (m.is_object() && m.contains("id") && m["id"].is_string())
+            p.models.push_back(m["id"].get<std::string>());
+      }
     }
     co_return p;
   }

@@ -599,7 +599,8 @@ HttpResponse sglang(FakeModel& m, const Call& c) {
     return json_reply(200, {{"model_path", o.model},
                             {"tokenizer_path", o.model},
                             {"is_generation", true}});
-  if (is_get(c) && c.path == "/v1/models") return openai_models(m, "sglang", m.loaded());
+  // Its served name, its memory released or not (as the real one).
+  if (is_get(c) && c.path == "/v1/models") return openai_models(m, "sglang", true);
   if (is_openai_work(c) || (is_post(c) && c.path == "/generate")) return openai_reply(m, c);
   return fastapi_404();
 }
@@ -720,56 +721,76 @@ json llamacpp_error(int code, const std::string& message, const std::string& typ
   return {{"error", {{"code", code}, {"message", message}, {"type", type}}}};
 }
 
-// llama.cpp's llama-server; --router: router mode (/models, /models/load, /models/unload).
+// llama.cpp's llama-server (b4747's answers): /slots and /metrics only with --slots / --metrics,
+// else 501 as the real one started with its defaults; --router: router mode (/models,
+// /models/load, /models/unload).
 HttpResponse llamacpp(FakeModel& m, const Call& c) {
   const auto& o = m.options();
+  // A plain server's model: the file it loaded (its id too, as without --alias), or a name given
+  // as --model, then served as if by `--alias NAME` from /models/NAME.gguf.
+  const bool is_path = o.model.size() > 5 && o.model.substr(o.model.size() - 5) == ".gguf";
+  const std::string model_path = is_path ? o.model : "/models/" + o.model + ".gguf";
   if (is_get(c) && c.path == "/health") {
     if (!o.router && !m.loaded())
       return json_reply(503, llamacpp_error(503, "Loading model", "unavailable_error"));
     return json_reply(200, {{"status", "ok"}});
   }
+  auto slot = [&](int id) {
+    bool processing = id == 0 && m.busy();
+    return json{{"id", id},
+                {"id_task", processing ? static_cast<std::int64_t>(m.work_count()) : -1},
+                {"n_ctx", 4096},
+                {"speculative", false},
+                {"is_processing", processing},
+                {"non_causal", false},
+                {"params", {{"n_predict", -1}, {"temperature", 0.8}, {"stream", false}}},
+                {"prompt", ""},
+                {"next_token",
+                 {{"has_next_token", processing},
+                  {"has_new_line", false},
+                  {"n_remain", -1},
+                  {"n_decoded", processing ? 7 : 0},
+                  {"stopping_word", ""}}}};
+  };
   if (is_get(c) && c.path == "/slots") {
-    json slots = json::array();
-    for (int id = 0; id < 2; ++id) {
-      bool processing = id == 0 && m.busy();
-      slots.push_back({{"id", id},
-                       {"id_task", processing ? static_cast<std::int64_t>(m.work_count()) : -1},
-                       {"n_ctx", 4096},
-                       {"speculative", false},
-                       {"is_processing", processing},
-                       {"params", {{"n_predict", -1}, {"temperature", 0.8}, {"stream", false}}},
-                       {"next_token",
-                        {{"has_next_token", processing},
-                         {"has_new_line", false},
-                         {"n_remain", -1},
-                         {"n_decoded", processing ? 7 : 0}}}});
-    }
-    return json_reply(200, slots);
+    if (!o.slots)
+      return json_reply(501, llamacpp_error(501,
+                                            "This server does not support slots endpoint. Start "
+                                            "it with `--slots`",
+                                            "not_supported_error"));
+    return json_reply(200, json::array({slot(0), slot(1)}));
   }
   if (is_get(c) && c.path == "/props") {
-    // llama-server's GET /props (a subset); build_info is "b<build number>-<commit>".
-    return json_reply(200, {{"default_generation_settings",
-                             {{"id", 0}, {"n_ctx", 4096}, {"is_processing", m.busy()}}},
+    // llama-server's GET /props; build_info is "b<build number>-<commit>".
+    return json_reply(200, {{"default_generation_settings", slot(0)},
                             {"total_slots", 2},
-                            {"model_path", "/models/" + o.model + ".gguf"},
-                            {"modalities", {{"vision", false}, {"audio", false}}},
+                            {"model_path", model_path},
                             {"chat_template", ""},
                             {"bos_token", "<|endoftext|>"},
                             {"eos_token", "<|im_end|>"},
                             {"build_info", o.version}});
   }
-  if (is_get(c) && c.path == "/metrics")
+  if (is_get(c) && c.path == "/metrics") {
+    if (!o.metrics)
+      return json_reply(501, llamacpp_error(501,
+                                            "This server does not support metrics endpoint. "
+                                            "Start it with `--metrics`",
+                                            "not_supported_error"));
     return prometheus(gauge("llamacpp:requests_processing", "Number of requests processing.", "",
                             m.busy() ? 1 : 0) +
                       gauge("llamacpp:requests_deferred", "Number of requests deferred.", "", 0));
-  if (o.router && is_get(c) && (c.path == "/models" || c.path == "/v1/models")) {
-    json entry = {{"id", o.model},
-                  {"object", "model"},
-                  {"owned_by", "llamacpp"},
-                  {"created", now_unix()},
-                  {"in_cache", true},
-                  {"path", "/models/" + o.model + ".gguf"},
-                  {"status", {{"value", m.loaded() ? "loaded" : "unloaded"}}}};
+  }
+  if (is_get(c) && (c.path == "/models" || c.path == "/v1/models")) {
+    json entry = {
+        {"id", o.model}, {"object", "model"}, {"created", now_unix()}, {"owned_by", "llamacpp"}};
+    if (o.router) {
+      entry["in_cache"] = true;
+      entry["path"] = model_path;
+      entry["status"] = {{"value", m.loaded() ? "loaded" : "unloaded"}};
+    } else {
+      entry["meta"] = {{"vocab_type", 2}, {"n_vocab", 151936},        {"n_ctx_train", 32768},
+                       {"n_embd", 3584},  {"n_params", 7615616512LL}, {"size", o.model_bytes}};
+    }
     return json_reply(200, {{"object", "list"}, {"data", json::array({entry})}});
   }
   if (o.router && is_post(c) && (c.path == "/models/unload" || c.path == "/models/load")) {

@@ -134,6 +134,8 @@ Result<Options> parse_options(const std::vector<std::string>& args) {
       auto v = value();
       if (!v) return make_error(v.error());
       wire_flags.emplace_back(a, *v);
+    } else if (a == "--slots" || a == "--metrics") {
+      (a == "--slots" ? o.slots : o.metrics) = true;
     } else {
       return make_error("unknown argument '" + a + "'");
     }

@@ -58,6 +58,9 @@ struct Options {
   // these (so a flag such as --disable-async-offload, accepted and ignored, shows there).
   std::vector<std::string> args;
   bool router = false;                  // llamacpp: router mode (/models, /models/unload)
+  // llamacpp: llama-server's own --slots and --metrics; off (501 not_supported_error) by default.
+  bool slots = false;
+  bool metrics = false;
   // An unload leaves at least this much on the GPU: a sleeping vLLM keeps its CUDA context
   // (about 300–400 MB, held until exit). Default 500MiB for vllm, 0 for the other kinds.
   Bytes asleep_keeps = 0;

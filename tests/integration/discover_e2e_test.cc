@@ -156,6 +156,45 @@ TEST(DiscoverE2E, DiscoverUnloadLetsALeaseEvictADiscoveredService) {
   EXPECT_EQ(comfy.state()["unload_calls"], 1);
 }
 
+// Issue 46: a llama-server started with its default flags answers /slots and /metrics 501; its
+// /props and /v1/models tell it. A GPU process whose port serves nothing known is reported with
+// its pid and port. The daemon's discovery names the server's model.
+TEST(DiscoverE2E, APlainLlamaServerWithDefaultFlagsIsFoundAndItsModelNamed) {
+  DaemonFixture f;
+  f.daemon_toml = "discover_interval = \"1s\"\n";
+  FakeService llama(f, "llamacpp", {"--model-bytes", "2GiB", "--model", "/models/tiny.gguf"});
+  FakeService other(f, "process", {"--model-bytes", "1GiB"});  // listens, serves nothing known
+  auto r = run_cli({"discover", "--json"}, f.env(), f.dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  json out = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(out.is_object()) << r.out;
+  ASSERT_EQ(out["services"].size(), 1u) << out.dump(2);
+  const json& found = out["services"][0];
+  EXPECT_EQ(found["kind"], "llamacpp") << out.dump(2);
+  EXPECT_EQ(found["url"], llama.url());
+  EXPECT_NE(found["evidence"].get<std::string>().find("/props"), std::string::npos) << found;
+  ASSERT_EQ(out["unknown"].size(), 1u) << out.dump(2);
+  EXPECT_EQ(out["unknown"][0]["pid"], other.pid()) << out.dump(2);
+  EXPECT_EQ(out["unknown"][0]["port"], other.port()) << out.dump(2);
+  EXPECT_EQ(out["unknown"][0]["gpu_pids"][0], other.pid());
+
+  f.start("");
+  json svc;
+  ASSERT_TRUE(eventually([&] {
+    svc = get(f, "/v1/services/llamacpp");
+    return svc.value("state", "") == "up" && svc["models"].is_array() && !svc["models"].empty();
+  })) << get(f, "/v1/services").dump(2)
+      << f.log();
+  EXPECT_EQ(svc["models"], json::array({"/models/tiny.gguf"}));
+  EXPECT_TRUE(svc["probe_error"].is_null()) << svc.dump(2);
+  EXPECT_TRUE(svc["busy"].is_null()) << svc.dump(2);  // no /slots, no /metrics: unknown
+  auto listing = run_cli({"services", "--url", f.url}, f.env(), f.dir);
+  EXPECT_NE(listing.out.find("/models/tiny.gguf"), std::string::npos) << listing.out;
+  // Its bytes were named anew when it was discovered, never released.
+  for (const auto& e : events_of(f, "owner.gone"))
+    EXPECT_EQ(e.value("message", "").find("released 2.0 GiB"), std::string::npos) << e;
+}
+
 TEST(DiscoverE2E, NoGpuProcessSaysSoAndBadArgumentsAreUsageErrors) {
   DaemonFixture f;
   auto r = run_cli({"discover"}, f.env(), f.dir);

@@ -1,6 +1,7 @@
 // The request path through the real daemon: the front door routes by model to a fake vLLM, a
 // request in flight makes the service busy in vramd's eyes, and a request for an unloaded
 // (asleep) vLLM wakes it first, admitted for what it was measured to take.
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -92,6 +93,64 @@ TEST(ProxyE2E, TheFrontDoorRoutesByModelAndARequestInFlightMakesTheServiceBusy) 
           "vramd_proxy_requests_total{service=\"vllm\",model=\"llama-fake\",status=\"200\"} 1"),
       std::string::npos)
       << metrics->body.substr(metrics->body.find("vramd_proxy"), 600);
+}
+
+// Issue 46: a plain llama-server (default flags: no /slots, no /metrics, no `models` in the
+// config) is known by its own /v1/models: the front door lists and routes its model, `vramd
+// services` shows it, and Ollama's /api/tags lists only what an Ollama serves.
+TEST(ProxyE2E, APlainLlamaServersModelIsListedAndRoutedWithoutConfiguredModels) {
+  DaemonFixture f;
+  FakeService llama(f, "llamacpp", {"--model-bytes", "2GiB", "--model", "/models/tiny.gguf"});
+  // Ollama's default keep_alive unloads a model after 5 min: its installed ones still route.
+  FakeService ollama(f, "ollama", {"--model-bytes", "2GiB", "--model", "qwen2.5:7b", "--unloaded"});
+  int port = testing::free_port();
+  std::string door = fmt::format("http://127.0.0.1:{}", port);
+  f.start(
+      fmt::format("[proxy]\nlisten = \"127.0.0.1:{}\"\n\n[services.llama]\nkind = "
+                  "\"llamacpp\"\nurl = \"{}\"\n\n[services.ollama]\nkind = \"ollama\"\n"
+                  "url = \"{}\"\nmodels = [\"phi3:mini\"]\n",
+                  port, llama.url(), ollama.url()));
+  json listed;
+  ASSERT_TRUE(eventually([&] {
+    auto r = http_request({door}, "GET", "/v1/models", "", 5000);
+    if (!r || r->status != 200) return false;
+    listed = json::parse(r->body, nullptr, false);
+    for (const auto& e : listed["data"])
+      if (e["id"] == "/models/tiny.gguf" && e["owned_by"] == "llama") return true;
+    return false;
+  })) << listed.dump()
+      << get(f, "/v1/services/llama").dump(2) << f.log();
+  auto chat = http_request(
+      {door}, "POST", "/v1/chat/completions",
+      R"({"model":"/models/tiny.gguf","messages":[{"role":"user","content":"hi"}]})", 10000);
+  ASSERT_TRUE(chat.ok()) << chat.error();
+  EXPECT_EQ(chat->status, 200u) << chat->body;
+  EXPECT_EQ(json::parse(chat->body, nullptr, false)["choices"].size(), 1u) << chat->body;
+  // Its busy is unknown without --slots/--metrics, and that is no probe error.
+  json svc = get(f, "/v1/services/llama");
+  EXPECT_TRUE(svc["probe_error"].is_null()) << svc.dump(2);
+  EXPECT_TRUE(svc["models"].is_array() && svc["models"].size() == 1u) << svc.dump(2);
+  // `vramd services`: the probed model, and a configured one beside what the probe lists.
+  auto table = testing::run_cli({"services", "--url", f.url}, f.env(), f.dir);
+  EXPECT_NE(table.out.find("/models/tiny.gguf"), std::string::npos) << table.out << table.err;
+  EXPECT_NE(table.out.find("phi3:mini"), std::string::npos) << table.out;
+  // Ollama's /api/tags: Ollama's models only (llama-server has no /api/chat), its installed
+  // one too.
+  json t;
+  std::set<std::string> names;
+  EXPECT_TRUE(eventually([&] {
+    auto tags = http_request({door}, "GET", "/api/tags", "", 5000);
+    if (!tags || tags->status != 200) return false;
+    t = json::parse(tags->body, nullptr, false);
+    names.clear();
+    for (const auto& m : t["models"]) names.insert(m.value("name", ""));
+    return names.count("qwen2.5:7b") == 1;
+  })) << t.dump();
+  EXPECT_EQ(names.count("/models/tiny.gguf"), 0u) << t.dump();
+  EXPECT_EQ(names.count("phi3:mini"), 1u) << t.dump();
+  auto all = http_request({door}, "GET", "/v1/models", "", 5000);
+  ASSERT_TRUE(all.ok());
+  EXPECT_NE(all->body.find("qwen2.5:7b"), std::string::npos) << all->body;
 }
 
 TEST(ProxyE2E, ARequestForAnUnloadedVllmIsHeldWhileVramdWakesIt) {
