@@ -401,7 +401,8 @@ Admission::EvictionPlan Admission::plan_evictions(const Lease& l,
     Bytes more = shortfall > coming ? shortfall - coming : 0;
     for (const auto& svc : config_.services) {
       const ServiceStatus& st = world.services.at(svc.name);
-      if (evicting_for_.count(svc.name) || !evictable(st, svc, now)) continue;
+      if (evicting_for_.count(svc.name) || !evictable(st, svc, now, world.services.can_free(st)))
+        continue;
       if (svc.name == l.request.service || in_use.count(svc.name)) continue;  // in use
       if (std::find(group_members.begin(), group_members.end(), svc.name) != group_members.end())
         continue;
@@ -738,8 +739,8 @@ ClaimContext Admission::claim_context(const World& world, const std::string& hos
       std::string state = to_string(h.owner.kind);
       if (h.owner.kind == OwnerKind::service)
         state = blocker_state(world.services.at(h.owner.name),
-                              world.config.find_service(h.owner.name), evicting(h.owner.name),
-                              now);
+                              world.config.find_service(h.owner.name), evicting(h.owner.name), now,
+                              world.services.can_free(world.services.at(h.owner.name)));
       else if (h.owner.kind == OwnerKind::lease)
         state = "granted lease";
       c.holders += fmt::format("{}{} holds {}, {}", shown++ ? "; " : "", h.owner.name,
@@ -748,7 +749,8 @@ ClaimContext Admission::claim_context(const World& world, const std::string& hos
     // What may be unloaded here for a shared lease: as for this host's own (plan_evictions).
     for (const auto& svc : config_.services) {
       const ServiceStatus& st = world.services.at(svc.name);
-      if (evicting_for_.count(svc.name) || in_use.count(svc.name) || !evictable(st, svc, now))
+      if (evicting_for_.count(svc.name) || in_use.count(svc.name) ||
+          !evictable(st, svc, now, world.services.can_free(st)))
         continue;
       Bytes b = world.services.bytes_on(svc.name, c.index);
       if (b >= kWorthUnloading)
@@ -777,7 +779,7 @@ void Admission::on_cluster_synced(const ClusterSynced& e, const World& world, co
       const ServiceConfig* cfg = config_.find_service(svc);
       const ServiceStatus* st = world.services.find(svc);
       if (!cfg || !st || evicting_for_.count(svc) || in_use.count(svc) ||
-          !evictable(*st, *cfg, now.mono))
+          !evictable(*st, *cfg, now.mono, world.services.can_free(*st)))
         continue;  // busy since, or being unloaded already: never evicted
       evicting_for_[svc] = ev.lease;
       intents.push_back(UnloadIntent{svc, UnloadReason::eviction, ev.lease});
@@ -1038,7 +1040,8 @@ LeaseReason wait_reason(const WaitContext& c, const World& world, MonoTime now) 
     if (h.owner.kind == OwnerKind::service) {
       const ServiceStatus& st = world.services.at(h.owner.name);
       b.evicting = world.admission.evicting(h.owner.name) || c.evicting.count(h.owner.name);
-      b.state = blocker_state(st, world.config.find_service(h.owner.name), b.evicting, now);
+      b.state = blocker_state(st, world.config.find_service(h.owner.name), b.evicting, now,
+                              world.services.can_free(st));
     } else if (h.owner.kind == OwnerKind::lease) {
       b.state = "granted lease";
       for (uint64_t id : world.admission.suspensions())

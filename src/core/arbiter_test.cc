@@ -168,8 +168,8 @@ TEST(ArbiterDeadline, NothingIsDueUntilSomethingHasADeadline) {
   MonoTime t{Duration(5'000'000)};
   arbiter.handle(ServiceCommand{"whisper", Command::start, 1}, t);
   arbiter.handle(ChildStarted{"whisper", true, 42, 7, "", false}, t);
-  // Starting: the first health check one second after the start.
-  EXPECT_EQ(arbiter.next_deadline(), t + 1s);
+  // Starting: the first health check 25 ms after the start.
+  EXPECT_EQ(arbiter.next_deadline(), t + 25ms);
   arbiter.handle(Tick{}, t + 1s);  // asks for the check
   // While the check is in flight, the next deadline is the start timeout.
   EXPECT_EQ(arbiter.next_deadline(), t + 20s + 1ms);

@@ -768,7 +768,7 @@ const std::vector<Key<ServiceConfig>> kServiceKeys = {
         R"(After SIGTERM to the service's process group, how long before SIGKILL. A container: the engine's `t` (how long before it kills it). A unit: systemd's own `TimeoutStopSec=` applies instead.)"},
     {"health_interval", positive<&Svc::health_interval>, shown<&Svc::health_interval>,
         R"(duration)", R"()",
-        R"(How often a running service vramd started is health-checked (every second while starting).)"},
+        R"(How often a running service vramd started is health-checked. While it starts: 25 ms after its start, then each wait twice the last, up to 1 s (or this, if shorter), so a server ready at once is used at once.)"},
     {"restart",
         +[](ConfigParser& p, const toml::node& n, const std::string& f, Svc& svc) {
           if (auto e = p.enum_value(n, f, "restart policy", kRestartPolicies))

@@ -7,8 +7,8 @@
 
 namespace vramd {
 
-bool evictable(const ServiceStatus& st, const ServiceConfig& cfg, MonoTime now) {
-  if (cfg.pinned || st.state != ServiceState::up) return false;
+bool evictable(const ServiceStatus& st, const ServiceConfig& cfg, MonoTime now, bool can_free) {
+  if (!can_free || cfg.pinned || st.state != ServiceState::up) return false;
   auto idle = idle_since(st);
   // A prewarmed service nobody asked for yet gives its room back at once (docs/proxy.md).
   if (!idle || (now - *idle < cfg.min_idle && !st.prewarmed)) return false;
@@ -25,13 +25,16 @@ bool evictable(const ServiceStatus& st, const ServiceConfig& cfg, MonoTime now) 
 }
 
 std::string blocker_state(const ServiceStatus& st, const ServiceConfig* cfg, bool evicting,
-                          MonoTime now) {
+                          MonoTime now, bool can_free) {
   auto idle = idle_since(st);
   if (evicting)
     return idle ? fmt::format("idle {}: unloading", format_age(now - *idle)) : "unloading";
   if (st.state == ServiceState::unloading) return "unloading";
   if (cfg && cfg->discovered && cfg->pinned) return "discovered, left alone";
   if (cfg && cfg->pinned) return "pinned";
+  if (!can_free)
+    return "vramd cannot free it (no unload call; vramd neither starts it nor knows its container "
+           "or unit)";
   if (st.requests_in_flight > 0)
     return fmt::format("busy ({} request{} in flight)", st.requests_in_flight,
                        st.requests_in_flight == 1 ? "" : "s");

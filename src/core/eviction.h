@@ -25,15 +25,17 @@ struct EvictionCandidate {
   uint64_t lease = 0;  // not a service: a preemptible lease to suspend (issue 28), `service` its owner
 };
 
-// May this service be unloaded to make room now? Up (its API answers), idle for at least
-// min_idle, not pinned, not in its unload backoff. Whether it is in use by a lease or already
-// being unloaded is the caller's to know.
-bool evictable(const ServiceStatus& st, const ServiceConfig& cfg, MonoTime now);
+// May this service be unloaded to make room now? vramd has a way to free it (`can_free`:
+// ServicePolicy::can_free, an unload call, a stop or a suspend), up (its API answers), idle for
+// at least min_idle, not pinned, not in its unload backoff. Whether it is in use by a lease or
+// already being unloaded is the caller's to know.
+bool evictable(const ServiceStatus& st, const ServiceConfig& cfg, MonoTime now, bool can_free);
 
 // How a service in the way of a waiting lease reads: "idle 12 min: unloading", "busy", "pinned",
-// "idle 10 s (< min_idle 30 s)", "unload ineffective; next try in 8 min", ...
+// "idle 10 s (< min_idle 30 s)", "unload ineffective; next try in 8 min", "vramd cannot free it
+// (...)", ... `can_free` as for evictable.
 std::string blocker_state(const ServiceStatus& st, const ServiceConfig* cfg, bool evicting,
-                          MonoTime now);
+                          MonoTime now, bool can_free);
 
 // The set of candidates that frees at least `shortfall` at the least total reload cost,
 // least recently used first on ties. Indices into `candidates`, in the order to unload;

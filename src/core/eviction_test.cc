@@ -52,20 +52,34 @@ TEST(Evictable, UpIdleLongEnoughUnpinnedAndOutOfBackoffOnly) {
   cfg.name = "comfy";
   cfg.min_idle = 30s;
   ServiceStatus st = idle_service(t0);
-  EXPECT_FALSE(evictable(st, cfg, t0 + 29s));  // idle less than min_idle
-  EXPECT_TRUE(evictable(st, cfg, t0 + 30s));
+  EXPECT_FALSE(evictable(st, cfg, t0 + 29s, true));  // idle less than min_idle
+  EXPECT_TRUE(evictable(st, cfg, t0 + 30s, true));
   st.busy = true;
-  EXPECT_FALSE(evictable(st, cfg, t0 + 60s));
+  EXPECT_FALSE(evictable(st, cfg, t0 + 60s, true));
   st.busy = std::nullopt;  // no busy call: idle since its last activity
-  EXPECT_TRUE(evictable(st, cfg, t0 + 60s));
+  EXPECT_TRUE(evictable(st, cfg, t0 + 60s, true));
   st.state = ServiceState::unreachable;
-  EXPECT_FALSE(evictable(st, cfg, t0 + 60s));  // cannot tell if idle
+  EXPECT_FALSE(evictable(st, cfg, t0 + 60s, true));  // cannot tell if idle
   st.state = ServiceState::up;
   st.backoff_until = t0 + 90s;
-  EXPECT_FALSE(evictable(st, cfg, t0 + 60s));
-  EXPECT_TRUE(evictable(st, cfg, t0 + 90s));
+  EXPECT_FALSE(evictable(st, cfg, t0 + 60s, true));
+  EXPECT_TRUE(evictable(st, cfg, t0 + 90s, true));
   cfg.pinned = true;
-  EXPECT_FALSE(evictable(st, cfg, t0 + 120s));
+  EXPECT_FALSE(evictable(st, cfg, t0 + 120s, true));
+}
+
+// Issue 46: a plain llama-server vramd neither runs nor can suspend has no way to be freed; an
+// unload of it earns nothing but an unload.failed, so it is no candidate at all.
+TEST(Evictable, NeverWhatVramdCannotFree) {
+  MonoTime t0{Duration(1'000'000)};
+  ServiceConfig cfg;
+  cfg.name = "llama";
+  ServiceStatus st = idle_service(t0);
+  EXPECT_TRUE(evictable(st, cfg, t0 + 10min, true));
+  EXPECT_FALSE(evictable(st, cfg, t0 + 10min, false));
+  EXPECT_EQ(blocker_state(st, &cfg, false, t0 + 10min, false),
+            "vramd cannot free it (no unload call; vramd neither starts it nor knows its "
+            "container or unit)");
 }
 
 TEST(Evictable, NotAgainWhenItsLastUnloadAlreadyBroughtItToWhatItHolds_soak) {
@@ -81,14 +95,14 @@ TEST(Evictable, NotAgainWhenItsLastUnloadAlreadyBroughtItToWhatItHolds_soak) {
   st.last_unload = v;
   st.last_unload_at = t0 + 40s;
   st.bytes = 300 * MiB;
-  EXPECT_FALSE(evictable(st, cfg, t0 + 60s));  // nothing more to free
+  EXPECT_FALSE(evictable(st, cfg, t0 + 60s, true));  // nothing more to free
   st.bytes = 330 * MiB;                        // within the settle band: still nothing
-  EXPECT_FALSE(evictable(st, cfg, t0 + 60s));
+  EXPECT_FALSE(evictable(st, cfg, t0 + 60s, true));
   st.bytes = 6 * GiB;  // it loaded again while idle (a model pulled in): worth it again
-  EXPECT_TRUE(evictable(st, cfg, t0 + 60s));
+  EXPECT_TRUE(evictable(st, cfg, t0 + 60s, true));
   st.bytes = 300 * MiB;
   st.last_activity = t0 + 50s;  // used since that unload: what it holds may be new
-  EXPECT_TRUE(evictable(st, cfg, t0 + 90s));
+  EXPECT_TRUE(evictable(st, cfg, t0 + 90s, true));
 }
 
 TEST(BlockerState, SaysWhyEachHolderIsInTheWay) {
@@ -96,17 +110,17 @@ TEST(BlockerState, SaysWhyEachHolderIsInTheWay) {
   ServiceConfig cfg;
   cfg.min_idle = 30s;
   ServiceStatus st = idle_service(t0);
-  EXPECT_EQ(blocker_state(st, &cfg, true, t0 + 12min), "idle 12 min: unloading");
-  EXPECT_EQ(blocker_state(st, &cfg, false, t0 + 10s), "idle 10 s (< min_idle 30s)");
-  EXPECT_EQ(blocker_state(st, &cfg, false, t0 + 2min), "idle 2 min");
+  EXPECT_EQ(blocker_state(st, &cfg, true, t0 + 12min, true), "idle 12 min: unloading");
+  EXPECT_EQ(blocker_state(st, &cfg, false, t0 + 10s, true), "idle 10 s (< min_idle 30s)");
+  EXPECT_EQ(blocker_state(st, &cfg, false, t0 + 2min, true), "idle 2 min");
   st.busy = true;
-  EXPECT_EQ(blocker_state(st, &cfg, false, t0 + 2min), "busy");
+  EXPECT_EQ(blocker_state(st, &cfg, false, t0 + 2min, true), "busy");
   cfg.pinned = true;
-  EXPECT_EQ(blocker_state(st, &cfg, false, t0 + 2min), "pinned");
+  EXPECT_EQ(blocker_state(st, &cfg, false, t0 + 2min, true), "pinned");
   ServiceStatus unknown;
-  EXPECT_EQ(blocker_state(unknown, nullptr, false, t0), "not probed yet");
+  EXPECT_EQ(blocker_state(unknown, nullptr, false, t0, true), "not probed yet");
   unknown.state = ServiceState::unreachable;
-  EXPECT_EQ(blocker_state(unknown, nullptr, false, t0), "unreachable: cannot tell if idle");
+  EXPECT_EQ(blocker_state(unknown, nullptr, false, t0, true), "unreachable: cannot tell if idle");
 }
 
 }  // namespace

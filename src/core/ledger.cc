@@ -52,6 +52,7 @@ void Ledger::on_sample(const SampleTaken& s, const OwnerHints& hints,
   mem_available_ = s.host.mem_available;
   mem_total_ = s.host.mem_total;
   auto owners = resolver_.resolve(s.host, hints);
+  keep_owners_of_exiting(s, owners);
   std::unordered_map<int, const ProcessInfo*> by_pid;
   by_pid.reserve(s.host.processes.size());
   for (const auto& p : s.host.processes) by_pid[p.pid] = &p;
@@ -178,6 +179,23 @@ void Ledger::on_sample(const SampleTaken& s, const OwnerHints& hints,
     }
   }
   for (auto& [name, pids] : service_pids_) std::sort(pids.begin(), pids.end());
+}
+
+void Ledger::keep_owners_of_exiting(const SampleTaken& s,
+                                    std::unordered_map<int, ResolvedOwner>& owners) {
+  std::unordered_map<int, ResolvedOwner> listed;
+  for (const auto& g : s.gpus.gpus)
+    for (const auto& pm : g.processes) {
+      auto it = owners.find(pm.pid);
+      if (it == owners.end()) {
+        // Never known (another PID namespace) stays unknown: only a kept owner is carried.
+        auto was = gpu_owners_.find(pm.pid);
+        if (was == gpu_owners_.end()) continue;
+        it = owners.emplace(pm.pid, was->second).first;
+      }
+      listed.emplace(pm.pid, it->second);
+    }
+  gpu_owners_ = std::move(listed);
 }
 
 }  // namespace vramd

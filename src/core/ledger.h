@@ -79,6 +79,14 @@ class Ledger {
   std::map<std::string, std::vector<int>> service_pids_;
   std::optional<Bytes> mem_available_;
   std::optional<Bytes> mem_total_;
+  // The owner of each pid the GPUs listed in the last sample: one the host no longer lists
+  // (exiting, its memory not yet released) keeps it (keep_owners_of_exiting).
+  std::unordered_map<int, ResolvedOwner> gpu_owners_;
+
+  // A GPU process the host's table no longer lists keeps the owner it had while the driver still
+  // lists it: a stopped service's bytes stay its own until they are gone, so its stop's verdict
+  // is the GPU's (issue 46: they showed as `process ?[PID]` while it exited).
+  void keep_owners_of_exiting(const SampleTaken& s, std::unordered_map<int, ResolvedOwner>& owners);
 };
 
 }  // namespace vramd

@@ -484,6 +484,11 @@ void ServicePolicy::on_unload_requested(const UnloadRequested& e, const Now& now
         "[daemon] discover_unload = true)",
         e.service));
   if (unloading(e.service)) return refuse(fmt::format("{} is already being unloaded", e.service));
+  if (!can_free(st))
+    return refuse(fmt::format(
+        "vramd cannot free {}: it has no unload call, and vramd neither starts it (start) nor "
+        "knows its container or unit (match.container, match.unit)",
+        e.service));
   if (!e.force && (st.busy.value_or(false) || st.requests_in_flight > 0))
     return refuse(fmt::format("{} is busy{}: not unloading (use force to override)", e.service,
                               st.queue_depth ? fmt::format(" (queue {})", *st.queue_depth) : ""));
@@ -508,11 +513,16 @@ void ServicePolicy::on_unload_call_done(const UnloadCallDone& e, const Now& now,
     st.suspend_refused = e.call.message;
     std::optional<IneffectiveUnload> fallback = run.fallback;
     if (!fallback && !st.can_unload) fallback = IneffectiveUnload::stop;
-    finish_unload(run, UnloadOutcome::failed, "the suspend failed: " + e.call.message, fallback,
-                  now, actions, intents);
+    std::string why = "the suspend failed: " + e.call.message;
+    if (fallback == IneffectiveUnload::stop && unload_by_stop(run, st, why, now, actions, intents))
+      return;
+    finish_unload(run, UnloadOutcome::failed, why, fallback, now, actions, intents);
     unloads_.erase(it);
     return;
   }
+  // Learned: its adapter has no unload call (a plain llama-server, router mode assumed until
+  // then). Only a stop or a suspend frees it from now on.
+  if (e.call.result == UnloadCall::Result::not_supported) st.can_unload = false;
   if (e.call.result != UnloadCall::Result::requested) {
     // Refused, or no unload API after all: its processes are suspended instead where host RAM
     // allows, from now on (its server is not asked again while vramd runs).
@@ -540,7 +550,9 @@ void ServicePolicy::on_unload_call_done(const UnloadCallDone& e, const Now& now,
     return;
   }
   if (e.call.result == UnloadCall::Result::not_supported) {
-    // No unload API: only ending the process frees its memory.
+    // No unload API: only ending the process frees its memory. Its stop is its unload where
+    // vramd can stop it; else it is reported.
+    if (unload_by_stop(run, st, e.call.message, now, actions, intents)) return;
     finish_unload(run, UnloadOutcome::failed, e.call.message, IneffectiveUnload::stop, now, actions,
                   intents);
     unloads_.erase(it);
@@ -550,6 +562,35 @@ void ServicePolicy::on_unload_call_done(const UnloadCallDone& e, const Now& now,
   for (const auto& [gpu, b] : run.before) before += b;
   run.verification.emplace(before, now.mono, run.timeout);
   advance_unloads(now, actions, intents);
+}
+
+bool ServicePolicy::unload_by_stop(UnloadRun& run, ServiceStatus& st, const std::string& why,
+                                   const Now& now, std::vector<Action>& actions, Intents& intents) {
+  const ServiceConfig* cfg = config_.find_service(run.service);
+  if (!cfg || st.control == Control::none) return false;
+  run.stopped = true;
+  run.why = why;
+  run.depth = SleepDepth::stop;
+  run.fallback.reset();
+  // Its process ends within stop_timeout (SIGKILL then), and its memory goes after it.
+  run.timeout = unload_timeout(*cfg) + cfg->stop_timeout;
+  Bytes before = 0;
+  for (const auto& [gpu, b] : run.before) before += b;
+  run.verification.emplace(before, now.mono, run.timeout);
+  actions.emplace_back(
+      make_event(now, "unload.stopping", std::nullopt, run.service,
+                 fmt::format("{}: {}; stopping it: its stop is its unload", run.service, why)));
+  ask_lifecycle(st, *cfg, Command::stop, actions, intents);
+  return true;
+}
+
+void ServicePolicy::ask_lifecycle(const ServiceStatus& st, const ServiceConfig& cfg, Command action,
+                                  std::vector<Action>& actions, Intents& intents) const {
+  if (st.control == Control::managed || st.control == Control::container) {
+    intents.push_back(CommandIntent{st.name, action});  // a container's exit is then one asked for
+    return;
+  }
+  actions.emplace_back(Lifecycle{st.name, action, st.control, cfg.match.unit});
 }
 
 void ServicePolicy::advance_unloads(const Now& now, std::vector<Action>& actions,
@@ -604,25 +645,26 @@ void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const s
   std::string what =
       fmt::format("{}: {} → {} in {:.1f} s", to_string(outcome), format_size(v.before_bytes),
                   format_size(v.after_bytes), static_cast<double>(v.duration.count()) / 1000.0);
+  if (run.stopped) what += fmt::format("; {}; stopped instead (its stop is its unload)", run.why);
   v.message = message.empty() ? what : what + "; " + message;
 
   // Escalation: an unload that frees nothing, or a server without one, needs the process ended;
   // a call that failed (refused, timed out, garbage) is reported and tried again after backoff.
-  if (outcome != UnloadOutcome::freed) {
+  // A stop that was the unload is not escalated: there is nothing further to end. A service
+  // vramd has no way to free gets no backoff: it is never tried again (can_free).
+  if (outcome != UnloadOutcome::freed && run.stopped) {
+    v.escalation = Escalation::report;
+    st.backoff_until = now.mono + (cfg ? cfg->unload_backoff : Duration(std::chrono::minutes(10)));
+  } else if (outcome != UnloadOutcome::freed) {
     std::optional<IneffectiveUnload> want = escalate;
     if (!want && outcome != UnloadOutcome::failed && cfg) want = cfg->on_ineffective_unload;
     if (want == IneffectiveUnload::restart || want == IneffectiveUnload::stop) {
       bool stop = want == IneffectiveUnload::stop;
       Command action = stop ? Command::stop : Command::restart;
       Escalation escalation = stop ? Escalation::stop : Escalation::restart;
-      if (st.control == Control::managed || st.control == Control::container) {
-        v.escalation = escalation;  // Supervision: a container's exit is then one it asked for
-        intents.push_back(CommandIntent{run.service, action});
-      } else if (st.control != Control::none && cfg) {
+      if (st.control != Control::none && cfg) {
         v.escalation = escalation;
-        actions.emplace_back(
-            Lifecycle{run.service, action, st.control,
-                      st.control == Control::container ? cfg->match.container : cfg->match.unit});
+        ask_lifecycle(st, *cfg, action, actions, intents);
       } else {
         v.escalation = Escalation::report;
         v.message += fmt::format(
@@ -633,7 +675,9 @@ void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const s
     } else {
       v.escalation = Escalation::report;
     }
-    st.backoff_until = now.mono + (cfg ? cfg->unload_backoff : Duration(std::chrono::minutes(10)));
+    if (can_free(st))
+      st.backoff_until =
+          now.mono + (cfg ? cfg->unload_backoff : Duration(std::chrono::minutes(10)));
   } else {
     st.backoff_until.reset();
   }
@@ -649,10 +693,11 @@ void ServicePolicy::finish_unload(UnloadRun& run, UnloadOutcome outcome, const s
   }
   // Asleep from the verdict until a wake or a load is seen (core/sleep.h), whatever it still
   // holds: a sleeping vLLM keeps its CUDA context.
-  v.depth = run.depth == SleepDepth::stop ? SleepDepth::sleep2 : run.depth;
+  v.depth = run.depth == SleepDepth::stop && !run.stopped ? SleepDepth::sleep2 : run.depth;
   if (v.escalation == Escalation::stop) v.depth = SleepDepth::stop;
   bool slept = outcome == UnloadOutcome::freed || outcome == UnloadOutcome::partial ||
-               v.escalation == Escalation::restart || v.escalation == Escalation::stop;
+               v.escalation == Escalation::restart || v.escalation == Escalation::stop ||
+               run.stopped;
   if (v.escalation == Escalation::restart) v.depth = SleepDepth::sleep2;  // back up, empty
   if (slept) {
     Asleep a;
@@ -704,7 +749,7 @@ void ServicePolicy::check_idle_ttl(const std::set<std::string>& in_use, const No
     auto idle = idle_since(st);
     if (st.state != ServiceState::up || !idle) continue;
     if (now.mono - *idle < *cfg.unload_after_idle) continue;
-    if (st.bytes < kWorthUnloading || st.asleep) continue;
+    if (st.bytes < kWorthUnloading || st.asleep || !can_free(st)) continue;
     if (st.backoff_until && now.mono < *st.backoff_until) continue;
     if (in_use.count(cfg.name)) continue;  // a granted lease works through it
     // One TTL unload per idle period: activity starts a new one.
@@ -791,13 +836,7 @@ bool ServicePolicy::deepen(const DeepenIntent& d, const Now& now, std::vector<Ac
       fmt::format("stopping {} ({} asleep, {} of host RAM): {}", pick->name,
                   describe_depth(pick->asleep->depth, pick->kind),
                   format_size(pick->asleep->host_ram), d.why)));
-  if (pick->control == Control::managed || pick->control == Control::container) {
-    intents.push_back(CommandIntent{pick->name, Command::stop});
-  } else if (cfg) {
-    actions.emplace_back(Lifecycle{pick->name, Command::stop, pick->control,
-                                   pick->control == Control::unit ? cfg->match.unit
-                                                                  : cfg->match.container});
-  }
+  if (cfg) ask_lifecycle(*pick, *cfg, Command::stop, actions, intents);
   pick->asleep->depth = SleepDepth::stop;
   pick->asleep->host_ram = 0;
   pick->asleep->gpu_kept = 0;

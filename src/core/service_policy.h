@@ -89,6 +89,12 @@ class ServicePolicy {
   // Suspend is a depth this service may sleep at: offered, its GPU processes known, and no
   // unload call of its own (or its last was refused), nor a suspend that failed before.
   bool may_suspend(const ServiceStatus& st) const;
+  // vramd has a way to free what the service holds: its unload call, a stop (vramd runs it, or
+  // knows its container or unit), or a suspend. One it has none for is never evicted nor
+  // unloaded by its idle TTL, and a lease's reason says so (core/eviction.h).
+  bool can_free(const ServiceStatus& st) const {
+    return st.can_unload || st.control != Control::none || may_suspend(st);
+  }
   // What the utility says of a service's processes at vramd's start (CheckSuspension): those
   // checkpointed make it asleep at suspend, woken by a restore.
   void on_suspension_checked(const SuspensionChecked& e, const Now& now,
@@ -135,7 +141,20 @@ class ServicePolicy {
     std::vector<int> pids;  // suspend: the processes the utility checkpoints
     // suspend chosen after the server's call: what would have become of the unload without it
     std::optional<IneffectiveUnload> fallback;
+    // Its unload is a stop (it has no unload call): the stop was asked, and the verdict is the
+    // GPU's numbers after it, as for any unload. `why`: why a stop (the adapter's words).
+    bool stopped = false;
+    std::string why;
   };
+  // A server without an unload call (or whose suspend failed) that vramd can stop: the stop is
+  // its unload, asked now and verified from the GPU's numbers (stop_timeout longer than the
+  // kind's unload_timeout). False, and nothing done, when vramd cannot stop it.
+  bool unload_by_stop(UnloadRun& run, ServiceStatus& st, const std::string& why, const Now& now,
+                      std::vector<Action>& actions, Intents& intents);
+  // Asks for `action` (stop, restart) its backend's way: Supervision for a process or a
+  // container, systemd for a unit. REQUIRES: st.control is not none.
+  void ask_lifecycle(const ServiceStatus& st, const ServiceConfig& cfg, Command action,
+                     std::vector<Action>& actions, Intents& intents) const;
   // Sends the run's call: its server's unload, or at `suspend` the utility's.
   void call_unload(UnloadRun& run, const ServiceStatus& st, std::vector<Action>& actions);
   // Services holding nothing whose processes may be checkpointed from before vramd's start:

@@ -25,6 +25,9 @@ namespace vramd::supervision_detail {
 struct Checks {
   std::optional<MonoTime> next;  // nullopt until the start is confirmed (pid, engine's word)
   bool in_flight = false;
+  // During a start: the wait before the last check, doubled after each failed one
+  // (start_check_after, core/supervision_detail.h).
+  Duration step{0};
 };
 
 namespace phase {

@@ -1,6 +1,7 @@
 #include "core/supervision.h"
 #include "core/supervision_detail.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 
@@ -80,6 +81,12 @@ bool supervision_detail::count_health_check(Supervised& s, const HealthChecked& 
   return s.health_failures >= cfg.health_failures;
 }
 
+Duration supervision_detail::start_check_after(Checks& checks, const ServiceConfig& cfg) {
+  Duration most = std::min(kStartingHealthInterval, cfg.health_interval);
+  checks.step = std::clamp(checks.step * 2, std::min(kFirstStartCheck, most), most);
+  return checks.step;
+}
+
 bool supervision_detail::restart_over_limit(Supervised& s, const ServiceConfig& cfg,
                                             const Now& now) {
   while (!s.restarts.empty() && now.mono - s.restarts.front() > cfg.restart_window)
@@ -137,7 +144,7 @@ const BackendTraits& supervision_detail::traits(Control via) {
                               .vramd_kills = true,
                               .timed_from_ask = false,
                               .shown_before_told = true,
-                              .first_check = kStartingHealthInterval,
+                              .first_check = kFirstStartCheck,
                               .on_start_timeout = B::OnStartTimeout::end_as_crash,
                               .on_unhealthy = B::OnUnhealthy::stop_then_policy};
   static constexpr B kEngine{.start_admission = false,
@@ -529,7 +536,8 @@ void Supervision::on_child_started(const ChildStarted& e, const Now& now,
   if (e.adopted) end_start_lease(e.service, s, "adopted", intents);
   // Adopted: it ran before this vramd, up and checked from now; else checked once it had
   // first_check to bind its port.
-  Checks checks{now.mono + (e.adopted ? Duration(0) : traits(s.via).first_check)};
+  Duration first = e.adopted ? Duration(0) : traits(s.via).first_check;
+  Checks checks{now.mono + first, false, first};
   if (e.adopted)
     enter(s, phase::Running{checks}, now);
   else
@@ -615,7 +623,7 @@ void Supervision::on_health_checked(const HealthChecked& e, const World& world, 
   if (!checks) return;  // an answer that its run's end overtook
   checks->in_flight = false;
   if (s.state() == ManagedPhase::starting) {
-    checks->next = now.mono + kStartingHealthInterval;
+    checks->next = now.mono + start_check_after(*checks, *cfg);
     if (!e.ok) return;
     enter(s, phase::Running{Checks{now.mono + cfg->health_interval}}, now);
     s.healthy_since = now.mono;

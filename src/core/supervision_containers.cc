@@ -103,7 +103,8 @@ void Supervision::on_lifecycle_done(const LifecycleDone& e, const Now& now,
                  (e.action == Command::restart && c.state() == ManagedPhase::stopping);
   if (!current) return;
   if (e.action == Command::restart) ++c.restart_count;
-  enter(c, phase::Starting{Checks{now.mono + traits(c.via).first_check}}, now);  // confirmed
+  Duration first = traits(c.via).first_check;
+  enter(c, phase::Starting{Checks{now.mono + first, false, first}}, now);  // confirmed
   c.started_at = now.mono;
 }
 

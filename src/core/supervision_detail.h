@@ -17,6 +17,9 @@
 
 namespace vramd::supervision_detail {
 
+// A start's health checks: the first soon (a server ready at once is used at once, issue 46),
+// each wait twice the last, to kStartingHealthInterval (or health_interval, if shorter).
+inline constexpr Duration kFirstStartCheck = std::chrono::milliseconds(25);
 inline constexpr Duration kStartingHealthInterval = std::chrono::seconds(1);
 inline constexpr Duration kFirstBackoff = std::chrono::seconds(1);
 inline constexpr Duration kMaxBackoff = std::chrono::minutes(5);
@@ -41,7 +44,8 @@ struct BackendTraits {
   // is stopped; a container or unit is what its engine says, once it says it.
   bool shown_before_told;
   // The first health check of a start: after this delay from the child's start (a process
-  // needs a moment to bind its port), or at once when the engine confirms it.
+  // needs a moment to bind its port), or at once when the engine confirms it. Those after it
+  // back off (start_check_after).
   Duration first_check;
   // start_timeout ran out: end it as a crash (the restart policy decides), or answer the
   // waiters and keep checking it as a running service (health_failures restart it; an
@@ -83,6 +87,11 @@ bool count_health_check(Supervised& s, const HealthChecked& e, const ServiceConf
 // Counts a restart now in its restart_window; true when that makes more than max_restarts
 // (the caller marks it failed).
 bool restart_over_limit(Supervised& s, const ServiceConfig& cfg, const Now& now);
+
+// The wait before a start's next health check after one failed: twice the last (`checks.step`,
+// at least kFirstStartCheck), at most kStartingHealthInterval or `cfg.health_interval`, the
+// shorter. Sets `checks.step` to it.
+Duration start_check_after(Checks& checks, const ServiceConfig& cfg);
 
 // What the restart policy made of an exit (restart, max_restarts in restart_window, backoff).
 enum class AfterExit { ended, failed, backoff };

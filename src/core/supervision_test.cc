@@ -58,7 +58,7 @@ TEST_P(EverySupervised, AStartIsAnsweredOnceItAnswersItsHealthCheck) {
   EXPECT_EQ(d.m().state, ManagedPhase::starting);  // not yet
   EXPECT_TRUE(d.w.finished.empty());
   d.w.tick(1s);
-  ASSERT_EQ(d.w.checks.size(), 2u);  // checked again a second later while it starts
+  ASSERT_EQ(d.w.checks.size(), 2u);  // checked again soon while it starts
   d.w.feed(HealthChecked{"comfy", true, "200"});
   EXPECT_EQ(d.m().state, ManagedPhase::running);
   ASSERT_EQ(d.w.finished.size(), 1u);
@@ -68,6 +68,50 @@ TEST_P(EverySupervised, AStartIsAnsweredOnceItAnswersItsHealthCheck) {
   EXPECT_EQ(d.w.event("service.healthy")->message.rfind(d.label() + " is up after ", 0), 0u)
       << d.w.event("service.healthy")->message;
   EXPECT_EQ(d.m().pid, GetParam() == Control::container ? std::nullopt : std::optional(d.pid));
+}
+
+// Issue 46: a server ready at once is used at once (a wake through the front door waited a
+// second for a server ready in 0.05 s). A start's checks come soon and back off: the first
+// 25 ms after a process's start (at once when an engine confirms it), each wait twice the last,
+// to 1 s.
+TEST_P(EverySupervised, AStartIsCheckedSoonThenLessAndLessOften) {
+  Driven d(GetParam());
+  d.ask(Command::start, 7);
+  d.start_confirmed();
+  const MonoTime confirmed = d.w.now();
+  std::vector<Duration> at;
+  for (size_t i = 0; i < 8; ++i) {
+    d.w.tick_to_deadline();
+    ASSERT_EQ(d.w.checks.size(), i + 1);
+    at.push_back(d.w.now() - confirmed);
+    d.w.feed(HealthChecked{"comfy", false, "connect: refused"});
+  }
+  const std::vector<Duration> process{25ms, 75ms, 175ms, 375ms, 775ms, 1575ms, 2575ms, 3575ms};
+  const std::vector<Duration> engine{0ms, 25ms, 75ms, 175ms, 375ms, 775ms, 1575ms, 2575ms};
+  EXPECT_EQ(at, GetParam() == Control::managed ? process : engine);
+  EXPECT_EQ(d.m().state, ManagedPhase::starting);
+  d.w.tick_to_deadline();
+  d.w.feed(HealthChecked{"comfy", true, "200"});
+  EXPECT_EQ(d.m().state, ManagedPhase::running);
+  ASSERT_EQ(d.w.finished.size(), 1u);
+  EXPECT_TRUE(d.w.finished[0].ok);
+}
+
+// A server ready 50 ms after its start is up well within 200 ms of it.
+TEST(ArbiterSupervisor, AServerReadyAtOnceIsUpWithinItsSecondCheck) {
+  World w(supervision_world::comfy_run_by(Control::managed));
+  w.feed(ServiceCommand{"comfy", Command::start, 1, false});
+  w.feed(ChildStarted{"comfy", true, 501, 99, "", false});
+  const MonoTime started = w.now();
+  for (int i = 0; i < 10 && w.m()->state == ManagedPhase::starting; ++i) {
+    size_t asked = w.checks.size();
+    w.tick_to_deadline();
+    if (w.checks.size() == asked) continue;
+    bool ready = w.now() - started >= 50ms;
+    w.feed(HealthChecked{"comfy", ready, ready ? "200" : "connect: refused"});
+  }
+  EXPECT_EQ(w.m()->state, ManagedPhase::running);
+  EXPECT_LE(w.now() - started, 200ms);
 }
 
 TEST_P(EverySupervised, ACrashBacksOffDoublingAndACrashLoopEndsFailedUntilAStartByHand) {
@@ -334,8 +378,8 @@ TEST(ArbiterSupervisor, EachPhaseHasItsDeadline) {
   w.feed(ServiceCommand{"comfy", Command::start, 1});
   w.feed(ChildStarted{"comfy", true, 500, 99, "", false});
   const MonoTime started = w.now();
-  // Starting: the first check a second after the start, then (one in flight) the start timeout.
-  EXPECT_EQ(w.deadline(), started + 1s);
+  // Starting: the first check 25 ms after the start, then (one in flight) the start timeout.
+  EXPECT_EQ(w.deadline(), started + 25ms);
   w.tick(1s);
   ASSERT_EQ(w.checks.size(), 1u);
   EXPECT_EQ(w.deadline(), started + 10s + Duration(1));

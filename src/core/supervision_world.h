@@ -67,6 +67,11 @@ class World {
       feed(Tick{});
     }
   }
+  // Time moves to the Arbiter's next deadline (none: stays), and ticks.
+  void tick_to_deadline() {
+    if (auto d = deadline(); d && *d > now_) now_ = *d;
+    feed(Tick{});
+  }
   // Its supervision state as shown, or nullptr (an engine's service before the engine told).
   const ManagedState* m(const std::string& name = "comfy") const {
     const ServiceStatus* s = arbiter_->service(name);

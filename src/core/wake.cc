@@ -119,14 +119,16 @@ const char* to_string(WakeStep s) {
 WakePlan plan_wake(const ServiceStatus& st, const ServiceConfig& cfg, bool can_wake,
                    const std::string& model) {
   WakePlan plan;
+  // First: an unload that is a stop (a server without an unload call) has its process stopping;
+  // it is started again once its verdict is in, not left waiting on a stop nobody restarts.
+  if (st.state == ServiceState::unloading) {
+    plan.step = WakeStep::wait;
+    return plan;
+  }
   if (st.managed && st.managed->state != ManagedPhase::running) {
     plan.step = WakeStep::start;
     plan.room = load_need(st, cfg, model);
     if (st.asleep) plan.depth = SleepDepth::stop;
-    return plan;
-  }
-  if (st.state == ServiceState::unloading) {
-    plan.step = WakeStep::wait;
     return plan;
   }
   bool asleep = sleeping(st);
