@@ -33,6 +33,9 @@ struct ServiceProbe {
   // /props build_info); "" and empty where it does not.
   std::string version;
   std::vector<std::string> args;
+  // How many requests it serves at once, where it says (llama.cpp's /props total_slots): the
+  // proxy sizes its connections to it from this (docs/proxy.md, "Upstream connections").
+  std::optional<int> slots;
   // Work it finished, as it tells (ComfyUI's /history): prompts with their times; the core adds
   // the service, its version, arguments and GPU (core/durations.h).
   std::vector<DurationRecord> finished;

@@ -202,6 +202,10 @@ void Daemon::feed(const Event& event) {
       std::holds_alternative<LeaseResumeDone>(event) ||
       std::holds_alternative<SuspensionChecked>(event))
     sampling_.list_processes();
+  // What a probe says of the server's wire (llama.cpp's total_slots) sizes the proxy's
+  // connections to it: a fact for the request path, not a decision of the core's.
+  if (const auto* probe = std::get_if<ProbeDone>(&event); probe && probe->probe.slots)
+    requests_.heard_slots(probe->service, *probe->probe.slots);
   apply(arbiter_.handle(event, clock_()));
   // A deadline sooner than the tick loop's wake-up: wake it to wait for that one instead.
   ticks_.deadline_changed();

@@ -75,8 +75,18 @@ Status RequestPath::start(const Config& config, RequestLog* log) {
     if (!keys) return make_error(keys.error());
     options.api_keys.insert(options.api_keys.end(), keys->begin(), keys->end());
   }
+  for (const auto& svc : config.services) {
+    const ServiceKind* kind = find_service_kind(svc.kind);
+    if (proxied(svc) && kind && kind->fixed_http_threads && svc.proxy.max_connections == 0)
+      sized_by_slots_.insert(svc.name);
+  }
   proxy_ = std::make_unique<Proxy>(io_, std::move(options), *this);
   return proxy_->start();
+}
+
+void RequestPath::heard_slots(const std::string& service, int slots) {
+  if (proxy_ && sized_by_slots_.count(service))
+    proxy_->set_max_connections(service, llama_connections(slots));
 }
 
 void RequestPath::stop() {

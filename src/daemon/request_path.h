@@ -62,6 +62,10 @@ class RequestPath : public ProxyHooks {
   void wake_finished(const WakeFinished& wf) { wakes_.answer(wf.id, wf); }
   void wake_progressed(const WakeProgressed& wp);
 
+  // A probe said how many requests `service` serves at once (llama.cpp's total_slots): where
+  // the config sets no max_connections, the proxy's limit follows its HTTP threads.
+  void heard_slots(const std::string& service, int slots);
+
   int front_door_port() const { return proxy_ ? proxy_->front_door_port() : 0; }
   int service_port(const std::string& s) const { return proxy_ ? proxy_->service_port(s) : 0; }
   std::string metrics_text() const { return proxy_ ? proxy_->metrics().render() : std::string(); }
@@ -85,6 +89,7 @@ class RequestPath : public ProxyHooks {
   boost::asio::io_context& io_;
   Hooks hooks_;
   std::unique_ptr<Proxy> proxy_;
+  std::set<std::string> sized_by_slots_;  // services whose max_connections follows their slots
   ModelList models_;                        // the last list handed out
   std::map<std::string, int> in_flight_;   // requests through the proxy, per service
   std::set<std::string> in_flight_dirty_;  // counts not yet sent to the core

@@ -210,7 +210,11 @@ struct Upstream {
   // A connection closed: the first waiter may open one in its place.
   void closed_one() {
     --open;
-    if (!shut && !waiting.empty() && !at_limit()) {
+    admit_waiters();
+  }
+  // While there is room, the first waiters may open a connection each (counted for them).
+  void admit_waiters() {
+    while (!shut && !waiting.empty() && !at_limit()) {
       std::shared_ptr<ConnWaiter> w = std::move(waiting.front());
       waiting.pop_front();
       ++open;
@@ -1569,6 +1573,12 @@ int Proxy::front_door_port() const { return impl_->front_port; }
 int Proxy::service_port(const std::string& service) const {
   Upstream* u = impl_->find(service);
   return u ? u->port : 0;
+}
+void Proxy::set_max_connections(const std::string& service, int max_connections) {
+  Upstream* u = impl_->find(service);
+  if (!u || u->opt.max_connections == max_connections) return;
+  u->opt.max_connections = max_connections;
+  u->admit_waiters();
 }
 const ProxyMetrics& Proxy::metrics() const { return impl_->metrics; }
 std::vector<ModelEntry> Proxy::models() const { return impl_->model_entries(); }

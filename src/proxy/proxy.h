@@ -71,6 +71,9 @@ class Proxy {
   int front_door_port() const;
   int service_port(const std::string& service) const;
 
+  // A service's max_connections from now on (0: no limit); more room lets waiting requests on.
+  void set_max_connections(const std::string& service, int max_connections);
+
   const ProxyMetrics& metrics() const;
   // The models the front door routes, for the dashboard and `vramd status`.
   std::vector<ModelEntry> models() const;

@@ -32,7 +32,11 @@ class LlamaCppAdapter final : public HttpAdapter {
       co_return p;
     }
     // Its version, for the durations history (docs/history.md): extra, never a probe error.
-    if (auto v = co_await optional_json("/props", d)) p.version = parse_llamacpp_build_info(*v);
+    if (auto v = co_await optional_json("/props", d)) {
+      p.version = parse_llamacpp_build_info(*v);
+      if (v->is_object() && v->contains("total_slots") && (*v)["total_slots"].is_number_integer())
+        p.slots = (*v)["total_slots"].get<int>();
+    }
     co_return p;
   }
 

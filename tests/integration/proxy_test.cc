@@ -825,3 +825,34 @@ TEST_F(ProxyWireTest, TheServersLastRequestOnAConnectionIsFollowedByAFreshOne) {
 
 }  // namespace
 }  // namespace vramd
+
+namespace vramd {
+namespace {
+
+// A probe says how many requests the server serves at once (llama.cpp's total_slots): the
+// limit follows, and what waited for a connection goes on.
+TEST_F(ProxyTest, MaxConnectionsFollowsWhatTheServerSays) {
+  ProxyOptions o = two_services();
+  o.services[0].max_connections = 1;
+  ASSERT_TRUE(start(o));
+  auto two_at_once = [&] {
+    auto first = std::async(std::launch::async, [&] { return call(port("a"), http::verb::get, "/slow?ms=400"); });
+    std::this_thread::sleep_for(100ms);
+    Reply second = call(port("a"), http::verb::get, "/slow?ms=400");
+    EXPECT_EQ(first.get().status, 200u);
+    EXPECT_EQ(second.status, 200u);
+  };
+  two_at_once();
+  EXPECT_EQ(a->connections(), 1) << "the second waited for the first's connection";
+  std::promise<void> done;
+  asio::post(io, [&] {
+    proxy->set_max_connections("a", 2);
+    done.set_value();
+  });
+  done.get_future().wait();
+  two_at_once();
+  EXPECT_EQ(a->connections(), 2) << "two at once on two connections";
+}
+
+}  // namespace
+}  // namespace vramd
