@@ -84,7 +84,8 @@ void BM_RouteKeptTable(benchmark::State& state) {
   hooks.models = [&](const RequestPath::Hooks::EachModels& each) {
     for (const auto& cfg : w.arbiter.config().services) {
       if (!proxied(cfg)) continue;
-      if (const ServiceStatus* st = w.arbiter.service_policy_status(cfg.name)) each(cfg.name, st->models);
+      if (const ServiceStatus* st = w.arbiter.service_policy_status(cfg.name))
+        each(cfg.name, /*ollama_api=*/false, st->models);
     }
   };
   RequestPath path(io, hooks);
