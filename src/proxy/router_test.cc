@@ -47,7 +47,7 @@ TEST(ModelTable, OllamasPathsListAndReachOnlyServicesThatServeOllamasApi) {
   auto tags = nlohmann::json::parse(t.ollama_tags());
   ASSERT_EQ(tags["models"].size(), 1u) << tags.dump();
   EXPECT_EQ(tags["models"][0]["name"], "llama3.1:8b");
-  EXPECT_EQ(t.find_for("/api/chat", "llama3.1")->service, "ollama");
+  EXPECT_EQ(t.find_for("/api/chat", "llama3.1:8b").value_or(Route{}).service, "ollama");
   EXPECT_EQ(t.find_for("/api/chat", "gpt-4o-mini")->model, "llama3.1:8b");
   EXPECT_FALSE(t.find_for("/api/chat", "qwen"));
   EXPECT_FALSE(t.find_for("/api/generate", "tiny"));
