@@ -22,6 +22,7 @@ void Daemon::watch_service(const std::string& name) {
   // Its port (or pid file) is read from the next sample.
   sampling_.set_request(arbiter_.scan_request());
   calls_.watch(name, arbiter_.config().daemon.probe_interval);
+  requests_.service_added(*cfg);  // its models are routed by the front door too
 }
 
 }  // namespace vramd

@@ -3,6 +3,7 @@
 
 #include <boost/asio/post.hpp>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -16,7 +17,7 @@ namespace asio = boost::asio;
 
 bool proxied(const ServiceConfig& svc) {
   const ServiceKind* kind = find_service_kind(svc.kind);
-  return kind && kind->needs_url && !svc.url.empty() && !svc.discovered;
+  return kind && kind->needs_url && !svc.url.empty();
 }
 
 // llama-server's HTTP threads by default (`--threads-http -1`: max(slots + 2, CPUs - 1), each
@@ -26,6 +27,29 @@ int llama_connections(int slots) {
   return std::max(std::max(slots, 1) + 2, cpus - 1) - 1;
 }
 
+ProxyServiceOptions service_options(const ServiceConfig& svc) {
+  ProxyServiceOptions s;
+  s.name = svc.name;
+  s.url = svc.url;
+  s.listen = svc.proxy.listen;
+  s.api_key = svc.api_key;
+  if (s.api_key.empty() && !svc.api_key_env.empty())
+    if (const char* v = std::getenv(svc.api_key_env.c_str())) s.api_key = v;
+  s.models = svc.models;
+  s.connect_timeout = svc.connect_timeout;
+  s.first_byte_timeout = svc.proxy.first_byte_timeout;
+  s.wake_timeout = svc.proxy.wake_timeout.value_or(svc.start_timeout);
+  s.max_concurrent = svc.proxy.max_concurrent;
+  s.max_queue = svc.proxy.max_queue;
+  const ServiceKind* kind = find_service_kind(svc.kind);
+  s.keep_alive_timeout =
+      svc.proxy.keep_alive_timeout.value_or(kind ? kind->keep_alive_timeout : s.keep_alive_timeout);
+  s.max_connections = svc.proxy.max_connections > 0 ? svc.proxy.max_connections
+                      : kind && kind->fixed_http_threads ? llama_connections(1)
+                                                         : 0;
+  return s;
+}
+
 ProxyOptions proxy_options(const Config& config) {
   ProxyOptions o;
   o.listen = config.proxy.listen;
@@ -33,29 +57,8 @@ ProxyOptions proxy_options(const Config& config) {
   o.aliases = config.proxy.aliases;
   o.websocket_idle = config.proxy.websocket_idle;
   o.forbidden_upstreams.push_back(config.daemon.listen);
-  for (const auto& svc : config.services) {
-    if (!proxied(svc)) continue;
-    ProxyServiceOptions s;
-    s.name = svc.name;
-    s.url = svc.url;
-    s.listen = svc.proxy.listen;
-    s.api_key = svc.api_key;
-    if (s.api_key.empty() && !svc.api_key_env.empty())
-      if (const char* v = std::getenv(svc.api_key_env.c_str())) s.api_key = v;
-    s.models = svc.models;
-    s.connect_timeout = svc.connect_timeout;
-    s.first_byte_timeout = svc.proxy.first_byte_timeout;
-    s.wake_timeout = svc.proxy.wake_timeout.value_or(svc.start_timeout);
-    s.max_concurrent = svc.proxy.max_concurrent;
-    s.max_queue = svc.proxy.max_queue;
-    const ServiceKind* kind = find_service_kind(svc.kind);
-    s.keep_alive_timeout =
-        svc.proxy.keep_alive_timeout.value_or(kind ? kind->keep_alive_timeout : s.keep_alive_timeout);
-    s.max_connections = svc.proxy.max_connections > 0 ? svc.proxy.max_connections
-                        : kind && kind->fixed_http_threads ? llama_connections(1)
-                                                           : 0;
-    o.services.push_back(std::move(s));
-  }
+  for (const auto& svc : config.services)
+    if (proxied(svc)) o.services.push_back(service_options(svc));
   return o;
 }
 
@@ -82,6 +85,15 @@ Status RequestPath::start(const Config& config, RequestLog* log) {
   }
   proxy_ = std::make_unique<Proxy>(io_, std::move(options), *this);
   return proxy_->start();
+}
+
+void RequestPath::service_added(const ServiceConfig& svc) {
+  if (!proxy_ || !proxied(svc)) return;
+  if (Status s = proxy_->add_service(service_options(svc)); !s)
+    spdlog::warn("proxy: {}", s.error());
+  const ServiceKind* kind = find_service_kind(svc.kind);
+  if (kind && kind->fixed_http_threads && svc.proxy.max_connections == 0)
+    sized_by_slots_.insert(svc.name);
 }
 
 void RequestPath::heard_slots(const std::string& service, int slots) {

@@ -27,9 +27,11 @@
 namespace vramd {
 
 // The request path's options from the config (docs/proxy.md), and whether any proxy is asked for.
-// A service the request path reaches: one of a kind with an HTTP API, and its url. Not one found
-// by discovery: the proxy's routes are set at start, and a discovered service is only watched.
+// A service the request path reaches: one of a kind with an HTTP API, and its url. One found by
+// discovery too (its models are routed; routing is not managing: it is still never unloaded,
+// stopped or evicted until the config names it).
 bool proxied(const ServiceConfig& svc);
+ProxyServiceOptions service_options(const ServiceConfig& svc);
 ProxyOptions proxy_options(const Config& config);
 // llama-server's default HTTP threads for `slots` slots on this machine, less one (docs/proxy.md).
 int llama_connections(int slots);
@@ -62,6 +64,8 @@ class RequestPath : public ProxyHooks {
   void wake_finished(const WakeFinished& wf) { wakes_.answer(wf.id, wf); }
   void wake_progressed(const WakeProgressed& wp);
 
+  // A service discovery found while vramd runs: the front door routes its models from now on.
+  void service_added(const ServiceConfig& svc);
   // A probe said how many requests `service` serves at once (llama.cpp's total_slots): where
   // the config sets no max_connections, the proxy's limit follows its HTTP threads.
   void heard_slots(const std::string& service, int slots);

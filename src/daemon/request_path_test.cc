@@ -221,13 +221,13 @@ TEST(RequestPathTest, TheProxyOpensOnlyWhenTheConfigAsksAndDescribesItself) {
   svc.kind = "ollama";
   svc.url = "http://127.0.0.1:1";
   cfg.services.push_back(svc);
-  ServiceConfig found = svc;  // a discovered service is watched, never proxied
+  ServiceConfig found = svc;  // a discovered service is routed too (never managed)
   found.name = "found";
   found.discovered = true;
   cfg.services.push_back(found);
   EXPECT_TRUE(wants_proxy(cfg));
   EXPECT_TRUE(proxied(cfg.services[0]));
-  EXPECT_FALSE(proxied(cfg.services[1]));
+  EXPECT_TRUE(proxied(cfg.services[1]));
   RequestPath on(io, core.hooks());
   ASSERT_TRUE(on.start(cfg, nullptr));
   EXPECT_GT(on.front_door_port(), 0);
@@ -236,7 +236,7 @@ TEST(RequestPathTest, TheProxyOpensOnlyWhenTheConfigAsksAndDescribesItself) {
   EXPECT_EQ(d["enabled"], true);
   EXPECT_EQ(d["front_door"]["url"],
             "http://127.0.0.1:" + std::to_string(on.front_door_port()) + "/v1");
-  ASSERT_EQ(d["services"].size(), 1u);
+  ASSERT_EQ(d["services"].size(), 2u);  // the discovered one too
   EXPECT_EQ(d["services"][0]["name"], "ollama");
   EXPECT_EQ(d["services"][0]["in_flight"], 1);
   on.close();

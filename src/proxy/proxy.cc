@@ -365,6 +365,39 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
   std::map<std::string, std::shared_ptr<WakeState>> wakes;
   bool closed = false;  // the Proxy is gone
 
+  // Where the proxies listen, and where a service may not be (vramd's own API): set at start.
+  std::vector<HostPort> ours, forbidden;
+
+  // The service's URL checked (http://, not vramd's API nor one of the proxy's own addresses)
+  // and resolved.
+  Status reach(Upstream& u) {
+    Result<HttpUrl> url = parse_http_url(u.opt.url);
+    if (!url) return make_error("services." + u.opt.name + ".url: " + url.error());
+    if (url->scheme != "http")
+      return make_error("services." + u.opt.name +
+                        ": the proxy forwards to http:// URLs only (got " + u.opt.url + ")");
+    u.url = *url;
+    HostPort target{url->host, url->port};
+    for (const auto& f : forbidden)
+      if (same_socket(f, target))
+        return make_error(
+            fmt::format("services.{}: url {} is vramd's own API; the proxy never forwards there",
+                        u.opt.name, u.opt.url));
+    for (const auto& o : ours)
+      if (same_socket(o, target) && o.port != 0)
+        return make_error(fmt::format("services.{}: url {} is one of the proxy's own addresses",
+                                      u.opt.name, u.opt.url));
+    beast::error_code ec;
+    tcp::resolver resolver(io);
+    auto eps = resolver.resolve(url->host, std::to_string(url->port), ec);
+    if (ec)
+      return make_error(
+          fmt::format("services.{}: cannot resolve {}: {}", u.opt.name, url->host, ec.message()));
+    u.endpoints.clear();
+    for (const auto& e : eps) u.endpoints.push_back(e.endpoint());
+    return Ok{};
+  }
+
   Upstream* find(const std::string& name) {
     for (auto& u : upstreams)
       if (u->opt.name == name) return u.get();
@@ -602,7 +635,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
       co_return again;
     }
     std::shared_ptr<const ModelTable> table = route_table();
-    std::optional<Route> route = table->find(*model);
+    std::optional<Route> route = table->find_for(path, *model);
     Upstream* svc = route ? find(route->service) : nullptr;
     if (!svc) {
       bool again = co_await no_route(c, *table, *model, sreq.keep_alive(), version);
@@ -1513,33 +1546,10 @@ Status Proxy::start() {
       ours.push_back(*parse_listen(u->opt.listen));
     }
   }
-  for (auto& u : impl_->upstreams) {
-    Result<HttpUrl> url = parse_http_url(u->opt.url);
-    if (!url) return make_error("services." + u->opt.name + ".url: " + url.error());
-    if (url->scheme != "http")
-      return make_error("services." + u->opt.name +
-                        ": the proxy forwards to http:// URLs only (got " + u->opt.url + ")");
-    u->url = *url;
-    HostPort target{url->host, url->port};
-    for (const auto& f : forbidden)
-      if (same_socket(f, target))
-        return make_error(
-            fmt::format("services.{}: url {} is vramd's own API; the proxy never "
-                        "forwards there",
-                        u->opt.name, u->opt.url));
-    for (const auto& o : ours)
-      if (same_socket(o, target) && o.port != 0)
-        return make_error(fmt::format("services.{}: url {} is one of the proxy's own addresses",
-                                      u->opt.name, u->opt.url));
-    beast::error_code ec;
-    tcp::resolver resolver(impl_->io);
-    auto eps = resolver.resolve(url->host, std::to_string(url->port), ec);
-    if (ec)
-      return make_error(
-          fmt::format("services.{}: cannot resolve {}: {}", u->opt.name, url->host, ec.message()));
-    u->endpoints.clear();
-    for (const auto& e : eps) u->endpoints.push_back(e.endpoint());
-  }
+  impl_->ours = std::move(ours);
+  impl_->forbidden = std::move(forbidden);
+  for (auto& u : impl_->upstreams)
+    if (Status s = impl_->reach(*u); !s) return s;
   if (!impl_->options.listen.empty()) {
     if (Status s = impl_->open(impl_->front, impl_->front_port, impl_->options.listen, nullptr);
         !s) {
@@ -1574,6 +1584,15 @@ int Proxy::service_port(const std::string& service) const {
   Upstream* u = impl_->find(service);
   return u ? u->port : 0;
 }
+Status Proxy::add_service(ProxyServiceOptions service) {
+  if (impl_->find(service.name)) return Ok{};
+  service.listen.clear();  // the front door only: a listener of its own is the config's to ask
+  auto u = std::make_unique<Upstream>(std::move(service));
+  if (Status s = impl_->reach(*u); !s) return s;
+  impl_->upstreams.push_back(std::move(u));
+  return Ok{};
+}
+
 void Proxy::set_max_connections(const std::string& service, int max_connections) {
   Upstream* u = impl_->find(service);
   if (!u || u->opt.max_connections == max_connections) return;

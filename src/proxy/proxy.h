@@ -71,6 +71,9 @@ class Proxy {
   int front_door_port() const;
   int service_port(const std::string& service) const;
 
+  // A service found while vramd runs (discovery): the front door routes its models from now on.
+  // Error when its URL is one the proxy never forwards to (start()'s checks); nothing changes.
+  Status add_service(ProxyServiceOptions service);
   // A service's max_connections from now on (0: no limit); more room lets waiting requests on.
   void set_max_connections(const std::string& service, int max_connections);
 
