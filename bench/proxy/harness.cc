@@ -1,7 +1,7 @@
 // vramd's proxy alone, for bench/proxy and the openai client test: service proxies and the
 // front door with hooks that find everything ready (no daemon).
 // Usage: vramd_proxy_harness [--front LISTEN] [--alias NAME=MODEL]... [--record]
-//          --service NAME URL [LISTEN|-] [MODEL,MODEL...|-] ...
+//          --service NAME URL [LISTEN|-] [MODEL,MODEL...|-] [--max-connections N] ...
 // Prints "ready FRONT_PORT SERVICE_PORT..." once listening. --record: each request's sample goes
 // into a request log drained once a second on the same thread, as vramd serve does
 // (docs/history.md). On SIGTERM or SIGINT it prints "requests N allocations M" (heap
@@ -72,10 +72,12 @@ int main(int argc, char** argv) {
         }
       }
       options.services.push_back(s);
+    } else if (a == "--max-connections" && i + 1 < argc && !options.services.empty()) {
+      options.services.back().max_connections = std::atoi(argv[++i]);  // the last --service's
     } else {
       std::fprintf(stderr,
                    "usage: vramd_proxy_harness [--front LISTEN] [--alias NAME=MODEL]... [--record] "
-                   "--service NAME URL [LISTEN|-] [MODELS|-] ...\n");
+                   "--service NAME URL [LISTEN|-] [MODELS|-] [--max-connections N] ...\n");
       return 2;
     }
   }

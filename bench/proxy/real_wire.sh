@@ -40,7 +40,10 @@ for port in $UP_D $UP_H $UP_S; do
   "$BUILD/fake-gpu-server" --kind llamacpp --port "$port" --state "$WORK/gpu.json" \
     --model-bytes 1GiB --workers "$WORKERS" >"$WORK/up-$port.log" 2>&1 & PIDS+=($!)
 done
-"$BUILD/vramd_proxy_harness" --service llama "http://127.0.0.1:$UP_H" "127.0.0.1:$VH" >/dev/null & PIDS+=($!)
+# The harness is the proxy without the daemon: it is told what `vramd serve` works out for a
+# llamacpp service (its workers less one).
+"$BUILD/vramd_proxy_harness" --service llama "http://127.0.0.1:$UP_H" "127.0.0.1:$VH" \
+  --max-connections $((WORKERS > 1 ? WORKERS - 1 : 1)) >/dev/null & PIDS+=($!)
 cat > "$WORK/vramd.toml" <<TOML
 [daemon]
 listen = "127.0.0.1:$VS_API"
