@@ -36,12 +36,13 @@ ProxyServiceOptions service_options(const ServiceConfig& svc) {
   if (s.api_key.empty() && !svc.api_key_env.empty())
     if (const char* v = std::getenv(svc.api_key_env.c_str())) s.api_key = v;
   s.models = svc.models;
+  const ServiceKind* kind = find_service_kind(svc.kind);
+  s.ollama_api = kind && kind->ollama_api;
   s.connect_timeout = svc.connect_timeout;
   s.first_byte_timeout = svc.proxy.first_byte_timeout;
   s.wake_timeout = svc.proxy.wake_timeout.value_or(svc.start_timeout);
   s.max_concurrent = svc.proxy.max_concurrent;
   s.max_queue = svc.proxy.max_queue;
-  const ServiceKind* kind = find_service_kind(svc.kind);
   s.keep_alive_timeout =
       svc.proxy.keep_alive_timeout.value_or(kind ? kind->keep_alive_timeout : s.keep_alive_timeout);
   s.max_connections = svc.proxy.max_connections > 0 ? svc.proxy.max_connections

@@ -409,7 +409,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     std::vector<ModelEntry> all;
     if (list) all = *list;
     for (const auto& u : upstreams)
-      for (const auto& m : u->opt.models) all.push_back({m, u->opt.name});
+      for (const auto& m : u->opt.models) all.push_back({m, u->opt.name, u->opt.ollama_api});
     return all;
   }
   std::vector<ModelEntry> model_entries() { return entries_of(hooks.models()); }

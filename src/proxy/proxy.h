@@ -27,6 +27,7 @@ struct ProxyServiceOptions {
   std::string listen;               // its own proxy, "127.0.0.1:8189"; empty: front door only
   std::string api_key;              // sent upstream as "Authorization: Bearer"
   std::vector<std::string> models;  // configured model names (the probe adds more)
+  bool ollama_api = false;          // it serves Ollama's own API (/api/chat, /api/tags)
   Duration connect_timeout = std::chrono::seconds(2);
   Duration first_byte_timeout = std::chrono::minutes(5);  // also the longest gap in a body
   Duration wake_timeout = std::chrono::minutes(2);

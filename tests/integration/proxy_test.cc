@@ -354,6 +354,7 @@ TEST_F(ProxyTest, FrontDoorRoutesByModel) {
   ProxyOptions o = two_services();
   o.aliases = {{"gpt-4o-mini", "llama3.1:8b"}};
   hooks.entries = {{"phi3", "b"}};  // from b's probe
+  o.services[1].ollama_api = true;  // b is an Ollama: its models are reached by /api/chat too
   ASSERT_TRUE(start(o));
   Reply r = call(front(), http::verb::post, "/v1/chat/completions",
                  R"({"model":"llama3.1:8b","messages":[]})");
@@ -363,6 +364,10 @@ TEST_F(ProxyTest, FrontDoorRoutesByModel) {
   r = call(front(), http::verb::post, "/api/chat", R"({"model":"qwen2.5:7b"})");
   EXPECT_EQ(r.json()["backend"], "b");
   EXPECT_EQ(r.json()["path"], "/api/chat");
+  // a serves no Ollama API: its model by Ollama's path is the front door's 404, not a's.
+  r = call(front(), http::verb::post, "/api/chat", R"({"model":"llama3.1:8b"})");
+  EXPECT_EQ(r.status, 404u) << r.body;
+  EXPECT_EQ(a->requests(), 1);
   // An alias goes to its model's service, which is asked for the name it knows.
   r = call(front(), http::verb::post, "/v1/chat/completions", R"({"model":"gpt-4o-mini"})");
   EXPECT_EQ(r.json()["backend"], "a");
