@@ -22,6 +22,7 @@
 #include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http.hpp>
 #include <fstream>
+#include <set>
 #include <span>
 #include <nlohmann/json.hpp>
 
@@ -405,11 +406,19 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
   }
 
   // The services' models (the hooks' list), then each proxied service's configured `models`.
+  // A model a service is named with twice (loaded and installed, probed and configured) is
+  // listed once, where it came first.
   std::vector<ModelEntry> entries_of(const ModelList& list) const {
     std::vector<ModelEntry> all;
-    if (list) all = *list;
+    std::set<std::pair<std::string, std::string>> seen;
+    auto add = [&](const ModelEntry& e) {
+      if (seen.emplace(e.model, e.service).second) all.push_back(e);
+    };
+    all.reserve((list ? list->size() : 0) + upstreams.size());
+    if (list)
+      for (const auto& e : *list) add(e);
     for (const auto& u : upstreams)
-      for (const auto& m : u->opt.models) all.push_back({m, u->opt.name, u->opt.ollama_api});
+      for (const auto& m : u->opt.models) add({m, u->opt.name, u->opt.ollama_api});
     return all;
   }
   std::vector<ModelEntry> model_entries() { return entries_of(hooks.models()); }
