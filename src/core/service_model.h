@@ -18,8 +18,8 @@ struct ServiceProbe {
   std::optional<bool> busy;     // nullopt: the server has no busy call, or it failed
   std::optional<int> queue_depth;
   std::vector<std::string> models;            // models loaded now (names as the server gives)
-  // Models it loads on a request, loaded now or not (Ollama's /api/tags): the front door routes
-  // them too; nothing else reads them.
+  // Models it loads on a request (Ollama's /api/tags) or serves whenever it runs (a plain
+  // llama-server's, vLLM's): routed while it is unloaded or stopped too; nothing else reads them.
   std::vector<std::string> installed;
   std::optional<Bytes> self_reported_vram;    // the server's own figure: evidence, never primary
   std::optional<Bytes> self_reported_ram;

@@ -26,6 +26,9 @@ class LlamaCppAdapter final : public HttpAdapter {
     if (co_await probe_busy(d, p)) {
       std::optional<std::vector<std::string>> models = co_await list_models(d, p);
       if (models) p.models = *models;
+      // A plain server serves its one model whenever it runs: kept while it is stopped, so a
+      // request for it starts it (a router's loaded models come and go).
+      if (models && !router_.value_or(false)) p.installed = *models;
     }
     if (!p.reachable) {
       busy_from_ = BusyFrom::untried;  // a server started again may have other flags

@@ -35,6 +35,7 @@ class SglangAdapter final : public HttpAdapter {
             p.models.push_back(m["id"].get<std::string>());
       }
     }
+    p.installed = p.models;  // what it serves whenever it runs: routed while it is stopped too
     co_return p;
   }
 

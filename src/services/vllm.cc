@@ -51,6 +51,7 @@ class VllmAdapter final : public HttpAdapter {
         }
       }
     }
+    p.installed = p.models;  // what it serves whenever it runs: routed while it is stopped too
     // Its version, for the durations history (docs/history.md): extra, never a probe error.
     if (p.reachable)
       if (auto v = co_await optional_json("/version", d)) p.version = parse_vllm_version(*v);
