@@ -1,5 +1,7 @@
 #include "services/http_adapter_base.h"
 
+#include "core/service_kinds.h"
+
 #include <algorithm>
 
 #include <boost/beast/http/status.hpp>
@@ -26,7 +28,11 @@ boost::asio::awaitable<Result<HttpReply>> HttpAdapter::call(std::string_view met
   options.total_timeout = left;
   options.connect_timeout = std::min(config_.connect_timeout, left);
   options.bearer_token = api_key_;
-  options.connections = &connections_;
+  // A server that serves a fixed number of connections, one thread each for the connection's
+  // life, idle time included (llama-server), is asked on a connection closed after the call: a
+  // kept one would hold one of its threads between probes, beside the proxy's (docs/proxy.md).
+  const ServiceKind* kind = find_service_kind(config_.kind);
+  if (!kind || !kind->fixed_http_threads) options.connections = &connections_;
   co_return co_await http_call(executor_, method, resolve_url(config_.url, path), std::move(body),
                                std::move(options));
 }
