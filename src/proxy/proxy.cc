@@ -1363,21 +1363,32 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
     }
   }
 
+  // The next piece of a response body into `buf` (`n` bytes; none at its end, or for a chunk
+  // header alone).
+  asio::awaitable<beast::error_code> next_piece(Client& up, beast::flat_buffer& ubuf,
+                                                http::response_parser<http::buffer_body>& p,
+                                                Upstream& svc, char* buf, std::size_t& n) {
+    beast::error_code ec;
+    p.get().body().data = buf;
+    p.get().body().size = kChunk;
+    up.expires_after(svc.opt.first_byte_timeout);
+    co_await http::async_read_some(up, ubuf, p, asio::redirect_error(use_awaitable, ec));
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec == http::error::end_of_stream && p.is_done()) ec = {};
+    n = ec ? 0 : kChunk - p.get().body().size;
+    co_return ec;
+  }
+
   // An error answer's body, up to 64 KiB (the rest is read and dropped), to put in an event.
   asio::awaitable<beast::error_code> collect_body(Client& up, beast::flat_buffer& ubuf,
                                                   http::response_parser<http::buffer_body>& p,
                                                   Upstream& svc, char* buf, std::string& out) {
+    constexpr std::size_t kKept = std::size_t{64} * 1024;
     beast::error_code ec;
-    while (!p.is_done()) {
-      p.get().body().data = buf;
-      p.get().body().size = kChunk;
-      up.expires_after(svc.opt.first_byte_timeout);
-      co_await http::async_read_some(up, ubuf, p, asio::redirect_error(use_awaitable, ec));
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec == http::error::end_of_stream && p.is_done()) ec = {};
-      if (ec) co_return ec;
-      std::size_t n = kChunk - p.get().body().size;
-      out.append(buf, std::min(n, std::size_t{64 * 1024} - std::min(out.size(), std::size_t{64 * 1024})));
+    std::size_t n = 0;
+    while (!ec && !p.is_done()) {
+      ec = co_await next_piece(up, ubuf, p, svc, buf, n);
+      out.append(buf, std::min(n, kKept - std::min(out.size(), kKept)));
     }
     co_return ec;
   }
@@ -1412,14 +1423,9 @@ struct Proxy::Impl : std::enable_shared_from_this<Proxy::Impl> {
                                                   Upstream& svc, char* buf, UsageScan& usage) {
     beast::error_code ec;
     while (!p.is_done()) {
-      p.get().body().data = buf;
-      p.get().body().size = kChunk;
-      up.expires_after(svc.opt.first_byte_timeout);
-      co_await http::async_read_some(up, ubuf, p, asio::redirect_error(use_awaitable, ec));
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec == http::error::end_of_stream && p.is_done()) ec = {};
+      std::size_t n = 0;
+      ec = co_await next_piece(up, ubuf, p, svc, buf, n);
       if (ec) co_return ec;
-      size_t n = kChunk - p.get().body().size;
       if (n == 0) continue;
       usage.feed(buf, n);
       std::string bytes = chunk(std::string_view(buf, n));
